@@ -1,0 +1,84 @@
+//! `_metadata`: what a checkpoint holds, as JSON, written last and atomically.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when the layout changes in a way older weir versions cannot read.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The contents of `chk-N/_metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    pub format_version: u32,
+    pub job: String,
+    pub checkpoint_id: u64,
+    pub trigger_time_ms: u64,
+    pub prepared_time_ms: u64,
+    pub topology: Topology,
+    /// Next offset to read, per source partition.
+    pub source_offsets: Vec<PartitionOffset>,
+    /// One RocksDB snapshot per (operator uid, subtask).
+    pub state: Vec<StateHandle>,
+}
+
+impl CheckpointMetadata {
+    /// Source offsets as a map, for comparisons with the group's offsets.
+    pub fn offsets_map(&self) -> BTreeMap<(String, i32), i64> {
+        self.source_offsets
+            .iter()
+            .map(|o| ((o.topic.clone(), o.partition), o.offset))
+            .collect()
+    }
+
+    /// Bytes of state referenced by this checkpoint.
+    pub fn state_size(&self) -> u64 {
+        self.state.iter().map(|s| s.size_bytes).sum()
+    }
+}
+
+/// The shape of the job that wrote a checkpoint, checked on restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    pub max_parallelism: u32,
+    pub operators: Vec<OperatorInfo>,
+}
+
+impl Topology {
+    /// Uids present in exactly one of the two topologies, as
+    /// (only in `self`, only in `other`).
+    pub fn uid_difference(&self, other: &Topology) -> (Vec<String>, Vec<String>) {
+        let mine: Vec<_> = self.operators.iter().map(|o| o.uid.clone()).collect();
+        let theirs: Vec<_> = other.operators.iter().map(|o| o.uid.clone()).collect();
+        (
+            mine.iter().filter(|u| !theirs.contains(u)).cloned().collect(),
+            theirs.iter().filter(|u| !mine.contains(u)).cloned().collect(),
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorInfo {
+    pub uid: String,
+    pub kind: String,
+    pub parallelism: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PartitionOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Where one subtask's RocksDB snapshot lives, and which key groups it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateHandle {
+    pub uid: String,
+    pub subtask: u32,
+    /// Key groups `[start, end)`.
+    pub key_groups: (u32, u32),
+    /// Relative to the checkpoint folder.
+    pub path: String,
+    pub size_bytes: u64,
+}

@@ -1,0 +1,10 @@
+//! Checkpoints: what `_metadata` holds, the folder layout on disk, the
+//! recovery decision and retention.
+
+pub mod metadata;
+pub mod recovery;
+pub mod retention;
+pub mod store;
+
+pub use metadata::{CheckpointMetadata, PartitionOffset, StateHandle, Topology};
+pub use store::CheckpointStore;

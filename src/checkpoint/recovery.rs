@@ -1,0 +1,430 @@
+//! The recovery decision: a pure function from what is on disk and in Kafka
+//! to what to restore. It performs no I/O, so every case is a unit test.
+
+use std::collections::BTreeMap;
+
+use super::metadata::{CheckpointMetadata, Topology};
+
+/// What was found in one `chk-*` folder.
+#[derive(Debug, Clone)]
+pub struct FolderFacts {
+    pub name: String,
+    pub id: Option<u64>,
+    pub contents: FolderContents,
+    /// `_committed` is present: its Kafka transaction committed.
+    pub committed_marker: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum FolderContents {
+    Valid(Box<CheckpointMetadata>),
+    /// Not restorable, with the reason (missing or partial `_metadata`,
+    /// stale temp files, missing state).
+    Invalid(String),
+}
+
+/// Offsets committed to the consumer group, read at start-up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupOffsets {
+    /// Next offset per source partition that has a committed offset.
+    pub offsets: BTreeMap<(String, i32), i64>,
+    /// The checkpoint named by the offsets' `weir-checkpoint=N` metadata,
+    /// when every committed offset carries the same one.
+    pub checkpoint_id: Option<u64>,
+}
+
+/// Everything the decision looks at.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub folders: Vec<FolderFacts>,
+    /// `Some` when the sink is transactional: the group offsets are then the
+    /// commit point.
+    pub group: Option<GroupOffsets>,
+    pub topology: Topology,
+    /// An explicit `--restore-from` folder overrides the search.
+    pub forced: Option<Box<CheckpointMetadata>>,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// No usable history: start from the configured positions, empty state.
+    Fresh { discard: Vec<u64> },
+    /// Restore this checkpoint; delete the `discard` folders (prepared
+    /// checkpoints whose transaction never committed).
+    Restore {
+        checkpoint: Box<CheckpointMetadata>,
+        discard: Vec<u64>,
+    },
+    /// Do not start; the message says why and what was found.
+    Refuse(String),
+}
+
+/// Folders that were skipped, with why; for the log.
+pub fn skipped(observed: &Observed) -> Vec<(String, String)> {
+    observed
+        .folders
+        .iter()
+        .filter_map(|f| match &f.contents {
+            FolderContents::Invalid(reason) => Some((f.name.clone(), reason.clone())),
+            FolderContents::Valid(_) => None,
+        })
+        .collect()
+}
+
+/// Decides what to restore.
+pub fn decide(observed: &Observed) -> Decision {
+    if let Some(forced) = &observed.forced {
+        return check_topology(forced, &observed.topology, Vec::new());
+    }
+    let mut valid: Vec<(&CheckpointMetadata, bool)> = observed
+        .folders
+        .iter()
+        .filter_map(|f| match &f.contents {
+            FolderContents::Valid(m) => Some((m.as_ref(), f.committed_marker)),
+            FolderContents::Invalid(_) => None,
+        })
+        .collect();
+    valid.sort_by_key(|(m, _)| m.checkpoint_id);
+    let skipped = skipped(observed);
+    let none_usable = || {
+        let list: Vec<String> = skipped.iter().map(|(n, r)| format!("{n} ({r})")).collect();
+        Decision::Refuse(format!(
+            "checkpoints exist but none is usable: {}; refusing to start from empty state. \
+             Fix or remove them, or restore one explicitly with --restore-from",
+            list.join(", ")
+        ))
+    };
+
+    let Some(group) = &observed.group else {
+        // Without a transactional sink a prepared checkpoint is complete.
+        return match valid.last() {
+            Some((m, _)) => check_topology(m, &observed.topology, Vec::new()),
+            None if !skipped.is_empty() => none_usable(),
+            None => Decision::Fresh {
+                discard: Vec::new(),
+            },
+        };
+    };
+
+    if group.offsets.is_empty() {
+        // No transaction ever committed offsets for this group. Prepared
+        // checkpoints without a marker never committed: discard them. A
+        // marked one means the group's offsets expired; its state is the
+        // truth then.
+        if let Some((m, _)) = valid.iter().rev().find(|(_, marked)| *marked) {
+            let discard = newer_than(&valid, m.checkpoint_id);
+            return check_topology(m, &observed.topology, discard);
+        }
+        if valid.is_empty() && !skipped.is_empty() {
+            return none_usable();
+        }
+        return Decision::Fresh {
+            discard: valid.iter().map(|(m, _)| m.checkpoint_id).collect(),
+        };
+    }
+
+    let matches = |m: &CheckpointMetadata| {
+        let mine = m.offsets_map();
+        group.offsets.iter().all(|(tp, off)| mine.get(tp) == Some(off))
+            && mine
+                .keys()
+                .filter(|tp| group.offsets.contains_key(*tp))
+                .count()
+                == group.offsets.len()
+    };
+    let chosen = match group.checkpoint_id {
+        Some(n) => match valid.iter().find(|(m, _)| m.checkpoint_id == n) {
+            Some((m, _)) if matches(m) => Some(*m),
+            Some((m, _)) => {
+                return Decision::Refuse(format!(
+                    "the consumer group's committed offsets name checkpoint {n}, but its offsets differ: \
+                     group {:?}, checkpoint {:?}",
+                    group.offsets,
+                    m.offsets_map()
+                ))
+            }
+            None => None,
+        },
+        // The broker dropped the metadata: the newest checkpoint whose
+        // offsets equal the committed ones.
+        None => valid.iter().rev().find(|(m, _)| matches(m)).map(|(m, _)| *m),
+    };
+    match chosen {
+        Some(m) => check_topology(m, &observed.topology, newer_than(&valid, m.checkpoint_id)),
+        None => {
+            let named = group
+                .checkpoint_id
+                .map(|n| format!("checkpoint {n}"))
+                .unwrap_or_else(|| "no checkpoint id".into());
+            let have: Vec<String> = valid.iter().map(|(m, _)| m.checkpoint_id.to_string()).collect();
+            let bad: Vec<String> = skipped.iter().map(|(n, r)| format!("{n} ({r})")).collect();
+            Decision::Refuse(format!(
+                "the consumer group's committed offsets {:?} ({named}) match no retained checkpoint \
+                 (usable: [{}]; skipped: [{}]). The state that goes with the committed output is gone; \
+                 refusing to start from empty state, which would emit wrong results",
+                group.offsets,
+                have.join(", "),
+                bad.join(", ")
+            ))
+        }
+    }
+}
+
+fn newer_than(valid: &[(&CheckpointMetadata, bool)], id: u64) -> Vec<u64> {
+    valid
+        .iter()
+        .map(|(m, _)| m.checkpoint_id)
+        .filter(|c| *c > id)
+        .collect()
+}
+
+fn check_topology(m: &CheckpointMetadata, current: &Topology, discard: Vec<u64>) -> Decision {
+    if m.topology.max_parallelism != current.max_parallelism {
+        return Decision::Refuse(format!(
+            "checkpoint {} was taken with job.max_parallelism = {}, the job now has {}; \
+             the number of key groups is fixed for the life of a job",
+            m.checkpoint_id, m.topology.max_parallelism, current.max_parallelism
+        ));
+    }
+    let (only_checkpoint, only_job) = m.topology.uid_difference(current);
+    if !only_checkpoint.is_empty() || !only_job.is_empty() {
+        return Decision::Refuse(format!(
+            "checkpoint {} does not match the pipeline: operator uids only in the checkpoint: {:?}; \
+             only in the job: {:?}",
+            m.checkpoint_id, only_checkpoint, only_job
+        ));
+    }
+    Decision::Restore {
+        checkpoint: Box::new(m.clone()),
+        discard,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::metadata::{OperatorInfo, PartitionOffset, FORMAT_VERSION};
+
+    fn topology(uid: &str) -> Topology {
+        Topology {
+            max_parallelism: 128,
+            operators: vec![
+                OperatorInfo {
+                    uid: "kafka-source".into(),
+                    kind: "source".into(),
+                    parallelism: 2,
+                },
+                OperatorInfo {
+                    uid: uid.into(),
+                    kind: "keyed".into(),
+                    parallelism: 2,
+                },
+            ],
+        }
+    }
+
+    fn meta(id: u64, offset: i64) -> CheckpointMetadata {
+        CheckpointMetadata {
+            format_version: FORMAT_VERSION,
+            job: "wc".into(),
+            checkpoint_id: id,
+            trigger_time_ms: 0,
+            prepared_time_ms: 0,
+            topology: topology("word-count"),
+            source_offsets: vec![
+                PartitionOffset {
+                    topic: "words".into(),
+                    partition: 0,
+                    offset,
+                },
+                PartitionOffset {
+                    topic: "words".into(),
+                    partition: 1,
+                    offset: offset * 2,
+                },
+            ],
+            state: vec![],
+        }
+    }
+
+    fn valid(id: u64, offset: i64, marked: bool) -> FolderFacts {
+        FolderFacts {
+            name: format!("chk-{id:010}"),
+            id: Some(id),
+            contents: FolderContents::Valid(Box::new(meta(id, offset))),
+            committed_marker: marked,
+        }
+    }
+
+    fn invalid(name: &str, reason: &str) -> FolderFacts {
+        FolderFacts {
+            name: name.into(),
+            id: None,
+            contents: FolderContents::Invalid(reason.into()),
+            committed_marker: false,
+        }
+    }
+
+    fn group(id: Option<u64>, offset: i64) -> GroupOffsets {
+        GroupOffsets {
+            offsets: [
+                (("words".to_string(), 0), offset),
+                (("words".to_string(), 1), offset * 2),
+            ]
+            .into_iter()
+            .collect(),
+            checkpoint_id: id,
+        }
+    }
+
+    fn observed(folders: Vec<FolderFacts>, group: Option<GroupOffsets>) -> Observed {
+        Observed {
+            folders,
+            group,
+            topology: topology("word-count"),
+            forced: None,
+        }
+    }
+
+    fn restored(d: &Decision) -> (u64, Vec<u64>) {
+        match d {
+            Decision::Restore {
+                checkpoint,
+                discard,
+            } => (checkpoint.checkpoint_id, discard.clone()),
+            other => panic!("expected a restore, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nothing_on_disk_is_a_fresh_start() {
+        assert_eq!(
+            decide(&observed(vec![], None)),
+            Decision::Fresh { discard: vec![] }
+        );
+        assert_eq!(
+            decide(&observed(vec![], Some(GroupOffsets::default()))),
+            Decision::Fresh { discard: vec![] }
+        );
+    }
+
+    #[test]
+    fn without_transactions_the_newest_valid_checkpoint_wins() {
+        let d = decide(&observed(
+            vec![
+                valid(3, 30, false),
+                valid(5, 50, false),
+                invalid("chk-0000000006", "missing _metadata"),
+            ],
+            None,
+        ));
+        assert_eq!(restored(&d), (5, vec![]));
+    }
+
+    #[test]
+    fn missing_or_partial_metadata_or_temp_files_are_never_restored() {
+        let folders = vec![
+            invalid("chk-0000000007", "missing _metadata"),
+            invalid("chk-0000000008", "partial _metadata: EOF while parsing"),
+            invalid("chk-0000000009", "stale temp file _metadata.tmp"),
+        ];
+        match decide(&observed(folders.clone(), None)) {
+            Decision::Refuse(msg) => {
+                for name in ["chk-0000000007", "chk-0000000008", "chk-0000000009"] {
+                    assert!(msg.contains(name), "{msg}");
+                }
+                assert!(msg.contains("missing _metadata"), "{msg}");
+            }
+            other => panic!("must refuse, got {other:?}"),
+        }
+        let mut with_good = folders;
+        with_good.push(valid(4, 40, false));
+        assert_eq!(restored(&decide(&observed(with_good, None))), (4, vec![]));
+    }
+
+    #[test]
+    fn transactional_restore_follows_the_group_offsets() {
+        // 6 is prepared but its transaction never committed: discarded.
+        let d = decide(&observed(
+            vec![valid(4, 40, true), valid(5, 50, false), valid(6, 60, false)],
+            Some(group(Some(5), 50)),
+        ));
+        assert_eq!(restored(&d), (5, vec![6]));
+    }
+
+    #[test]
+    fn transactional_restore_without_metadata_matches_offsets() {
+        let d = decide(&observed(
+            vec![valid(4, 40, true), valid(5, 50, false), valid(6, 60, false)],
+            Some(group(None, 50)),
+        ));
+        assert_eq!(restored(&d), (5, vec![6]));
+    }
+
+    #[test]
+    fn prepared_but_never_committed_checkpoints_are_discarded_on_first_run() {
+        let d = decide(&observed(
+            vec![valid(1, 10, false), valid(2, 20, false)],
+            Some(GroupOffsets::default()),
+        ));
+        assert_eq!(d, Decision::Fresh { discard: vec![1, 2] });
+    }
+
+    #[test]
+    fn committed_offsets_matching_no_checkpoint_refuse_to_start() {
+        let d = decide(&observed(vec![valid(4, 40, true)], Some(group(Some(9), 90))));
+        match d {
+            Decision::Refuse(msg) => {
+                assert!(msg.contains("checkpoint 9"), "{msg}");
+                assert!(msg.contains("[4]"), "{msg}");
+            }
+            other => panic!("must refuse, got {other:?}"),
+        }
+        // State disk lost entirely.
+        assert!(matches!(
+            decide(&observed(vec![], Some(group(Some(9), 90)))),
+            Decision::Refuse(_)
+        ));
+    }
+
+    #[test]
+    fn named_checkpoint_with_other_offsets_is_refused() {
+        let d = decide(&observed(vec![valid(5, 51, false)], Some(group(Some(5), 50))));
+        assert!(matches!(d, Decision::Refuse(m) if m.contains("differ")));
+    }
+
+    #[test]
+    fn a_changed_topology_is_refused_naming_the_uids() {
+        let mut o = observed(vec![valid(3, 30, false)], None);
+        o.topology = topology("aggregate-sum-amount-by-user");
+        match decide(&o) {
+            Decision::Refuse(msg) => {
+                assert!(msg.contains("\"word-count\""), "{msg}");
+                assert!(msg.contains("\"aggregate-sum-amount-by-user\""), "{msg}");
+            }
+            other => panic!("must refuse, got {other:?}"),
+        }
+        let mut o = observed(vec![valid(3, 30, false)], None);
+        o.topology.max_parallelism = 64;
+        assert!(matches!(decide(&o), Decision::Refuse(m) if m.contains("max_parallelism")));
+    }
+
+    #[test]
+    fn expired_group_offsets_fall_back_to_the_newest_committed_marker() {
+        let d = decide(&observed(
+            vec![valid(4, 40, true), valid(5, 50, false)],
+            Some(GroupOffsets::default()),
+        ));
+        assert_eq!(restored(&d), (4, vec![5]));
+    }
+
+    #[test]
+    fn forced_restore_still_checks_topology() {
+        let mut o = observed(vec![], None);
+        o.forced = Some(Box::new(meta(11, 1)));
+        assert_eq!(restored(&decide(&o)), (11, vec![]));
+        o.topology = topology("other");
+        assert!(matches!(decide(&o), Decision::Refuse(_)));
+    }
+}

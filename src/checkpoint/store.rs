@@ -1,0 +1,305 @@
+//! The checkpoint directory on disk:
+//!
+//! ```text
+//! <checkpoint.dir>/<job>/chk-0000000042/_metadata     written last, atomically
+//!                                      /_committed    its transaction committed
+//!                                      /state/<uid>/<subtask>/  RocksDB checkpoint
+//! ```
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::metadata::{CheckpointMetadata, FORMAT_VERSION};
+use super::recovery::{FolderContents, FolderFacts};
+use crate::error::{Result, WeirError};
+
+const METADATA: &str = "_metadata";
+const METADATA_TMP: &str = "_metadata.tmp";
+const COMMITTED: &str = "_committed";
+
+/// A job's checkpoint folder.
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    root: PathBuf,
+}
+
+/// Creates a directory and its parents, owner-only.
+pub fn create_private_dir(path: &Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| WeirError::io(path, e))
+}
+
+impl CheckpointStore {
+    pub fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn folder_name(id: u64) -> String {
+        format!("chk-{id:010}")
+    }
+
+    pub fn folder(&self, id: u64) -> PathBuf {
+        self.root.join(Self::folder_name(id))
+    }
+
+    /// Where subtask `subtask` of operator `uid` puts its snapshot, relative
+    /// to the checkpoint folder.
+    pub fn state_path(uid: &str, subtask: u32) -> String {
+        format!("state/{uid}/{subtask}")
+    }
+
+    /// Creates `chk-N/state/` for a checkpoint about to be triggered.
+    pub fn create(&self, id: u64) -> Result<PathBuf> {
+        let dir = self.folder(id);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| WeirError::io(&dir, e))?;
+        }
+        create_private_dir(&dir.join("state"))?;
+        Ok(dir)
+    }
+
+    /// Writes `_metadata` atomically: temp file, fsync, rename, fsync folder.
+    /// From this moment the checkpoint is prepared.
+    pub fn write_metadata(&self, meta: &CheckpointMetadata) -> Result<()> {
+        let dir = self.folder(meta.checkpoint_id);
+        let tmp = dir.join(METADATA_TMP);
+        let bytes = serde_json::to_vec_pretty(meta).expect("metadata serializes");
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| WeirError::io(&tmp, e))?;
+        f.write_all(&bytes).map_err(|e| WeirError::io(&tmp, e))?;
+        f.sync_all().map_err(|e| WeirError::io(&tmp, e))?;
+        drop(f);
+        let target = dir.join(METADATA);
+        fs::rename(&tmp, &target).map_err(|e| WeirError::io(&target, e))?;
+        sync_dir(&dir)?;
+        Ok(())
+    }
+
+    /// Records that checkpoint `id`'s transaction committed (informative:
+    /// the group's offsets are the truth; see `recovery`).
+    pub fn mark_committed(&self, id: u64) -> Result<()> {
+        let dir = self.folder(id);
+        let path = dir.join(COMMITTED);
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| WeirError::io(&path, e))?;
+        sync_dir(&dir)
+    }
+
+    pub fn delete(&self, id: u64) -> Result<()> {
+        let dir = self.folder(id);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(WeirError::io(&dir, e)),
+        }
+    }
+
+    /// Reads and checks every `chk-*` folder. Never fails on a bad folder:
+    /// it is reported as invalid with the reason.
+    pub fn scan(&self) -> Result<Vec<FolderFacts>> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(WeirError::io(&self.root, e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| WeirError::io(&self.root, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("chk-") {
+                continue;
+            }
+            out.push(self.inspect(&name, &entry.path()));
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id).then(a.name.cmp(&b.name)));
+        Ok(out)
+    }
+
+    /// Checks one folder (also used for `--restore-from`).
+    pub fn inspect(&self, name: &str, path: &Path) -> FolderFacts {
+        let id = name
+            .strip_prefix("chk-")
+            .and_then(|n| n.parse::<u64>().ok());
+        let committed_marker = path.join(COMMITTED).exists();
+        let contents = match check_folder(path, id) {
+            Ok(m) => FolderContents::Valid(Box::new(m)),
+            Err(reason) => FolderContents::Invalid(reason),
+        };
+        FolderFacts {
+            name: name.to_string(),
+            id,
+            contents,
+            committed_marker,
+        }
+    }
+
+    /// Total bytes under a checkpoint folder.
+    pub fn size(&self, id: u64) -> u64 {
+        dir_size(&self.folder(id))
+    }
+}
+
+fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointMetadata, String> {
+    let Some(id) = id else {
+        return Err("folder name is not chk-<number>".into());
+    };
+    if path.join(METADATA_TMP).exists() {
+        return Err(format!("stale temp file {METADATA_TMP} (interrupted while being written)"));
+    }
+    let bytes = match fs::read(path.join(METADATA)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err("missing _metadata (never prepared)".into())
+        }
+        Err(e) => return Err(format!("unreadable _metadata: {e}")),
+    };
+    let meta: CheckpointMetadata =
+        serde_json::from_slice(&bytes).map_err(|e| format!("partial or corrupt _metadata: {e}"))?;
+    if meta.format_version != FORMAT_VERSION {
+        return Err(format!(
+            "_metadata format version {} is not supported (this weir reads {FORMAT_VERSION})",
+            meta.format_version
+        ));
+    }
+    if meta.checkpoint_id != id {
+        return Err(format!(
+            "_metadata names checkpoint {} but the folder is {id}",
+            meta.checkpoint_id
+        ));
+    }
+    for handle in &meta.state {
+        let dir = path.join(&handle.path);
+        if !dir.join("CURRENT").is_file() {
+            return Err(format!(
+                "state of {} subtask {} is missing or unreadable at {}",
+                handle.uid,
+                handle.subtask,
+                dir.display()
+            ));
+        }
+    }
+    Ok(meta)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| WeirError::io(dir, e))
+}
+
+/// Bytes of regular files under `path` (hard links counted once per name).
+pub fn dir_size(path: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::metadata::Topology;
+
+    fn meta(id: u64) -> CheckpointMetadata {
+        CheckpointMetadata {
+            format_version: FORMAT_VERSION,
+            job: "wc".into(),
+            checkpoint_id: id,
+            trigger_time_ms: 1,
+            prepared_time_ms: 2,
+            topology: Topology {
+                max_parallelism: 128,
+                operators: vec![],
+            },
+            source_offsets: vec![],
+            state: vec![],
+        }
+    }
+
+    fn reason(f: &FolderFacts) -> &str {
+        match &f.contents {
+            FolderContents::Invalid(r) => r,
+            FolderContents::Valid(_) => "valid",
+        }
+    }
+
+    #[test]
+    fn scan_reports_each_folder_with_its_state() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(tmp.path().to_path_buf());
+        store.create(1).unwrap();
+        store.write_metadata(&meta(1)).unwrap();
+        store.mark_committed(1).unwrap();
+        store.create(2).unwrap(); // never prepared
+        store.create(3).unwrap();
+        fs::write(store.folder(3).join(METADATA), b"{\"format_version\": 1, \"job\"").unwrap();
+        store.create(4).unwrap();
+        store.write_metadata(&meta(4)).unwrap();
+        fs::write(store.folder(4).join(METADATA_TMP), b"").unwrap();
+        let facts = store.scan().unwrap();
+        let summary: Vec<_> = facts.iter().map(|f| (f.id, reason(f), f.committed_marker)).collect();
+        assert_eq!(summary[0], (Some(1), "valid", true));
+        assert_eq!(summary[1].0, Some(2));
+        assert!(summary[1].1.contains("missing _metadata"));
+        assert!(summary[2].1.contains("partial or corrupt _metadata"));
+        assert!(summary[3].1.contains("stale temp file"));
+    }
+
+    #[test]
+    fn state_named_in_metadata_must_exist() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(tmp.path().to_path_buf());
+        store.create(5).unwrap();
+        let mut m = meta(5);
+        m.state.push(crate::checkpoint::metadata::StateHandle {
+            uid: "word-count".into(),
+            subtask: 0,
+            key_groups: (0, 64),
+            path: CheckpointStore::state_path("word-count", 0),
+            size_bytes: 0,
+        });
+        store.write_metadata(&m).unwrap();
+        let facts = store.scan().unwrap();
+        assert!(reason(&facts[0]).contains("word-count subtask 0"), "{}", reason(&facts[0]));
+    }
+
+    #[test]
+    fn folders_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(tmp.path().join("job"));
+        let dir = store.create(1).unwrap();
+        store.write_metadata(&meta(1)).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::metadata(dir.join(METADATA)).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! Kafka clients: configuration shared by every client, the source
+//! consumers, the group client that reads and commits offsets, and the
+//! sink producer.
+
+pub mod producer;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::checkpoint::recovery::GroupOffsets;
+use crate::config::{Config, StartPosition};
+use crate::error::{Result, WeirError};
+
+/// Timeout of metadata and offset requests at start-up.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The metadata string that ties committed offsets to a checkpoint.
+pub fn checkpoint_marker(id: u64) -> String {
+    format!("weir-checkpoint={id}")
+}
+
+fn parse_marker(s: &str) -> Option<u64> {
+    s.strip_prefix("weir-checkpoint=")?.parse().ok()
+}
+
+/// `bootstrap.servers` plus every `[kafka.properties]` entry.
+pub fn base_config(c: &Config) -> ClientConfig {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &c.kafka.bootstrap_servers);
+    for (k, v) in &c.kafka.properties {
+        // Producer-only settings make librdkafka warn on consumers.
+        if k != "transaction.timeout.ms" {
+            cc.set(k, v);
+        }
+    }
+    cc
+}
+
+/// A consumer that reads by explicit assignment: weir's checkpoints, not
+/// the group, own the positions; the group id only names where offsets are
+/// committed.
+pub fn consumer_config(c: &Config) -> ClientConfig {
+    let mut cc = base_config(c);
+    cc.set("group.id", &c.kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        // Data an upstream exactly-once producer aborted never enters weir.
+        .set("isolation.level", "read_committed")
+        .set(
+            "auto.offset.reset",
+            match c.source.start {
+                StartPosition::Earliest => "earliest",
+                StartPosition::Latest => "latest",
+            },
+        );
+    cc
+}
+
+pub fn create_consumer(c: &Config) -> Result<BaseConsumer> {
+    consumer_config(c)
+        .create()
+        .map_err(|e| WeirError::kafka("create consumer", e))
+}
+
+/// Every (topic, partition) of the source topics, sorted.
+pub fn source_partitions(c: &Config, consumer: &BaseConsumer) -> Result<Vec<(String, i32)>> {
+    let mut out = Vec::new();
+    for topic in &c.source.topics {
+        let md = consumer
+            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+            .map_err(|e| WeirError::kafka(format!("metadata of topic {topic:?}"), e))?;
+        let t = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .ok_or_else(|| WeirError::MissingTopic {
+                topic: topic.clone(),
+            })?;
+        out.extend(t.partitions().iter().map(|p| (topic.clone(), p.id())));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The group's committed offsets for `partitions`, with the checkpoint id
+/// their metadata names.
+pub fn committed_offsets(consumer: &BaseConsumer, partitions: &[(String, i32)]) -> Result<GroupOffsets> {
+    let mut tpl = TopicPartitionList::new();
+    for (t, p) in partitions {
+        tpl.add_partition(t, *p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, REQUEST_TIMEOUT)
+        .map_err(|e| WeirError::kafka("read the group's committed offsets", e))?;
+    let mut offsets = BTreeMap::new();
+    let mut ids = Vec::new();
+    for e in got.elements() {
+        if let Offset::Offset(o) = e.offset() {
+            offsets.insert((e.topic().to_string(), e.partition()), o);
+            ids.push(parse_marker(e.metadata()));
+        }
+    }
+    ids.dedup();
+    let checkpoint_id = match ids.as_slice() {
+        [Some(id)] => Some(*id),
+        _ => None,
+    };
+    Ok(GroupOffsets {
+        offsets,
+        checkpoint_id,
+    })
+}
+
+/// Offsets as a list for `commit` / `send_offsets_to_transaction`, each
+/// carrying the checkpoint marker.
+pub fn offsets_list(offsets: &BTreeMap<(String, i32), i64>, checkpoint_id: u64) -> Result<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    let marker = checkpoint_marker(checkpoint_id);
+    for ((t, p), o) in offsets {
+        let mut e = tpl.add_partition(t, *p);
+        e.set_offset(Offset::Offset(*o))
+            .map_err(|e| WeirError::kafka("build offset list", e))?;
+        e.set_metadata(marker.as_str());
+    }
+    Ok(tpl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_round_trips() {
+        assert_eq!(parse_marker(&checkpoint_marker(42)), Some(42));
+        assert_eq!(parse_marker(""), None);
+        assert_eq!(parse_marker("weir-checkpoint=x"), None);
+    }
+}

@@ -1,0 +1,26 @@
+//! weir: a Kafka-backed stream processor with keyed RocksDB state and
+//! exactly-once checkpoints by asynchronous barrier snapshots.
+//!
+//! Layout:
+//! - [`config`]: the TOML configuration tree, env overrides, validation.
+//! - [`element`]: what flows on data channels (records, barriers, end).
+//! - [`runtime`]: tasks, alignment, the Coordinator, the restart loop.
+//! - [`checkpoint`]: `_metadata`, the folder layout, the recovery decision, retention.
+//! - [`state`]: keyed state in RocksDB, key groups, snapshot and restore.
+//! - [`kafka`]: consumer and producer configuration, offsets, the sink producer.
+//! - [`operators`]: the built-in pipelines.
+//! - [`cli`]: the `weir` command's subcommands.
+
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+pub mod element;
+pub mod error;
+pub mod kafka;
+pub mod operators;
+pub mod runtime;
+pub mod state;
+pub mod testkit;
+
+pub use config::Config;
+pub use error::{Result, WeirError};

@@ -1,0 +1,416 @@
+//! One job: the restart loop around attempts, and an attempt's assembly:
+//! recover, build channels and tasks, run them, and turn any task error or
+//! panic into a failed attempt that every task stops for.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded};
+use rdkafka::consumer::Consumer;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::coordinator::Coordinator;
+use super::gate::EpochGate;
+use super::keyed::KeyedTask;
+use super::source::{Position, SourceTask};
+use super::{Counters, CHANNEL_CAPACITY};
+use crate::checkpoint::metadata::OperatorInfo;
+use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
+use crate::checkpoint::store::create_private_dir;
+use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
+use crate::config::{Config, Delivery, SOURCE_UID};
+use crate::error::{Result, WeirError};
+use crate::kafka::{self, producer::SinkProducer};
+use crate::operators::Pipeline;
+use crate::state::key_groups::range_for_subtask;
+use crate::state::KeyedState;
+
+/// The topology this configuration runs, as recorded in checkpoints.
+pub fn topology(c: &Config) -> Topology {
+    Topology {
+        max_parallelism: c.job.max_parallelism,
+        operators: vec![
+            OperatorInfo {
+                uid: SOURCE_UID.into(),
+                kind: "kafka-source".into(),
+                parallelism: c.job.parallelism,
+            },
+            OperatorInfo {
+                uid: c.keyed_uid(),
+                kind: Pipeline::from_config(c).kind(),
+                parallelism: c.job.parallelism,
+            },
+        ],
+    }
+}
+
+/// Runs the job until a stop request completes a final checkpoint (Ok),
+/// a fatal error, or the restart budget is spent.
+pub fn run(config: Arc<Config>, stop: Arc<AtomicBool>, restore_from: Option<PathBuf>) -> Result<()> {
+    let _state_lock = DirLock::acquire(&config.job_state_dir())?;
+    let _checkpoint_lock = DirLock::acquire(&config.job_checkpoint_dir())?;
+    let mut failures = 0u32;
+    let mut backoff = config.restart.backoff;
+    let mut restore_from = restore_from;
+    loop {
+        let progressed = Arc::new(AtomicBool::new(false));
+        let result = run_attempt(&config, &stop, restore_from.take(), &progressed);
+        let err = match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) => e,
+        };
+        if progressed.load(Ordering::Relaxed) {
+            // The attempt completed checkpoints: a new failure, not a loop.
+            failures = 0;
+            backoff = config.restart.backoff;
+        }
+        failures += 1;
+        if failures > config.restart.max_attempts {
+            error!(attempts = failures - 1, error = %err, "restart budget spent; giving up");
+            return Err(err);
+        }
+        warn!(
+            attempt = failures,
+            max_attempts = config.restart.max_attempts,
+            backoff_ms = backoff.as_millis() as u64,
+            error = %err,
+            "job failed; restarting from the last checkpoint"
+        );
+        let until = Instant::now() + backoff;
+        while Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                info!("stop requested while waiting to restart; the last checkpoint stands");
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        backoff = (backoff * 2).min(config.restart.max_backoff);
+    }
+}
+
+/// What recovery settled on.
+struct Restored {
+    checkpoint: Option<CheckpointMetadata>,
+    next_id: u64,
+}
+
+fn recover(
+    config: &Config,
+    store: &CheckpointStore,
+    group: &rdkafka::consumer::BaseConsumer,
+    partitions: &[(String, i32)],
+    restore_from: Option<PathBuf>,
+) -> Result<Restored> {
+    let folders = store.scan()?;
+    let next_id = folders.iter().filter_map(|f| f.id).max().unwrap_or(0) + 1;
+    let forced = match restore_from {
+        None => None,
+        Some(path) => {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match store.inspect(&name, &path).contents {
+                FolderContents::Valid(m) => Some(m),
+                FolderContents::Invalid(reason) => {
+                    return Err(WeirError::Recovery(format!(
+                        "--restore-from {}: {reason}",
+                        path.display()
+                    )))
+                }
+            }
+        }
+    };
+    let group_offsets = match config.sink.delivery {
+        Delivery::ExactlyOnce => Some(kafka::committed_offsets(group, partitions)?),
+        Delivery::AtLeastOnce => None,
+    };
+    let observed = Observed {
+        folders,
+        group: group_offsets,
+        topology: topology(config),
+        forced,
+    };
+    for (folder, reason) in recovery::skipped(&observed) {
+        warn!(folder = %folder, reason = %reason, "checkpoint folder skipped");
+    }
+    let decision = recovery::decide(&observed);
+    let (checkpoint, discard) = match decision {
+        Decision::Refuse(msg) => return Err(WeirError::Recovery(msg)),
+        Decision::Fresh { discard } => (None, discard),
+        Decision::Restore { checkpoint, discard } => (Some(*checkpoint), discard),
+    };
+    for id in discard {
+        warn!(checkpoint_id = id, "discarding a prepared checkpoint whose transaction never committed");
+        store.delete(id)?;
+    }
+    let next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
+    match &checkpoint {
+        Some(c) => info!(
+            checkpoint_id = c.checkpoint_id,
+            offsets = ?c.offsets_map(),
+            "restoring checkpoint"
+        ),
+        None => info!("no checkpoint to restore: fresh start"),
+    }
+    Ok(Restored { checkpoint, next_id })
+}
+
+fn run_attempt(
+    config: &Arc<Config>,
+    stop: &Arc<AtomicBool>,
+    restore_from: Option<PathBuf>,
+    progressed: &Arc<AtomicBool>,
+) -> Result<()> {
+    let store = CheckpointStore::new(config.job_checkpoint_dir());
+    create_private_dir(store.root())?;
+    let p = config.job.parallelism;
+    let group = kafka::create_consumer(config)?;
+    let partitions = kafka::source_partitions(config, &group)?;
+    // Fence older instances first: their open transaction is aborted and
+    // they can no longer commit, so the offsets read next are final.
+    let producer = Arc::new(SinkProducer::create(config)?);
+    let restored = recover(config, &store, &group, &partitions, restore_from)?;
+    let restored_id = restored.checkpoint.as_ref().map_or(0, |c| c.checkpoint_id);
+    let gate = Arc::new(EpochGate::new(restored_id));
+    if producer.is_transactional() {
+        producer.begin_transaction()?;
+    }
+    let cancel = CancellationToken::new();
+    let counters = Arc::new(Counters::default());
+    let pipeline = Pipeline::from_config(config);
+    let uid = config.keyed_uid();
+
+    // Data channels: source s → keyed k.
+    let mut to_keyed: Vec<Vec<_>> = (0..p).map(|_| Vec::new()).collect();
+    let mut from_source: Vec<Vec<_>> = (0..p).map(|_| Vec::new()).collect();
+    for outputs in from_source.iter_mut() {
+        for inputs in to_keyed.iter_mut() {
+            let (tx, rx) = bounded(CHANNEL_CAPACITY);
+            outputs.push(tx);
+            inputs.push(rx);
+        }
+    }
+    let (ack_tx, ack_rx) = unbounded();
+
+    let mut keyed_tasks = Vec::new();
+    let handles: Vec<_> = restored
+        .checkpoint
+        .iter()
+        .flat_map(|c| c.state.iter().filter(|h| h.uid == uid))
+        .collect();
+    for (k, inputs) in to_keyed.into_iter().enumerate() {
+        let k = k as u32;
+        let range = range_for_subtask(k, p, config.job.max_parallelism);
+        let path = config.job_state_dir().join(&uid).join(k.to_string());
+        let state = match &restored.checkpoint {
+            Some(c) => KeyedState::restore(
+                &path,
+                config.state.cache_entries,
+                &store.folder(c.checkpoint_id),
+                &handles,
+                range,
+            )?,
+            None => {
+                if path.exists() {
+                    fs::remove_dir_all(&path).map_err(|e| WeirError::io(&path, e))?;
+                }
+                KeyedState::open(&path, config.state.cache_entries)?
+            }
+        };
+        keyed_tasks.push(KeyedTask {
+            subtask: k,
+            uid: uid.clone(),
+            key_groups: range,
+            mode: config.checkpoint.mode,
+            emit: config.sink.emit,
+            pipeline: pipeline.clone(),
+            state,
+            inputs,
+            acks: ack_tx.clone(),
+            producer: producer.clone(),
+            sink_topic: config.sink.topic.clone(),
+            dead_letter_topic: config.source.dead_letter_topic.clone(),
+            gate: gate.clone(),
+            store: store.clone(),
+            counters: counters.clone(),
+            cancel: cancel.clone(),
+        });
+    }
+
+    let restored_offsets: BTreeMap<(String, i32), i64> = restored
+        .checkpoint
+        .as_ref()
+        .map(|c| c.offsets_map())
+        .unwrap_or_default();
+    let mut source_tasks = Vec::new();
+    let mut commands = Vec::new();
+    for (s, outputs) in from_source.into_iter().enumerate() {
+        let mine: Vec<&(String, i32)> = partitions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u32 % p == s as u32)
+            .map(|(_, tp)| tp)
+            .collect();
+        let consumer = kafka::create_consumer(config)?;
+        let mut tpl = TopicPartitionList::new();
+        let mut positions = Vec::new();
+        for (topic, partition) in mine {
+            let next = restored_offsets.get(&(topic.clone(), *partition)).copied();
+            let offset = match (next, config.source.start) {
+                (Some(o), _) => Offset::Offset(o),
+                (None, crate::config::StartPosition::Earliest) => Offset::Beginning,
+                (None, crate::config::StartPosition::Latest) => Offset::End,
+            };
+            tpl.add_partition_offset(topic, *partition, offset)
+                .map_err(|e| WeirError::kafka("build assignment", e))?;
+            positions.push(Position {
+                topic: topic.clone(),
+                partition: *partition,
+                next,
+            });
+        }
+        consumer
+            .assign(&tpl)
+            .map_err(|e| WeirError::kafka(format!("assign partitions to source subtask {s}"), e))?;
+        let (cmd_tx, cmd_rx) = unbounded();
+        commands.push(cmd_tx);
+        source_tasks.push(SourceTask {
+            subtask: s as u32,
+            consumer,
+            positions,
+            outputs,
+            commands: cmd_rx,
+            acks: ack_tx.clone(),
+            pipeline: pipeline.clone(),
+            policy: config.source.on_bad_record,
+            max_parallelism: config.job.max_parallelism,
+            counters: counters.clone(),
+            cancel: cancel.clone(),
+        });
+    }
+    drop(ack_tx);
+
+    let coordinator = Coordinator {
+        config: config.clone(),
+        store,
+        topology: topology(config),
+        sources: commands,
+        keyed_parallelism: p,
+        acks: ack_rx,
+        producer: producer.clone(),
+        group,
+        gate,
+        next_id: restored.next_id,
+        stop: stop.clone(),
+        cancel: cancel.clone(),
+        counters,
+        progressed: progressed.clone(),
+    };
+
+    info!(
+        job = %config.job.name,
+        parallelism = p,
+        partitions = partitions.len(),
+        delivery = ?config.sink.delivery,
+        mode = ?config.checkpoint.mode,
+        "job running"
+    );
+    let (done_tx, done_rx) = unbounded::<(String, Result<()>)>();
+    let mut threads = Vec::new();
+    let mut spawn = |name: String, f: Box<dyn FnOnce() -> Result<()> + Send>| {
+        let tx = done_tx.clone();
+        let thread_name = name.clone();
+        let handle = std::thread::Builder::new()
+            .name(thread_name)
+            .spawn(move || {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                    .unwrap_or_else(|panic| {
+                        let reason = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "panic".into());
+                        Err(WeirError::Task {
+                            task: name.clone(),
+                            reason: format!("panicked: {reason}"),
+                        })
+                    });
+                let _ = tx.send((name, result));
+            })
+            .expect("spawn a task thread");
+        threads.push(handle);
+    };
+    let total = source_tasks.len() + keyed_tasks.len() + 1;
+    for t in source_tasks {
+        spawn(format!("source-{}", t.subtask), Box::new(move || t.run()));
+    }
+    for t in keyed_tasks {
+        spawn(format!("{}-{}", t.uid, t.subtask), Box::new(move || t.run()));
+    }
+    spawn("coordinator".into(), Box::new(move || coordinator.run()));
+    drop(done_tx);
+
+    let mut outcome = Ok(());
+    for _ in 0..total {
+        let Ok((name, result)) = done_rx.recv() else { break };
+        if let Err(e) = result {
+            error!(task = %name, error = %e, "task failed; stopping every task of this attempt");
+            cancel.cancel();
+            if outcome.is_ok() {
+                outcome = Err(e);
+            }
+        }
+    }
+    cancel.cancel();
+    for t in threads {
+        let _ = t.join();
+    }
+    outcome
+}
+
+/// An exclusive lock on a directory (`flock` on `<dir>/LOCK.weir`), held for
+/// the life of the process, naming the holder's pid.
+pub struct DirLock {
+    _file: fs::File,
+}
+
+impl DirLock {
+    pub fn acquire(dir: &Path) -> Result<Self> {
+        create_private_dir(dir)?;
+        let path = dir.join("LOCK.weir");
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| WeirError::io(&path, e))?;
+        // SAFETY: flock on a file descriptor we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let holder = fs::read_to_string(&path).unwrap_or_default();
+            return Err(WeirError::Locked {
+                path,
+                reason: format!(
+                    "held by another weir process (pid {}); two processes must not share a state or checkpoint directory",
+                    holder.trim()
+                ),
+            });
+        }
+        file.set_len(0).map_err(|e| WeirError::io(&path, e))?;
+        write!(file, "{}", std::process::id()).map_err(|e| WeirError::io(&path, e))?;
+        Ok(Self { _file: file })
+    }
+}

@@ -1,0 +1,278 @@
+//! A keyed subtask with its chained sink: aligns barriers from every
+//! source, updates RocksDB-backed state, emits results to Kafka, and at
+//! each aligned barrier snapshots its state and acks.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, Sender};
+use rdkafka::message::{Header, OwnedHeaders};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::alignment::BarrierAligner;
+use super::gate::EpochGate;
+use super::{Ack, Counters, DeadLetter, Item};
+use crate::checkpoint::{CheckpointStore, StateHandle};
+use crate::config::{CheckpointMode, EmitMode};
+use crate::element::{Barrier, Element};
+use crate::error::{Result, WeirError};
+use crate::kafka::producer::SinkProducer;
+use crate::operators::Pipeline;
+use crate::state::{state_key, KeyedState};
+
+/// Output records held back while the previous transaction commits.
+const MAX_PENDING: usize = 100_000;
+
+enum Output {
+    Result { key: String, value: Vec<u8> },
+    DeadLetter(Box<DeadLetter>),
+}
+
+pub struct KeyedTask {
+    pub subtask: u32,
+    pub uid: String,
+    pub key_groups: (u32, u32),
+    pub mode: CheckpointMode,
+    pub emit: EmitMode,
+    pub pipeline: Pipeline,
+    pub state: KeyedState,
+    pub inputs: Vec<Receiver<Element<Item>>>,
+    pub acks: Sender<Ack>,
+    pub producer: Arc<SinkProducer>,
+    pub sink_topic: String,
+    pub dead_letter_topic: Option<String>,
+    pub gate: Arc<EpochGate>,
+    pub store: CheckpointStore,
+    pub counters: Arc<Counters>,
+    pub cancel: CancellationToken,
+}
+
+struct Run {
+    aligner: BarrierAligner,
+    /// Keys changed in this epoch (emit = on-checkpoint).
+    changed: HashSet<(u32, String)>,
+    /// Exactly-once: the checkpoint whose commit must come before more output.
+    awaiting: Option<u64>,
+    pending: Vec<Output>,
+}
+
+impl KeyedTask {
+    pub fn run(mut self) -> Result<()> {
+        let mut run = Run {
+            aligner: BarrierAligner::new(self.inputs.len(), self.mode),
+            changed: HashSet::new(),
+            awaiting: None,
+            pending: Vec::new(),
+        };
+        let inputs = std::mem::take(&mut self.inputs);
+        loop {
+            if self.cancel.is_cancelled() {
+                return Ok(());
+            }
+            self.release_if_committed(&mut run)?;
+            let readable: Vec<usize> = (0..inputs.len())
+                .filter(|i| run.aligner.is_live(*i) && !run.aligner.is_blocked(*i))
+                .collect();
+            if readable.is_empty() {
+                if run.aligner.all_finished() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let mut select = Select::new();
+            for i in &readable {
+                select.recv(&inputs[*i]);
+            }
+            let Ok(op) = select.select_timeout(Duration::from_millis(50)) else {
+                continue;
+            };
+            let input = readable[op.index()];
+            let Ok(element) = op.recv(&inputs[input]) else {
+                if self.cancel.is_cancelled() {
+                    return Ok(());
+                }
+                return Err(self.failure(format!("source subtask {input} stopped without end of stream")));
+            };
+            match element {
+                Element::Records(items) => {
+                    for item in items {
+                        self.process(&mut run, item)?;
+                    }
+                }
+                Element::Barrier(b) => {
+                    let aligned = run
+                        .aligner
+                        .on_barrier(input, b)
+                        .map_err(|e| self.failure(e.to_string()))?;
+                    if let Some(b) = aligned {
+                        self.checkpoint(&mut run, b)?;
+                    }
+                }
+                Element::EndOfStream => {
+                    if let Some(b) = run.aligner.on_end_of_stream(input) {
+                        self.checkpoint(&mut run, b)?;
+                    }
+                    if run.aligner.all_finished() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn failure(&self, reason: String) -> WeirError {
+        WeirError::Task {
+            task: format!("{} subtask {}", self.uid, self.subtask),
+            reason,
+        }
+    }
+
+    fn process(&mut self, run: &mut Run, item: Item) -> Result<()> {
+        match item {
+            Item::Update {
+                key_group,
+                key,
+                value,
+            } => {
+                let acc = self
+                    .state
+                    .update(state_key(key_group, key.as_bytes()), |a| a.add(value))?;
+                Counters::add(&self.counters.updates, 1);
+                match self.emit {
+                    EmitMode::EveryUpdate => {
+                        let value = self.pipeline.output(&key, &acc);
+                        self.emit(run, Output::Result { key, value })
+                    }
+                    EmitMode::OnCheckpoint => {
+                        run.changed.insert((key_group, key));
+                        Ok(())
+                    }
+                }
+            }
+            Item::DeadLetter(dl) => self.emit(run, Output::DeadLetter(dl)),
+        }
+    }
+
+    /// Produces now, or holds the output back while the previous epoch's
+    /// transaction is not yet committed.
+    fn emit(&mut self, run: &mut Run, out: Output) -> Result<()> {
+        if run.awaiting.is_some() {
+            self.release_if_committed(run)?;
+        }
+        let Some(waiting_for) = run.awaiting else {
+            return self.produce(out);
+        };
+        run.pending.push(out);
+        if run.pending.len() >= MAX_PENDING {
+            while !self.gate.wait(waiting_for, Duration::from_millis(100)) {
+                if self.cancel.is_cancelled() {
+                    return Ok(());
+                }
+            }
+            self.release_if_committed(run)?;
+        }
+        Ok(())
+    }
+
+    fn release_if_committed(&mut self, run: &mut Run) -> Result<()> {
+        if let Some(n) = run.awaiting {
+            if self.gate.released() >= n {
+                run.awaiting = None;
+                for out in std::mem::take(&mut run.pending) {
+                    self.produce(out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn produce(&self, out: Output) -> Result<()> {
+        crate::crash_point!("mid-transaction-produce");
+        match out {
+            Output::Result { key, value } => {
+                self.producer
+                    .send(&self.sink_topic, Some(key.as_bytes()), Some(&value), None)?;
+                Counters::add(&self.counters.records_out, 1);
+            }
+            Output::DeadLetter(dl) => {
+                let topic = self
+                    .dead_letter_topic
+                    .as_deref()
+                    .expect("dead-letter policy requires a topic (validated)");
+                let partition = dl.partition.to_string();
+                let offset = dl.offset.to_string();
+                let headers = OwnedHeaders::new()
+                    .insert(Header { key: "weir.error", value: Some(dl.error.as_str()) })
+                    .insert(Header { key: "weir.source.topic", value: Some(dl.topic.as_str()) })
+                    .insert(Header { key: "weir.source.partition", value: Some(partition.as_str()) })
+                    .insert(Header { key: "weir.source.offset", value: Some(offset.as_str()) });
+                self.producer
+                    .send(topic, dl.key.as_deref(), dl.value.as_deref(), Some(headers))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Barrier N has arrived on every input: everything of epoch N goes to
+    /// the producer, state is snapshotted, the Coordinator gets the ack.
+    fn checkpoint(&mut self, run: &mut Run, barrier: Barrier) -> Result<()> {
+        let started = Instant::now();
+        let id = barrier.checkpoint_id;
+        // The previous checkpoint completed before this one was triggered,
+        // so its release is at most a moment away; output held back for it
+        // belongs to epoch N and must be in the producer before the ack.
+        if let Some(prev) = run.awaiting {
+            while !self.gate.wait(prev, Duration::from_millis(100)) {
+                if self.cancel.is_cancelled() {
+                    return Ok(());
+                }
+            }
+            self.release_if_committed(run)?;
+        }
+        if self.emit == EmitMode::OnCheckpoint {
+            let mut changed: Vec<(u32, String)> = run.changed.drain().collect();
+            changed.sort_unstable();
+            for (kg, key) in changed {
+                let acc = self
+                    .state
+                    .get(&state_key(kg, key.as_bytes()))?
+                    .expect("a changed key has state");
+                let value = self.pipeline.output(&key, &acc);
+                self.produce(Output::Result { key, value })?;
+            }
+        }
+        let rel = CheckpointStore::state_path(&self.uid, self.subtask);
+        let size_bytes = self.state.snapshot(&self.store.folder(id).join(&rel))?;
+        crate::crash_point!("after-keyed-snapshot-before-ack");
+        if !self.producer.is_transactional() {
+            // At-least-once: everything before the checkpoint is in Kafka.
+            self.producer.flush()?;
+        } else {
+            self.producer.check()?;
+            run.awaiting = Some(id);
+        }
+        debug!(
+            uid = %self.uid,
+            subtask = self.subtask,
+            checkpoint_id = id,
+            size_bytes,
+            sync_ms = started.elapsed().as_millis() as u64,
+            "keyed snapshot"
+        );
+        let _ = self.acks.send(Ack::Keyed {
+            subtask: self.subtask,
+            checkpoint_id: id,
+            handle: StateHandle {
+                uid: self.uid.clone(),
+                subtask: self.subtask,
+                key_groups: self.key_groups,
+                path: rel,
+                size_bytes,
+            },
+        });
+        Ok(())
+    }
+}

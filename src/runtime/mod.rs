@@ -1,0 +1,123 @@
+//! The running job: tasks, channels, the Coordinator and the restart loop.
+//!
+//! Every subtask is its own OS thread (RocksDB and librdkafka calls block;
+//! a dedicated thread keeps them off any async reactor, as tokio advises)
+//! connected by bounded crossbeam channels, so backpressure reaches the
+//! Kafka consumer instead of memory. Sources chain the stateless steps
+//! (decode, split, key) and feed the keyed subtasks through a hash exchange
+//! by key group; the sink is chained into each keyed subtask.
+
+pub mod alignment;
+pub mod coordinator;
+pub mod gate;
+pub mod job;
+pub mod keyed;
+pub mod source;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::checkpoint::{PartitionOffset, StateHandle};
+use crate::element::Barrier;
+
+/// Records per batch on a data channel.
+pub const BATCH: usize = 512;
+/// Batches a data channel holds before its sender blocks.
+pub const CHANNEL_CAPACITY: usize = 64;
+
+/// What travels from sources to keyed subtasks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Update {
+        key_group: u32,
+        key: String,
+        value: f64,
+    },
+    /// A bad record for the dead-letter topic. It travels the data path so
+    /// that it is written in the transaction of its epoch.
+    DeadLetter(Box<DeadLetter>),
+}
+
+/// The original record and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub error: String,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Coordinator → source subtask.
+#[derive(Debug, Clone, Copy)]
+pub enum SourceCommand {
+    Trigger(Barrier),
+}
+
+/// Subtask → Coordinator: "my part of checkpoint N is done".
+#[derive(Debug, Clone)]
+pub enum Ack {
+    Source {
+        subtask: u32,
+        checkpoint_id: u64,
+        offsets: Vec<PartitionOffset>,
+    },
+    Keyed {
+        subtask: u32,
+        checkpoint_id: u64,
+        handle: StateHandle,
+    },
+}
+
+impl Ack {
+    pub fn checkpoint_id(&self) -> u64 {
+        match self {
+            Ack::Source { checkpoint_id, .. } | Ack::Keyed { checkpoint_id, .. } => *checkpoint_id,
+        }
+    }
+}
+
+/// Counters shared by the tasks of one process, logged at checkpoints.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub records_in: AtomicU64,
+    pub updates: AtomicU64,
+    pub records_out: AtomicU64,
+    pub bad_records_skipped: AtomicU64,
+    pub bad_records_dead_lettered: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A named crash point for crash tests (`--features failpoints`, set with
+/// `FAILPOINTS=name=return`): the process kills itself with SIGKILL, as an
+/// operator's `kill -9` would. Compiled out of release builds.
+#[macro_export]
+macro_rules! crash_point {
+    ($name:expr) => {
+        #[cfg(feature = "failpoints")]
+        fail::eval($name, |_| {
+            eprintln!("crash point {} reached: SIGKILL", $name);
+            // SAFETY: kill(2) on our own pid has no memory-safety effects.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        });
+    };
+}

@@ -1,0 +1,214 @@
+//! A source subtask: reads its assigned Kafka partitions, decodes and keys
+//! each record (the chained stateless steps), routes updates to keyed
+//! subtasks by key group, and on a trigger records its next offsets and
+//! broadcasts the barrier.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, SendTimeoutError};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::Message;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{Ack, Counters, DeadLetter, Item, SourceCommand, BATCH};
+use crate::checkpoint::PartitionOffset;
+use crate::config::BadRecordPolicy;
+use crate::element::{Barrier, Element};
+use crate::error::{Result, WeirError};
+use crate::operators::Pipeline;
+use crate::state::key_groups::{key_group, subtask_for_key_group};
+
+/// A partition this subtask owns and the next offset to read, once known.
+#[derive(Debug, Clone)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub next: Option<i64>,
+}
+
+pub struct SourceTask {
+    pub subtask: u32,
+    pub consumer: BaseConsumer,
+    pub positions: Vec<Position>,
+    pub outputs: Vec<Sender<Element<Item>>>,
+    pub commands: Receiver<SourceCommand>,
+    pub acks: Sender<Ack>,
+    pub pipeline: Pipeline,
+    pub policy: BadRecordPolicy,
+    pub max_parallelism: u32,
+    pub counters: Arc<Counters>,
+    pub cancel: CancellationToken,
+}
+
+/// Partial batches are sent at least this often when input trickles in.
+const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
+
+impl SourceTask {
+    pub fn run(mut self) -> Result<()> {
+        let mut buffers: Vec<Vec<Item>> = (0..self.outputs.len()).map(|_| Vec::with_capacity(BATCH)).collect();
+        let mut scratch: Vec<(String, f64)> = Vec::new();
+        let mut last_flush = Instant::now();
+        let parallelism = self.outputs.len() as u32;
+        loop {
+            if self.cancel.is_cancelled() {
+                return Ok(());
+            }
+            while let Ok(SourceCommand::Trigger(barrier)) = self.commands.try_recv() {
+                self.flush_all(&mut buffers)?;
+                if !self.on_trigger(barrier)? {
+                    return Ok(());
+                }
+            }
+            let msg = match self.consumer.poll(Duration::from_millis(10)) {
+                None => {
+                    self.flush_all(&mut buffers)?;
+                    last_flush = Instant::now();
+                    continue;
+                }
+                Some(Err(e)) => {
+                    // librdkafka reports transient broker trouble here and
+                    // retries by itself; only fatal errors stop the task.
+                    if let Some((code, reason)) = self.consumer_fatal() {
+                        return Err(WeirError::Task {
+                            task: format!("source {}", self.subtask),
+                            reason: format!("consumer fatal error {code:?}: {reason}"),
+                        });
+                    }
+                    warn!(subtask = self.subtask, error = %e, "consumer error");
+                    continue;
+                }
+                Some(Ok(m)) => m,
+            };
+            Counters::add(&self.counters.records_in, 1);
+            let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
+            scratch.clear();
+            match self.pipeline.extract(msg.payload(), |k, v| scratch.push((k, v))) {
+                Ok(()) => {
+                    for (key, value) in scratch.drain(..) {
+                        let kg = key_group(key.as_bytes(), self.max_parallelism);
+                        let target = subtask_for_key_group(kg, parallelism, self.max_parallelism) as usize;
+                        buffers[target].push(Item::Update {
+                            key_group: kg,
+                            key,
+                            value,
+                        });
+                        if buffers[target].len() >= BATCH {
+                            let batch = std::mem::replace(&mut buffers[target], Vec::with_capacity(BATCH));
+                            self.send(target, Element::Records(batch))?;
+                        }
+                    }
+                }
+                Err(reason) => match self.policy {
+                    BadRecordPolicy::Fail => {
+                        return Err(WeirError::BadRecord {
+                            topic: topic.to_string(),
+                            partition,
+                            offset,
+                            reason,
+                        })
+                    }
+                    BadRecordPolicy::Skip => {
+                        Counters::add(&self.counters.bad_records_skipped, 1);
+                        warn!(topic, partition, offset, reason = %reason, "skipped bad record");
+                    }
+                    BadRecordPolicy::DeadLetter => {
+                        Counters::add(&self.counters.bad_records_dead_lettered, 1);
+                        warn!(topic, partition, offset, reason = %reason, "bad record sent to the dead-letter topic");
+                        let target = partition.unsigned_abs() as usize % self.outputs.len();
+                        buffers[target].push(Item::DeadLetter(Box::new(DeadLetter {
+                            key: msg.key().map(<[u8]>::to_vec),
+                            value: msg.payload().map(<[u8]>::to_vec),
+                            error: reason,
+                            topic: topic.to_string(),
+                            partition,
+                            offset,
+                        })));
+                    }
+                },
+            }
+            if let Some(p) = self
+                .positions
+                .iter_mut()
+                .find(|p| p.partition == partition && p.topic == topic)
+            {
+                p.next = Some(offset + 1);
+            }
+            if last_flush.elapsed() >= MAX_BATCH_DELAY {
+                self.flush_all(&mut buffers)?;
+                last_flush = Instant::now();
+            }
+        }
+    }
+
+    fn consumer_fatal(&self) -> Option<(rdkafka::types::RDKafkaErrorCode, String)> {
+        use rdkafka::consumer::Consumer;
+        self.consumer.client().fatal_error()
+    }
+
+    /// Records the offsets, broadcasts the barrier, acks. Returns false when
+    /// the barrier ends the job.
+    fn on_trigger(&mut self, barrier: Barrier) -> Result<bool> {
+        let offsets = self
+            .positions
+            .iter()
+            .filter_map(|p| {
+                p.next.map(|offset| PartitionOffset {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset,
+                })
+            })
+            .collect();
+        for i in 0..self.outputs.len() {
+            self.send(i, Element::Barrier(barrier))?;
+        }
+        debug!(subtask = self.subtask, checkpoint_id = barrier.checkpoint_id, "source snapshot");
+        let _ = self.acks.send(Ack::Source {
+            subtask: self.subtask,
+            checkpoint_id: barrier.checkpoint_id,
+            offsets,
+        });
+        crate::crash_point!("after-source-snapshot");
+        if barrier.then_stop {
+            for i in 0..self.outputs.len() {
+                self.send(i, Element::EndOfStream)?;
+            }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn flush_all(&mut self, buffers: &mut [Vec<Item>]) -> Result<()> {
+        for (i, buf) in buffers.iter_mut().enumerate() {
+            if !buf.is_empty() {
+                let batch = std::mem::replace(buf, Vec::with_capacity(BATCH));
+                self.send(i, Element::Records(batch))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends on a bounded channel, blocking (backpressure) but watching
+    /// for cancellation.
+    fn send(&self, target: usize, mut element: Element<Item>) -> Result<()> {
+        loop {
+            match self.outputs[target].send_timeout(element, Duration::from_millis(100)) {
+                Ok(()) => return Ok(()),
+                Err(SendTimeoutError::Timeout(e)) => {
+                    if self.cancel.is_cancelled() {
+                        return Ok(());
+                    }
+                    element = e;
+                }
+                Err(SendTimeoutError::Disconnected(_)) => {
+                    return Err(WeirError::Task {
+                        task: format!("source {}", self.subtask),
+                        reason: format!("keyed subtask {target} stopped reading"),
+                    })
+                }
+            }
+        }
+    }
+}

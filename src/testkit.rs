@@ -1,0 +1,453 @@
+//! Helpers for black-box tests and benchmarks against a real broker: topics,
+//! input generation, an independent read_committed reader, and the `weir`
+//! process itself. The reader is a plain rdkafka consumer, not weir's code
+//! path, so a bug in weir's Kafka handling cannot hide from it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer, DefaultProducerContext};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// The broker tests use: `WEIR_TEST_BOOTSTRAP`, default `127.0.0.1:9092`
+/// (what `scripts/kafka.sh start` runs).
+pub fn bootstrap() -> String {
+    std::env::var("WEIR_TEST_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+/// A name no other test run uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("{prefix}-{}-{t}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// Creates a topic (fails loudly when the broker is not there).
+pub fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("admin client");
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let res = block_on(admin.create_topics([&topic], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))))
+        .unwrap_or_else(|e| panic!("cannot create topic {name} on {}: {e}. Is the broker running (scripts/kafka.sh start)?", bootstrap()));
+    for r in res {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
+
+/// A small deterministic PRNG (xorshift64*), so inputs are reproducible
+/// from a seed without another dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Lines of words for a word count: `lines` lines of `words_per_line`
+/// words drawn from `vocabulary` distinct words, in mixed case (weir
+/// lower-cases) and with varied whitespace. Returns the lines and the true
+/// count of each lower-cased word.
+pub fn word_lines(seed: u64, lines: usize, words_per_line: usize, vocabulary: u64) -> (Vec<String>, HashMap<String, u64>) {
+    let mut rng = Rng::new(seed);
+    let mut counts = HashMap::new();
+    let mut out = Vec::with_capacity(lines);
+    let separators = [" ", "  ", "\t", " \u{3000}"];
+    for _ in 0..lines {
+        let mut line = String::new();
+        for i in 0..words_per_line {
+            // Skewed: low ranks are much more frequent.
+            let r = rng.below(vocabulary);
+            let rank = r * rng.below(vocabulary) / vocabulary;
+            let word = format!("w{rank}");
+            if i > 0 {
+                line.push_str(separators[rng.below(4) as usize]);
+            }
+            if rng.below(5) == 0 {
+                line.push_str(&word.to_uppercase());
+            } else {
+                line.push_str(&word);
+            }
+            *counts.entry(word).or_insert(0) += 1;
+        }
+        out.push(line);
+    }
+    (out, counts)
+}
+
+/// An idempotent producer for test input.
+pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer")
+}
+
+/// Produces values round-robin over `partitions` and waits for every ack.
+pub fn produce<V: AsRef<[u8]>>(topic: &str, partitions: i32, values: &[V]) {
+    let p = producer();
+    for (i, v) in values.iter().enumerate() {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+            .payload(v.as_ref())
+            .partition(i as i32 % partitions);
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush test input");
+}
+
+/// One output record as an independent reader sees it.
+#[derive(Debug, Clone)]
+pub struct OutRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub value: Option<String>,
+    pub value_bytes: Option<Vec<u8>>,
+    pub headers: BTreeMap<String, String>,
+}
+
+impl OutRecord {
+    /// The `count` field of a word-count output value.
+    pub fn count(&self) -> u64 {
+        let v: serde_json::Value = serde_json::from_str(self.value.as_deref().unwrap_or("null")).expect("output is JSON");
+        v["count"].as_u64().expect("output has a count")
+    }
+}
+
+/// `read_committed` or `read_uncommitted`.
+#[derive(Debug, Clone, Copy)]
+pub enum Isolation {
+    Committed,
+    Uncommitted,
+}
+
+/// Reads `topic` from the beginning with a fresh consumer until `done`
+/// holds for what was read and then nothing new arrives for `quiet`, or
+/// until `timeout`. Records come in partition order.
+pub fn read_topic(
+    topic: &str,
+    isolation: Isolation,
+    timeout: Duration,
+    quiet: Duration,
+    done: impl Fn(&[OutRecord]) -> bool,
+) -> Vec<OutRecord> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("weir-test-reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set(
+            "isolation.level",
+            match isolation {
+                Isolation::Committed => "read_committed",
+                Isolation::Uncommitted => "read_uncommitted",
+            },
+        )
+        .create()
+        .expect("reader");
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let mut tpl = TopicPartitionList::new();
+    for p in md.topics()[0].partitions() {
+        tpl.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    let started = Instant::now();
+    let mut last = Instant::now();
+    let mut out = Vec::new();
+    let mut satisfied = false;
+    while started.elapsed() < timeout {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let mut headers = BTreeMap::new();
+                if let Some(h) = m.headers() {
+                    for hd in h.iter() {
+                        headers.insert(
+                            hd.key.to_string(),
+                            String::from_utf8_lossy(hd.value.unwrap_or_default()).into_owned(),
+                        );
+                    }
+                }
+                out.push(OutRecord {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+                    value_bytes: m.payload().map(<[u8]>::to_vec),
+                    headers,
+                });
+                last = Instant::now();
+                satisfied = false;
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {
+                if !satisfied {
+                    satisfied = done(&out);
+                    if satisfied {
+                        last = Instant::now();
+                    }
+                }
+                if satisfied && last.elapsed() >= quiet {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The last count per word in partition order (the value a consumer of the
+/// output topic ends up with).
+pub fn last_counts(records: &[OutRecord]) -> HashMap<String, u64> {
+    let mut last = HashMap::new();
+    for r in records {
+        last.insert(r.key.clone().expect("output has a key"), r.count());
+    }
+    last
+}
+
+/// A job configuration for tests, written as TOML.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub name: String,
+    pub dir: PathBuf,
+    pub parallelism: u32,
+    pub source_topics: Vec<String>,
+    pub sink_topic: String,
+    pub interval: String,
+    pub delivery: String,
+    pub emit: String,
+    pub format: String,
+    pub on_bad_record: String,
+    pub dead_letter_topic: Option<String>,
+    pub pipeline: String,
+    pub extra: String,
+}
+
+impl JobSpec {
+    /// A word count from `input` to `output` with its folders under `dir`.
+    pub fn word_count(dir: &Path, input: &str, output: &str) -> Self {
+        Self {
+            name: "wc".into(),
+            dir: dir.to_path_buf(),
+            parallelism: 2,
+            source_topics: vec![input.into()],
+            sink_topic: output.into(),
+            interval: "500ms".into(),
+            delivery: "at-least-once".into(),
+            emit: "every-update".into(),
+            format: "text".into(),
+            on_bad_record: "fail".into(),
+            dead_letter_topic: None,
+            pipeline: "kind = \"word-count\"".into(),
+            extra: String::new(),
+        }
+    }
+
+    pub fn toml(&self) -> String {
+        let topics: Vec<String> = self.source_topics.iter().map(|t| format!("{t:?}")).collect();
+        let dlq = self
+            .dead_letter_topic
+            .as_ref()
+            .map(|t| format!("dead_letter_topic = {t:?}\n"))
+            .unwrap_or_default();
+        format!(
+            r#"[job]
+name = "{name}"
+parallelism = {p}
+max_parallelism = 128
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+group_id = "weir-{name}-{group}"
+
+[checkpoint]
+interval = "{interval}"
+dir = "{dir}/checkpoints"
+timeout = "20s"
+retained = 2
+
+[state]
+dir = "{dir}/state"
+
+[restart]
+max_attempts = 3
+backoff = "200ms"
+
+[source]
+topics = [{topics}]
+format = "{format}"
+on_bad_record = "{policy}"
+{dlq}
+[pipeline]
+{pipeline}
+
+[sink]
+topic = "{sink}"
+delivery = "{delivery}"
+emit = "{emit}"
+{extra}
+"#,
+            name = self.name,
+            p = self.parallelism,
+            bootstrap = bootstrap(),
+            group = self.sink_topic,
+            interval = self.interval,
+            dir = self.dir.display(),
+            topics = topics.join(", "),
+            format = self.format,
+            policy = self.on_bad_record,
+            pipeline = self.pipeline,
+            sink = self.sink_topic,
+            delivery = self.delivery,
+            emit = self.emit,
+            extra = self.extra,
+        )
+    }
+
+    /// Writes `<dir>/weir.toml` and returns its path.
+    pub fn write(&self) -> PathBuf {
+        fs::create_dir_all(&self.dir).expect("job dir");
+        let path = self.dir.join("weir.toml");
+        fs::write(&path, self.toml()).expect("write config");
+        path
+    }
+}
+
+/// A running `weir run` process whose output goes to a log file.
+pub struct WeirProcess {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl WeirProcess {
+    /// Starts `binary run --config config`, appending stdout and stderr to
+    /// `<config dir>/weir.log`; `env` adds variables (e.g. `FAILPOINTS`).
+    pub fn start(binary: &Path, config: &Path, env: &[(&str, &str)]) -> Self {
+        let log = config.with_file_name("weir.log");
+        let out = fs::OpenOptions::new().create(true).append(true).open(&log).expect("log");
+        let mut cmd = Command::new(binary);
+        cmd.args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(Stdio::from(out.try_clone().expect("log")))
+            .stderr(Stdio::from(out));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start weir");
+        Self { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// Waits for exit up to `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// SIGTERM, then wait for a clean exit (a final checkpoint).
+    pub fn stop(&mut self, timeout: Duration) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        match self.wait(timeout) {
+            Some(s) => s,
+            None => {
+                self.kill9();
+                panic!("weir did not stop within {timeout:?} after SIGTERM; log: {}", self.log_text());
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log mentions `needle` `n` times.
+    pub fn wait_for_log(&mut self, needle: &str, n: usize, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if self.log_text().matches(needle).count() >= n {
+                return true;
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for WeirProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill9();
+        }
+    }
+}
