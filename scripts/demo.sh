@@ -13,7 +13,8 @@ scripts/kafka.sh topic word-counts 4
 mkdir -p .demo
 echo "demo: producing demo/sample.txt (x20) to topic words" >&2
 for _ in $(seq 1 20); do cat demo/sample.txt; done \
-  | scripts/kafka.sh tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:9092 --topic words 2>/dev/null
+  | scripts/kafka.sh tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:9092 --topic words \
+      --producer-property partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner
 echo "demo: running weir (log: .demo/weir.log)" >&2
 target/debug/weir run --config config/demo.toml >>.demo/weir.log 2>&1 &
 pid=$!
@@ -25,7 +26,7 @@ target/debug/weir checkpoints list --config config/demo.toml
 echo "demo: top words in word-counts (read_committed, last value per key):"
 scripts/kafka.sh tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server 127.0.0.1:9092 \
     --topic word-counts --from-beginning --timeout-ms 5000 --isolation-level read_committed \
-    --property print.key=true --property key.separator=$'\t' 2>/dev/null \
+    --property print.key=true --property key.separator=$'\t' \
   | python3 -c '
 import json, sys
 last = {}

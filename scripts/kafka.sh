@@ -11,7 +11,7 @@
 # Environment:
 #   KAFKA_PORT        broker port                   (default 9092; the controller uses PORT+1)
 #   WEIR_KAFKA_HOME   data, pid and log files       (default <repo>/.kafka)
-#   WEIR_KAFKA_CACHE  where the jars are cached     (default ~/.cache/weir/kafka-<version>)
+#   WEIR_KAFKA_CACHE  where the jars are cached     (default ~/.cache/weir/kafka-<version>-<pom hash>)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +20,8 @@ version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/kafka
 port=${KAFKA_PORT:-9092}
 controller_port=$((port + 1))
 home=${WEIR_KAFKA_HOME:-$repo/.kafka}
-cache=${WEIR_KAFKA_CACHE:-$HOME/.cache/weir/kafka-$version}
+pom_hash=$(sha1sum "$here/kafka/pom.xml" | cut -c1-8)
+cache=${WEIR_KAFKA_CACHE:-$HOME/.cache/weir/kafka-$version-$pom_hash}
 libs="$cache/libs"
 pidfile="$home/broker.pid"
 logfile="$home/broker.log"
@@ -33,7 +34,7 @@ fetch() {
   command -v mvn >/dev/null || { log "mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
   log "fetching Apache Kafka $version jars from Maven Central into $libs"
   mkdir -p "$libs"
-  mvn -q -B -f "$here/kafka/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -Dstyle.color=never -f "$here/kafka/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$libs" -DincludeScope=runtime >&2
   touch "$cache/.complete"
 }

@@ -9,7 +9,11 @@ use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 
 #[derive(Debug, Parser)]
-#[command(name = "weir", version, about = "Kafka stream processing with RocksDB state and exactly-once checkpoints")]
+#[command(
+    name = "weir",
+    version,
+    about = "Kafka stream processing with RocksDB state and exactly-once checkpoints"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -71,7 +75,11 @@ pub fn list_checkpoints(config: &Config) -> crate::Result<String> {
                 let time = humantime::format_rfc3339_seconds(
                     std::time::UNIX_EPOCH + std::time::Duration::from_millis(m.prepared_time_ms),
                 );
-                let status = if f.committed_marker { "completed" } else { "prepared (not committed)" };
+                let status = if f.committed_marker {
+                    "completed"
+                } else {
+                    "prepared (not committed)"
+                };
                 let offsets: Vec<String> = m
                     .source_offsets
                     .iter()

@@ -382,7 +382,10 @@ impl Config {
                 if !SECTIONS.contains(&key.as_str()) {
                     problems.push(ConfigProblem {
                         key: key.clone(),
-                        message: format!("unknown section; expected one of {}", SECTIONS.join(", ")),
+                        message: format!(
+                            "unknown section; expected one of {}",
+                            SECTIONS.join(", ")
+                        ),
                     });
                 }
             }
@@ -404,7 +407,9 @@ impl Config {
             Some(source),
             Some(pipeline),
             Some(sink),
-        ) = (job, kafka, checkpoint, state, restart, source, pipeline, sink)
+        ) = (
+            job, kafka, checkpoint, state, restart, source, pipeline, sink,
+        )
         else {
             return Err(fail(problems));
         };
@@ -494,10 +499,7 @@ impl Config {
             );
         }
         if self.checkpoint.timeout < Duration::from_millis(100) {
-            bad(
-                "checkpoint.timeout",
-                "must be at least 100ms".to_string(),
-            );
+            bad("checkpoint.timeout", "must be at least 100ms".to_string());
         }
         if self.checkpoint.retained == 0 {
             bad(
@@ -593,7 +595,10 @@ impl Config {
         } else if self.source.topics.contains(&self.sink.topic) {
             bad(
                 "sink.topic",
-                format!("{:?} is also a source topic: the job would read its own output", self.sink.topic),
+                format!(
+                    "{:?} is also a source topic: the job would read its own output",
+                    self.sink.topic
+                ),
             );
         }
         if self.sink.instance.is_empty() {
@@ -725,7 +730,10 @@ fn parse_section<T: DeserializeOwned>(
             if let Some(f) = field.filter(|f| !key.ends_with(&format!(".{f}"))) {
                 key = format!("{key}.{f}");
             }
-            problems.push(ConfigProblem { key, message: inner });
+            problems.push(ConfigProblem {
+                key,
+                message: inner,
+            });
             None
         }
     }
@@ -840,7 +848,10 @@ topic = "word-counts"
 
     #[test]
     fn dead_letter_needs_a_topic() {
-        let text = VALID.replace("topics = [\"words\"]", "topics = [\"words\"]\non_bad_record = \"dead-letter\"");
+        let text = VALID.replace(
+            "topics = [\"words\"]",
+            "topics = [\"words\"]\non_bad_record = \"dead-letter\"",
+        );
         let e = load(&text, &[]).unwrap_err();
         assert_eq!(keys(&e), vec!["source.dead_letter_topic"], "{e}");
     }
@@ -849,17 +860,31 @@ topic = "word-counts"
     fn reserved_kafka_properties_are_refused() {
         let text = VALID.replace("\"socket.timeout.ms\"", "\"isolation.level\"");
         let e = load(&text, &[]).unwrap_err();
-        assert_eq!(keys(&e), vec!["kafka.properties.\"isolation.level\""], "{e}");
+        assert_eq!(
+            keys(&e),
+            vec!["kafka.properties.\"isolation.level\""],
+            "{e}"
+        );
     }
 
     #[test]
     fn transaction_timeout_must_exceed_interval_plus_checkpoint_timeout() {
         let text = VALID
-            .replace("topic = \"word-counts\"", "topic = \"word-counts\"\ndelivery = \"exactly-once\"")
-            .replace("\"socket.timeout.ms\" = \"30000\"", "\"transaction.timeout.ms\" = \"10000\"")
+            .replace(
+                "topic = \"word-counts\"",
+                "topic = \"word-counts\"\ndelivery = \"exactly-once\"",
+            )
+            .replace(
+                "\"socket.timeout.ms\" = \"30000\"",
+                "\"transaction.timeout.ms\" = \"10000\"",
+            )
             .replace("interval = \"1s\"", "interval = \"1s\"\ntimeout = \"10s\"");
         let e = load(&text, &[]).unwrap_err();
-        assert_eq!(keys(&e), vec!["kafka.properties.\"transaction.timeout.ms\""], "{e}");
+        assert_eq!(
+            keys(&e),
+            vec!["kafka.properties.\"transaction.timeout.ms\""],
+            "{e}"
+        );
         assert!(e.to_string().contains("11000 ms"), "{e}");
         let ok = text.replace("\"10000\"", "\"20000\"");
         load(&ok, &[]).unwrap();
@@ -868,7 +893,10 @@ topic = "word-counts"
     #[test]
     fn aggregate_uid_names_function_field_and_key() {
         let text = VALID
-            .replace("topics = [\"words\"]", "topics = [\"words\"]\nformat = \"json\"")
+            .replace(
+                "topics = [\"words\"]",
+                "topics = [\"words\"]\nformat = \"json\"",
+            )
             .replace(
                 "kind = \"word-count\"",
                 "kind = \"aggregate\"\nkey = \"user\"\nfield = \"amount\"\nfunction = \"sum\"",

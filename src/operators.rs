@@ -35,7 +35,11 @@ impl Pipeline {
 
     /// Decodes one record value and calls `emit(key, value)` per update.
     /// On a bad record nothing is emitted and the reason is returned.
-    pub fn extract(&self, payload: Option<&[u8]>, mut emit: impl FnMut(String, f64)) -> Result<(), String> {
+    pub fn extract(
+        &self,
+        payload: Option<&[u8]>,
+        mut emit: impl FnMut(String, f64),
+    ) -> Result<(), String> {
         let Some(payload) = payload else {
             return Err("record has no value (null)".into());
         };
@@ -74,7 +78,9 @@ impl Pipeline {
                     Some(Value::Number(n)) => n.to_string(),
                     Some(Value::Bool(b)) => b.to_string(),
                     Some(other) => {
-                        return Err(format!("key field {key:?} is {other}, not a string or number"))
+                        return Err(format!(
+                            "key field {key:?} is {other}, not a string or number"
+                        ))
                     }
                     None => return Err(format!("key field {key:?} is missing")),
                 };
@@ -161,9 +167,15 @@ mod tests {
             vec![("u1".to_string(), 2.5)]
         );
         assert_eq!(collect(&p, br#"{"user":7,"amount":1}"#).unwrap()[0].0, "7");
-        assert!(collect(&p, br#"{"amount":1}"#).unwrap_err().contains("\"user\" is missing"));
-        assert!(collect(&p, br#"{"user":"u","amount":"x"}"#).unwrap_err().contains("not a number"));
-        assert!(collect(&p, b"{not json").unwrap_err().contains("not valid JSON"));
+        assert!(collect(&p, br#"{"amount":1}"#)
+            .unwrap_err()
+            .contains("\"user\" is missing"));
+        assert!(collect(&p, br#"{"user":"u","amount":"x"}"#)
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(collect(&p, b"{not json")
+            .unwrap_err()
+            .contains("not valid JSON"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer, DefaultProducerContext};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
 /// The broker tests use: `WEIR_TEST_BOOTSTRAP`, default `127.0.0.1:9092`
@@ -31,7 +31,11 @@ pub fn unique(prefix: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis();
-    format!("{prefix}-{}-{t}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{t}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -79,7 +83,12 @@ impl Rng {
 /// words drawn from `vocabulary` distinct words, in mixed case (weir
 /// lower-cases) and with varied whitespace. Returns the lines and the true
 /// count of each lower-cased word.
-pub fn word_lines(seed: u64, lines: usize, words_per_line: usize, vocabulary: u64) -> (Vec<String>, HashMap<String, u64>) {
+pub fn word_lines(
+    seed: u64,
+    lines: usize,
+    words_per_line: usize,
+    vocabulary: u64,
+) -> (Vec<String>, HashMap<String, u64>) {
     let mut rng = Rng::new(seed);
     let mut counts = HashMap::new();
     let mut out = Vec::with_capacity(lines);
@@ -152,7 +161,8 @@ pub struct OutRecord {
 impl OutRecord {
     /// The `count` field of a word-count output value.
     pub fn count(&self) -> u64 {
-        let v: serde_json::Value = serde_json::from_str(self.value.as_deref().unwrap_or("null")).expect("output is JSON");
+        let v: serde_json::Value =
+            serde_json::from_str(self.value.as_deref().unwrap_or("null")).expect("output is JSON");
         v["count"].as_u64().expect("output has a count")
     }
 }
@@ -193,7 +203,8 @@ pub fn read_topic(
         .expect("metadata");
     let mut tpl = TopicPartitionList::new();
     for p in md.topics()[0].partitions() {
-        tpl.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+            .unwrap();
     }
     consumer.assign(&tpl).expect("assign");
     let started = Instant::now();
@@ -289,7 +300,11 @@ impl JobSpec {
     }
 
     pub fn toml(&self) -> String {
-        let topics: Vec<String> = self.source_topics.iter().map(|t| format!("{t:?}")).collect();
+        let topics: Vec<String> = self
+            .source_topics
+            .iter()
+            .map(|t| format!("{t:?}"))
+            .collect();
         let dlq = self
             .dead_letter_topic
             .as_ref()
@@ -369,11 +384,18 @@ impl WeirProcess {
     /// `<config dir>/weir.log`; `env` adds variables (e.g. `FAILPOINTS`).
     pub fn start(binary: &Path, config: &Path, env: &[(&str, &str)]) -> Self {
         let log = config.with_file_name("weir.log");
-        let out = fs::OpenOptions::new().create(true).append(true).open(&log).expect("log");
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log");
         let mut cmd = Command::new(binary);
         cmd.args(["run", "--config"])
             .arg(config)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::from(out.try_clone().expect("log")))
             .stderr(Stdio::from(out));
         for (k, v) in env {
@@ -419,7 +441,10 @@ impl WeirProcess {
             Some(s) => s,
             None => {
                 self.kill9();
-                panic!("weir did not stop within {timeout:?} after SIGTERM; log: {}", self.log_text());
+                panic!(
+                    "weir did not stop within {timeout:?} after SIGTERM; log: {}",
+                    self.log_text()
+                );
             }
         }
     }

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use weir::testkit::{
-    create_topic, last_counts, produce, read_topic, unique, word_lines, Isolation, JobSpec, OutRecord, Rng,
-    WeirProcess,
+    create_topic, last_counts, produce, read_topic, unique, word_lines, Isolation, JobSpec,
+    OutRecord, Rng, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -31,10 +31,18 @@ fn topics(partitions: i32) -> (String, String) {
 }
 
 /// Reads the output until every word's last count equals `expected`.
-fn read_until_counts(output: &str, expected: &HashMap<String, u64>, timeout: Duration) -> Vec<OutRecord> {
-    read_topic(output, Isolation::Committed, timeout, Duration::from_secs(1), |recs| {
-        last_counts(recs) == *expected
-    })
+fn read_until_counts(
+    output: &str,
+    expected: &HashMap<String, u64>,
+    timeout: Duration,
+) -> Vec<OutRecord> {
+    read_topic(
+        output,
+        Isolation::Committed,
+        timeout,
+        Duration::from_secs(1),
+        |recs| last_counts(recs) == *expected,
+    )
 }
 
 fn assert_counts(records: &[OutRecord], expected: &HashMap<String, u64>, log: &str) {
@@ -44,7 +52,11 @@ fn assert_counts(records: &[OutRecord], expected: &HashMap<String, u64>, log: &s
         .filter(|(w, n)| got.get(*w) != Some(n))
         .map(|(w, n)| format!("{w}: expected {n}, got {:?}", got.get(w)))
         .collect();
-    wrong.extend(got.keys().filter(|w| !expected.contains_key(*w)).map(|w| format!("unexpected word {w}")));
+    wrong.extend(
+        got.keys()
+            .filter(|w| !expected.contains_key(*w))
+            .map(|w| format!("unexpected word {w}")),
+    );
     wrong.sort();
     assert!(
         wrong.is_empty(),
@@ -63,7 +75,9 @@ fn tail(log: &str) -> &str {
 fn assert_each_update_once(records: &[OutRecord], expected: &HashMap<String, u64>) {
     let mut seqs: HashMap<String, Vec<u64>> = HashMap::new();
     for r in records {
-        seqs.entry(r.key.clone().unwrap()).or_default().push(r.count());
+        seqs.entry(r.key.clone().unwrap())
+            .or_default()
+            .push(r.count());
     }
     for (w, n) in expected {
         let want: Vec<u64> = (1..=*n).collect();
@@ -98,7 +112,10 @@ fn word_count_over_100k_words_is_exact() {
     assert!(list.status.success(), "{text}");
     assert!(text.contains("completed"), "{text}");
     assert!(text.contains(&format!("{input}/0=")), "{text}");
-    assert!(text.lines().count() <= 1 + 2, "retained = 2 prunes older checkpoints:\n{text}");
+    assert!(
+        text.lines().count() <= 1 + 2,
+        "retained = 2 prunes older checkpoints:\n{text}"
+    );
 }
 
 #[test]
@@ -111,7 +128,11 @@ fn sigterm_and_restart_continue_exactly() {
     let spec = JobSpec::word_count(dir.path(), &input, &output);
     let config = spec.write();
     let mut weir = WeirProcess::start(weir(), &config, &[]);
-    assert!(weir.wait_for_log("checkpoint completed", 2, Duration::from_secs(60)), "{}", weir.log_text());
+    assert!(
+        weir.wait_for_log("checkpoint completed", 2, Duration::from_secs(60)),
+        "{}",
+        weir.log_text()
+    );
     produce(&input, 4, &second[..3_000]);
     let status = weir.stop(Duration::from_secs(60));
     assert!(status.success(), "{status:?}\n{}", tail(&weir.log_text()));
@@ -143,7 +164,10 @@ fn sigkill_at_random_moments_keeps_state_exactly_once() {
             std::thread::sleep(Duration::from_millis(150));
         }
     });
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     eprintln!("kill schedule seed {seed}");
     let mut rng = Rng::new(seed);
     let mut weir = WeirProcess::start(self::weir(), &config, &[]);
@@ -158,14 +182,27 @@ fn sigkill_at_random_moments_keeps_state_exactly_once() {
     let records = read_until_counts(&output, &expected, Duration::from_secs(180));
     assert_counts(&records, &expected, &weir.log_text());
     let log = weir.log_text();
-    assert!(log.matches("restoring checkpoint").count() >= 1, "{}", tail(&log));
+    assert!(
+        log.matches("restoring checkpoint").count() >= 1,
+        "{}",
+        tail(&log)
+    );
     assert!(weir.stop(Duration::from_secs(60)).success());
-    eprintln!("{kills} kills; {} output records for {} words", records.len(), expected.values().sum::<u64>());
+    eprintln!(
+        "{kills} kills; {} output records for {} words",
+        records.len(),
+        expected.values().sum::<u64>()
+    );
 }
 
 fn bad_record_input(partitions: i32) -> (String, String, HashMap<String, u64>) {
     let (input, output) = topics(partitions);
-    let values: Vec<Vec<u8>> = vec![b"apple banana".to_vec(), b"banana".to_vec(), vec![0xff, 0xfe, b'x'], b"cherry apple".to_vec()];
+    let values: Vec<Vec<u8>> = vec![
+        b"apple banana".to_vec(),
+        b"banana".to_vec(),
+        vec![0xff, 0xfe, b'x'],
+        b"cherry apple".to_vec(),
+    ];
     produce(&input, 1, &values);
     let expected: HashMap<String, u64> = [("apple", 2), ("banana", 2), ("cherry", 1)]
         .into_iter()
@@ -180,12 +217,22 @@ fn bad_record_fail_stops_naming_topic_partition_offset() {
     let (input, output, _) = bad_record_input(1);
     let spec = JobSpec::word_count(dir.path(), &input, &output);
     let mut weir = WeirProcess::start(weir(), &spec.write(), &[]);
-    let status = weir.wait(Duration::from_secs(60)).expect("weir stops on a bad record");
+    let status = weir
+        .wait(Duration::from_secs(60))
+        .expect("weir stops on a bad record");
     assert!(!status.success());
     let log = weir.log_text();
-    assert!(log.contains(&format!("bad record at {input}/0@2")), "{}", tail(&log));
+    assert!(
+        log.contains(&format!("bad record at {input}/0@2")),
+        "{}",
+        tail(&log)
+    );
     assert!(log.contains("not valid UTF-8"), "{}", tail(&log));
-    assert!(!log.contains("restarting"), "a bad record is not retried: {}", tail(&log));
+    assert!(
+        !log.contains("restarting"),
+        "a bad record is not retried: {}",
+        tail(&log)
+    );
 }
 
 #[test]
@@ -198,7 +245,11 @@ fn bad_record_skip_logs_counts_and_goes_on() {
     };
     let mut weir = WeirProcess::start(weir(), &spec.write(), &[]);
     let records = read_until_counts(&output, &expected, Duration::from_secs(60));
-    assert!(weir.wait_for_log("bad_records_skipped=1", 1, Duration::from_secs(30)), "{}", weir.log_text());
+    assert!(
+        weir.wait_for_log("bad_records_skipped=1", 1, Duration::from_secs(30)),
+        "{}",
+        weir.log_text()
+    );
     assert!(weir.stop(Duration::from_secs(30)).success());
     assert_counts(&records, &expected, &weir.log_text());
     let log = weir.log_text();
@@ -219,15 +270,27 @@ fn bad_record_dead_letter_keeps_the_original_with_headers() {
     };
     let mut weir = WeirProcess::start(weir(), &spec.write(), &[]);
     let records = read_until_counts(&output, &expected, Duration::from_secs(60));
-    let dead = read_topic(&dlq, Isolation::Committed, Duration::from_secs(30), Duration::from_millis(500), |r| !r.is_empty());
+    let dead = read_topic(
+        &dlq,
+        Isolation::Committed,
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        |r| !r.is_empty(),
+    );
     assert!(weir.stop(Duration::from_secs(30)).success());
     assert_counts(&records, &expected, &weir.log_text());
     assert_eq!(dead.len(), 1, "{dead:?}");
     let d = &dead[0];
     assert_eq!(d.value_bytes.as_deref(), Some(&[0xff, 0xfe, b'x'][..]));
     assert_eq!(d.headers.get("weir.source.topic"), Some(&input));
-    assert_eq!(d.headers.get("weir.source.partition").map(String::as_str), Some("0"));
-    assert_eq!(d.headers.get("weir.source.offset").map(String::as_str), Some("2"));
+    assert_eq!(
+        d.headers.get("weir.source.partition").map(String::as_str),
+        Some("0")
+    );
+    assert_eq!(
+        d.headers.get("weir.source.offset").map(String::as_str),
+        Some("2")
+    );
     assert!(d.headers["weir.error"].contains("UTF-8"), "{:?}", d.headers);
 }
 
@@ -247,10 +310,16 @@ fn a_changed_pipeline_is_refused_with_the_uids_named() {
     };
     let config = changed.write();
     let mut weir = WeirProcess::start(self::weir(), &config, &[]);
-    let status = weir.wait(Duration::from_secs(60)).expect("refused at start");
+    let status = weir
+        .wait(Duration::from_secs(60))
+        .expect("refused at start");
     assert!(!status.success());
     let log = weir.log_text();
-    assert!(log.contains("\"word-count\"") && log.contains("\"word-count-v2\""), "{}", tail(&log));
+    assert!(
+        log.contains("\"word-count\"") && log.contains("\"word-count-v2\""),
+        "{}",
+        tail(&log)
+    );
 }
 
 #[test]
@@ -280,14 +349,31 @@ topic = "in"
 "#,
     )
     .unwrap();
-    let out = Command::new(WEIR).args(["validate", "--config"]).arg(&path).output().unwrap();
+    let out = Command::new(WEIR)
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    for key in ["job.name", "job.parallelism", "source.dead_letter_topic", "sink.topic"] {
+    for key in [
+        "job.name",
+        "job.parallelism",
+        "source.dead_letter_topic",
+        "sink.topic",
+    ] {
         assert!(err.contains(&format!("{key}:")), "{key} missing in:\n{err}");
     }
     assert!(err.contains(&path.display().to_string()), "{err}");
     let good = JobSpec::word_count(dir.path(), "in", "out").write();
-    let out = Command::new(WEIR).args(["validate", "--config"]).arg(&good).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(WEIR)
+        .args(["validate", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -51,8 +51,15 @@ impl Topology {
         let mine: Vec<_> = self.operators.iter().map(|o| o.uid.clone()).collect();
         let theirs: Vec<_> = other.operators.iter().map(|o| o.uid.clone()).collect();
         (
-            mine.iter().filter(|u| !theirs.contains(u)).cloned().collect(),
-            theirs.iter().filter(|u| !mine.contains(u)).cloned().collect(),
+            mine.iter()
+                .filter(|u| !theirs.contains(u))
+                .cloned()
+                .collect(),
+            theirs
+                .iter()
+                .filter(|u| !mine.contains(u))
+                .cloned()
+                .collect(),
         )
     }
 }

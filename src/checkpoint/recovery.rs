@@ -126,7 +126,10 @@ pub fn decide(observed: &Observed) -> Decision {
 
     let matches = |m: &CheckpointMetadata| {
         let mine = m.offsets_map();
-        group.offsets.iter().all(|(tp, off)| mine.get(tp) == Some(off))
+        group
+            .offsets
+            .iter()
+            .all(|(tp, off)| mine.get(tp) == Some(off))
             && mine
                 .keys()
                 .filter(|tp| group.offsets.contains_key(*tp))
@@ -157,7 +160,10 @@ pub fn decide(observed: &Observed) -> Decision {
                 .checkpoint_id
                 .map(|n| format!("checkpoint {n}"))
                 .unwrap_or_else(|| "no checkpoint id".into());
-            let have: Vec<String> = valid.iter().map(|(m, _)| m.checkpoint_id.to_string()).collect();
+            let have: Vec<String> = valid
+                .iter()
+                .map(|(m, _)| m.checkpoint_id.to_string())
+                .collect();
             let bad: Vec<String> = skipped.iter().map(|(n, r)| format!("{n} ({r})")).collect();
             Decision::Refuse(format!(
                 "the consumer group's committed offsets {:?} ({named}) match no retained checkpoint \
@@ -368,12 +374,20 @@ mod tests {
             vec![valid(1, 10, false), valid(2, 20, false)],
             Some(GroupOffsets::default()),
         ));
-        assert_eq!(d, Decision::Fresh { discard: vec![1, 2] });
+        assert_eq!(
+            d,
+            Decision::Fresh {
+                discard: vec![1, 2]
+            }
+        );
     }
 
     #[test]
     fn committed_offsets_matching_no_checkpoint_refuse_to_start() {
-        let d = decide(&observed(vec![valid(4, 40, true)], Some(group(Some(9), 90))));
+        let d = decide(&observed(
+            vec![valid(4, 40, true)],
+            Some(group(Some(9), 90)),
+        ));
         match d {
             Decision::Refuse(msg) => {
                 assert!(msg.contains("checkpoint 9"), "{msg}");
@@ -390,7 +404,10 @@ mod tests {
 
     #[test]
     fn named_checkpoint_with_other_offsets_is_refused() {
-        let d = decide(&observed(vec![valid(5, 51, false)], Some(group(Some(5), 50))));
+        let d = decide(&observed(
+            vec![valid(5, 51, false)],
+            Some(group(Some(5), 50)),
+        ));
         assert!(matches!(d, Decision::Refuse(m) if m.contains("differ")));
     }
 

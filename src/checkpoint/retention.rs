@@ -13,7 +13,11 @@ pub struct Retained {
 /// newer than it (a checkpoint in flight, or one whose commit is pending).
 pub fn to_prune(checkpoints: &[Retained], retained: u32) -> Vec<u64> {
     let retained = retained.max(1) as usize;
-    let mut complete: Vec<u64> = checkpoints.iter().filter(|c| c.complete).map(|c| c.id).collect();
+    let mut complete: Vec<u64> = checkpoints
+        .iter()
+        .filter(|c| c.complete)
+        .map(|c| c.id)
+        .collect();
     complete.sort_unstable();
     let Some(&newest_complete) = complete.last() else {
         return Vec::new();

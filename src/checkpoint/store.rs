@@ -163,7 +163,9 @@ fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointM
         return Err("folder name is not chk-<number>".into());
     };
     if path.join(METADATA_TMP).exists() {
-        return Err(format!("stale temp file {METADATA_TMP} (interrupted while being written)"));
+        return Err(format!(
+            "stale temp file {METADATA_TMP} (interrupted while being written)"
+        ));
     }
     let bytes = match fs::read(path.join(METADATA)) {
         Ok(b) => b,
@@ -258,12 +260,19 @@ mod tests {
         store.mark_committed(1).unwrap();
         store.create(2).unwrap(); // never prepared
         store.create(3).unwrap();
-        fs::write(store.folder(3).join(METADATA), b"{\"format_version\": 1, \"job\"").unwrap();
+        fs::write(
+            store.folder(3).join(METADATA),
+            b"{\"format_version\": 1, \"job\"",
+        )
+        .unwrap();
         store.create(4).unwrap();
         store.write_metadata(&meta(4)).unwrap();
         fs::write(store.folder(4).join(METADATA_TMP), b"").unwrap();
         let facts = store.scan().unwrap();
-        let summary: Vec<_> = facts.iter().map(|f| (f.id, reason(f), f.committed_marker)).collect();
+        let summary: Vec<_> = facts
+            .iter()
+            .map(|f| (f.id, reason(f), f.committed_marker))
+            .collect();
         assert_eq!(summary[0], (Some(1), "valid", true));
         assert_eq!(summary[1].0, Some(2));
         assert!(summary[1].1.contains("missing _metadata"));
@@ -286,7 +295,11 @@ mod tests {
         });
         store.write_metadata(&m).unwrap();
         let facts = store.scan().unwrap();
-        assert!(reason(&facts[0]).contains("word-count subtask 0"), "{}", reason(&facts[0]));
+        assert!(
+            reason(&facts[0]).contains("word-count subtask 0"),
+            "{}",
+            reason(&facts[0])
+        );
     }
 
     #[test]
@@ -296,9 +309,16 @@ mod tests {
         let store = CheckpointStore::new(tmp.path().join("job"));
         let dir = store.create(1).unwrap();
         store.write_metadata(&meta(1)).unwrap();
-        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
         assert_eq!(
-            fs::metadata(dir.join(METADATA)).unwrap().permissions().mode() & 0o777,
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        assert_eq!(
+            fs::metadata(dir.join(METADATA))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
             0o600
         );
     }

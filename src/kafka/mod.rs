@@ -90,7 +90,10 @@ pub fn source_partitions(c: &Config, consumer: &BaseConsumer) -> Result<Vec<(Str
 
 /// The group's committed offsets for `partitions`, with the checkpoint id
 /// their metadata names.
-pub fn committed_offsets(consumer: &BaseConsumer, partitions: &[(String, i32)]) -> Result<GroupOffsets> {
+pub fn committed_offsets(
+    consumer: &BaseConsumer,
+    partitions: &[(String, i32)],
+) -> Result<GroupOffsets> {
     let mut tpl = TopicPartitionList::new();
     for (t, p) in partitions {
         tpl.add_partition(t, *p);
@@ -119,7 +122,10 @@ pub fn committed_offsets(consumer: &BaseConsumer, partitions: &[(String, i32)]) 
 
 /// Offsets as a list for `commit` / `send_offsets_to_transaction`, each
 /// carrying the checkpoint marker.
-pub fn offsets_list(offsets: &BTreeMap<(String, i32), i64>, checkpoint_id: u64) -> Result<TopicPartitionList> {
+pub fn offsets_list(
+    offsets: &BTreeMap<(String, i32), i64>,
+    checkpoint_id: u64,
+) -> Result<TopicPartitionList> {
     let mut tpl = TopicPartitionList::new();
     let marker = checkpoint_marker(checkpoint_id);
     for ((t, p), o) in offsets {

@@ -63,7 +63,8 @@ impl SinkProducer {
         cc.set("enable.idempotence", "true")
             .set("linger.ms", "5")
             .set("compression.type", "lz4");
-        let transactional_id = (c.sink.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
+        let transactional_id =
+            (c.sink.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
         if let Some(id) = &transactional_id {
             let timeout = c
                 .kafka
@@ -74,9 +75,9 @@ impl SinkProducer {
             cc.set("transactional.id", id)
                 .set("transaction.timeout.ms", timeout);
         }
-        let inner: ThreadedProducer<SinkContext> = cc
-            .create_with_context(SinkContext::default())
-            .map_err(|e| WeirError::kafka("create producer", e))?;
+        let inner: ThreadedProducer<SinkContext> =
+            cc.create_with_context(SinkContext::default())
+                .map_err(|e| WeirError::kafka("create producer", e))?;
         let p = Self {
             inner,
             transactional_id,
@@ -94,7 +95,13 @@ impl SinkProducer {
     }
 
     /// Enqueues one record; waits while librdkafka's queue is full.
-    pub fn send(&self, topic: &str, key: Option<&[u8]>, value: Option<&[u8]>, headers: Option<OwnedHeaders>) -> Result<()> {
+    pub fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<()> {
         let mut record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic);
         record.key = key;
         record.payload = value;
@@ -119,7 +126,14 @@ impl SinkProducer {
         if let Some((code, reason)) = self.inner.client().fatal_error() {
             return Err(self.classify(&format!("producer fatal error {code:?}: {reason}"), code));
         }
-        if let Some(e) = self.inner.context().first_error.lock().expect("lock").clone() {
+        if let Some(e) = self
+            .inner
+            .context()
+            .first_error
+            .lock()
+            .expect("lock")
+            .clone()
+        {
             return Err(WeirError::Task {
                 task: "sink".into(),
                 reason: e,
@@ -143,7 +157,11 @@ impl SinkProducer {
     }
 
     /// Adds the offsets to the open transaction and commits it.
-    pub fn commit_transaction(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata) -> Result<()> {
+    pub fn commit_transaction(
+        &self,
+        offsets: &TopicPartitionList,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
         self.check()?;
         self.inner
             .send_offsets_to_transaction(offsets, group, TXN_TIMEOUT)

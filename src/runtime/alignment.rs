@@ -15,7 +15,11 @@ use crate::element::Barrier;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AlignmentError {
     #[error("input {input} delivered barrier {got} while aligning checkpoint {expected}")]
-    EpochMismatch { input: usize, expected: u64, got: u64 },
+    EpochMismatch {
+        input: usize,
+        expected: u64,
+        got: u64,
+    },
     #[error("input {input} delivered barrier {checkpoint_id} twice")]
     DuplicateBarrier { input: usize, checkpoint_id: u64 },
     #[error("input {input} delivered a barrier after its end of stream")]
@@ -153,11 +157,13 @@ mod tests {
         let mut out = Vec::new();
         loop {
             let mut progressed = false;
-            for i in 0..queues.len() {
+            for (i, queue) in queues.iter_mut().enumerate() {
                 if aligner.is_blocked(i) || !aligner.is_live(i) {
                     continue;
                 }
-                let Some(e) = queues[i].pop_front() else { continue };
+                let Some(e) = queue.pop_front() else {
+                    continue;
+                };
                 progressed = true;
                 match e {
                     Element::Records(rs) => out.extend(rs.into_iter().map(Out::Rec)),
@@ -191,7 +197,13 @@ mod tests {
             CheckpointMode::ExactlyOnce,
             vec![
                 vec![R(vec!["a1"]), B(b(1)), R(vec!["a2"]), R(vec!["a3"])],
-                vec![R(vec!["b1"]), R(vec!["b2"]), R(vec!["b3"]), B(b(1)), R(vec!["b4"])],
+                vec![
+                    R(vec!["b1"]),
+                    R(vec!["b2"]),
+                    R(vec!["b3"]),
+                    B(b(1)),
+                    R(vec!["b4"]),
+                ],
             ],
         )
         .unwrap();
@@ -299,10 +311,7 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(
-            out,
-            vec![Rec("a1"), Rec("b1"), Rec("b2"), Snapshot(9), End]
-        );
+        assert_eq!(out, vec![Rec("a1"), Rec("b1"), Rec("b2"), Snapshot(9), End]);
         assert_eq!(left, vec![0, 0]);
     }
 

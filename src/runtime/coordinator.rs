@@ -17,7 +17,9 @@ use super::{now_ms, Ack, Counters, SourceCommand};
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
 use crate::checkpoint::retention::{to_prune, Retained};
-use crate::checkpoint::{CheckpointMetadata, CheckpointStore, PartitionOffset, StateHandle, Topology};
+use crate::checkpoint::{
+    CheckpointMetadata, CheckpointStore, PartitionOffset, StateHandle, Topology,
+};
 use crate::config::Config;
 use crate::element::Barrier;
 use crate::error::{Result, WeirError};
@@ -111,10 +113,11 @@ impl Coordinator {
             then_stop,
         };
         for (i, s) in self.sources.iter().enumerate() {
-            s.send(SourceCommand::Trigger(barrier)).map_err(|_| WeirError::Task {
-                task: "coordinator".into(),
-                reason: format!("source subtask {i} is gone"),
-            })?;
+            s.send(SourceCommand::Trigger(barrier))
+                .map_err(|_| WeirError::Task {
+                    task: "coordinator".into(),
+                    reason: format!("source subtask {i} is gone"),
+                })?;
         }
         let expected = self.sources.len() + self.keyed_parallelism as usize;
         let deadline = started + self.config.checkpoint.timeout;
@@ -200,7 +203,10 @@ impl Coordinator {
             self.store.mark_committed(id)?;
             if !offsets.is_empty() {
                 // A progress hint for lag monitoring; checkpoints own the truth.
-                if let Err(e) = self.group.commit(&offsets_list(&offsets, id)?, CommitMode::Async) {
+                if let Err(e) = self
+                    .group
+                    .commit(&offsets_list(&offsets, id)?, CommitMode::Async)
+                {
                     warn!(checkpoint_id = id, error = %e, "committing offsets to the group (a progress hint) failed");
                 }
             }
@@ -225,7 +231,9 @@ impl Coordinator {
 
     /// Deletes checkpoints beyond `retained`; never one recovery may need.
     fn prune(&self) {
-        let Ok(folders) = self.store.scan() else { return };
+        let Ok(folders) = self.store.scan() else {
+            return;
+        };
         let retained: Vec<Retained> = folders
             .iter()
             .filter_map(|f| {

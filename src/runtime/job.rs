@@ -55,7 +55,11 @@ pub fn topology(c: &Config) -> Topology {
 
 /// Runs the job until a stop request completes a final checkpoint (Ok),
 /// a fatal error, or the restart budget is spent.
-pub fn run(config: Arc<Config>, stop: Arc<AtomicBool>, restore_from: Option<PathBuf>) -> Result<()> {
+pub fn run(
+    config: Arc<Config>,
+    stop: Arc<AtomicBool>,
+    restore_from: Option<PathBuf>,
+) -> Result<()> {
     let _state_lock = DirLock::acquire(&config.job_state_dir())?;
     let _checkpoint_lock = DirLock::acquire(&config.job_checkpoint_dir())?;
     let mut failures = 0u32;
@@ -148,10 +152,16 @@ fn recover(
     let (checkpoint, discard) = match decision {
         Decision::Refuse(msg) => return Err(WeirError::Recovery(msg)),
         Decision::Fresh { discard } => (None, discard),
-        Decision::Restore { checkpoint, discard } => (Some(*checkpoint), discard),
+        Decision::Restore {
+            checkpoint,
+            discard,
+        } => (Some(*checkpoint), discard),
     };
     for id in discard {
-        warn!(checkpoint_id = id, "discarding a prepared checkpoint whose transaction never committed");
+        warn!(
+            checkpoint_id = id,
+            "discarding a prepared checkpoint whose transaction never committed"
+        );
         store.delete(id)?;
     }
     let next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
@@ -163,7 +173,10 @@ fn recover(
         ),
         None => info!("no checkpoint to restore: fresh start"),
     }
-    Ok(Restored { checkpoint, next_id })
+    Ok(Restored {
+        checkpoint,
+        next_id,
+    })
 }
 
 fn run_attempt(
@@ -356,14 +369,19 @@ fn run_attempt(
         spawn(format!("source-{}", t.subtask), Box::new(move || t.run()));
     }
     for t in keyed_tasks {
-        spawn(format!("{}-{}", t.uid, t.subtask), Box::new(move || t.run()));
+        spawn(
+            format!("{}-{}", t.uid, t.subtask),
+            Box::new(move || t.run()),
+        );
     }
     spawn("coordinator".into(), Box::new(move || coordinator.run()));
     drop(done_tx);
 
     let mut outcome = Ok(());
     for _ in 0..total {
-        let Ok((name, result)) = done_rx.recv() else { break };
+        let Ok((name, result)) = done_rx.recv() else {
+            break;
+        };
         if let Err(e) = result {
             error!(task = %name, error = %e, "task failed; stopping every task of this attempt");
             cancel.cancel();

@@ -94,7 +94,9 @@ impl KeyedTask {
                 if self.cancel.is_cancelled() {
                     return Ok(());
                 }
-                return Err(self.failure(format!("source subtask {input} stopped without end of stream")));
+                return Err(self.failure(format!(
+                    "source subtask {input} stopped without end of stream"
+                )));
             };
             match element {
                 Element::Records(items) => {
@@ -205,10 +207,22 @@ impl KeyedTask {
                 let partition = dl.partition.to_string();
                 let offset = dl.offset.to_string();
                 let headers = OwnedHeaders::new()
-                    .insert(Header { key: "weir.error", value: Some(dl.error.as_str()) })
-                    .insert(Header { key: "weir.source.topic", value: Some(dl.topic.as_str()) })
-                    .insert(Header { key: "weir.source.partition", value: Some(partition.as_str()) })
-                    .insert(Header { key: "weir.source.offset", value: Some(offset.as_str()) });
+                    .insert(Header {
+                        key: "weir.error",
+                        value: Some(dl.error.as_str()),
+                    })
+                    .insert(Header {
+                        key: "weir.source.topic",
+                        value: Some(dl.topic.as_str()),
+                    })
+                    .insert(Header {
+                        key: "weir.source.partition",
+                        value: Some(partition.as_str()),
+                    })
+                    .insert(Header {
+                        key: "weir.source.offset",
+                        value: Some(offset.as_str()),
+                    });
                 self.producer
                     .send(topic, dl.key.as_deref(), dl.value.as_deref(), Some(headers))?;
             }

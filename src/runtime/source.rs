@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, SendTimeoutError};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
@@ -47,7 +47,9 @@ const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
 
 impl SourceTask {
     pub fn run(mut self) -> Result<()> {
-        let mut buffers: Vec<Vec<Item>> = (0..self.outputs.len()).map(|_| Vec::with_capacity(BATCH)).collect();
+        let mut buffers: Vec<Vec<Item>> = (0..self.outputs.len())
+            .map(|_| Vec::with_capacity(BATCH))
+            .collect();
         let mut scratch: Vec<(String, f64)> = Vec::new();
         let mut last_flush = Instant::now();
         let parallelism = self.outputs.len() as u32;
@@ -84,18 +86,23 @@ impl SourceTask {
             Counters::add(&self.counters.records_in, 1);
             let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
             scratch.clear();
-            match self.pipeline.extract(msg.payload(), |k, v| scratch.push((k, v))) {
+            match self
+                .pipeline
+                .extract(msg.payload(), |k, v| scratch.push((k, v)))
+            {
                 Ok(()) => {
                     for (key, value) in scratch.drain(..) {
                         let kg = key_group(key.as_bytes(), self.max_parallelism);
-                        let target = subtask_for_key_group(kg, parallelism, self.max_parallelism) as usize;
+                        let target =
+                            subtask_for_key_group(kg, parallelism, self.max_parallelism) as usize;
                         buffers[target].push(Item::Update {
                             key_group: kg,
                             key,
                             value,
                         });
                         if buffers[target].len() >= BATCH {
-                            let batch = std::mem::replace(&mut buffers[target], Vec::with_capacity(BATCH));
+                            let batch =
+                                std::mem::replace(&mut buffers[target], Vec::with_capacity(BATCH));
                             self.send(target, Element::Records(batch))?;
                         }
                     }
@@ -164,7 +171,11 @@ impl SourceTask {
         for i in 0..self.outputs.len() {
             self.send(i, Element::Barrier(barrier))?;
         }
-        debug!(subtask = self.subtask, checkpoint_id = barrier.checkpoint_id, "source snapshot");
+        debug!(
+            subtask = self.subtask,
+            checkpoint_id = barrier.checkpoint_id,
+            "source snapshot"
+        );
         let _ = self.acks.send(Ack::Source {
             subtask: self.subtask,
             checkpoint_id: barrier.checkpoint_id,

@@ -18,7 +18,11 @@ pub fn key_group(key: &[u8], max_parallelism: u32) -> u32 {
 
 /// Key groups `[start, end)` owned by subtask `index` of `parallelism`.
 pub fn range_for_subtask(index: u32, parallelism: u32, max_parallelism: u32) -> (u32, u32) {
-    let (i, p, m) = (u64::from(index), u64::from(parallelism), u64::from(max_parallelism));
+    let (i, p, m) = (
+        u64::from(index),
+        u64::from(parallelism),
+        u64::from(max_parallelism),
+    );
     let start = (i * m).div_ceil(p);
     let end = ((i + 1) * m).div_ceil(p);
     (start as u32, end as u32)

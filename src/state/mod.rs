@@ -162,7 +162,10 @@ impl KeyedState {
                 .map_err(|e| WeirError::state(format!("open {}", scratch.display()), e))?;
             let lo = state_key(range.0, b"");
             let mut batch = WriteBatch::default();
-            for item in src.iterator(rocksdb::IteratorMode::From(&lo, rocksdb::Direction::Forward)) {
+            for item in src.iterator(rocksdb::IteratorMode::From(
+                &lo,
+                rocksdb::Direction::Forward,
+            )) {
                 let (k, v) = item.map_err(|e| WeirError::state("read snapshot", e))?;
                 let kg = u32::from(u16::from_be_bytes([k[0], k[1]]));
                 if kg >= range.1 {
@@ -289,7 +292,9 @@ mod tests {
     fn add(state: &mut KeyedState, key: &str, n: u32) {
         let kg = key_group(key.as_bytes(), 8);
         for _ in 0..n {
-            state.update(state_key(kg, key.as_bytes()), |a| a.add(1.0)).unwrap();
+            state
+                .update(state_key(kg, key.as_bytes()), |a| a.add(1.0))
+                .unwrap();
         }
     }
 
@@ -320,16 +325,28 @@ mod tests {
             path: "state/wc/0".into(),
             size_bytes: 0,
         };
-        let r = KeyedState::restore(&tmp.path().join("live"), 2, &tmp.path().join("chk"), &[&handle], (0, 8))
-            .unwrap();
+        let r = KeyedState::restore(
+            &tmp.path().join("live"),
+            2,
+            &tmp.path().join("chk"),
+            &[&handle],
+            (0, 8),
+        )
+        .unwrap();
         assert_eq!((count(&r, "a"), count(&r, "b"), count(&r, "c")), (3, 2, 1));
         // The restored instance writes on without touching the snapshot.
         let mut r = r;
         add(&mut r, "a", 1);
         r.write_back().unwrap();
         drop(r);
-        let again = KeyedState::restore(&tmp.path().join("again"), 2, &tmp.path().join("chk"), &[&handle], (0, 8))
-            .unwrap();
+        let again = KeyedState::restore(
+            &tmp.path().join("again"),
+            2,
+            &tmp.path().join("chk"),
+            &[&handle],
+            (0, 8),
+        )
+        .unwrap();
         assert_eq!(count(&again, "a"), 3);
     }
 
@@ -363,12 +380,26 @@ mod tests {
         for p in [1u32, 3] {
             for sub in 0..p {
                 let range = range_for_subtask(sub, p, 8);
-                let r = KeyedState::restore(&tmp.path().join(format!("p{p}-{sub}")), 1000, store.root(), &refs, range)
-                    .unwrap();
+                let r = KeyedState::restore(
+                    &tmp.path().join(format!("p{p}-{sub}")),
+                    1000,
+                    store.root(),
+                    &refs,
+                    range,
+                )
+                .unwrap();
                 for (i, w) in words.iter().enumerate() {
                     let kg = key_group(w.as_bytes(), 8);
-                    let expected = if kg >= range.0 && kg < range.1 { i as u64 % 5 + 1 } else { 0 };
-                    assert_eq!(count(&r, w), expected, "{w} at parallelism {p} subtask {sub}");
+                    let expected = if kg >= range.0 && kg < range.1 {
+                        i as u64 % 5 + 1
+                    } else {
+                        0
+                    };
+                    assert_eq!(
+                        count(&r, w),
+                        expected,
+                        "{w} at parallelism {p} subtask {sub}"
+                    );
                 }
             }
         }
