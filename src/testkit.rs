@@ -265,7 +265,10 @@ pub fn last_counts(records: &[OutRecord]) -> HashMap<String, u64> {
 #[derive(Debug, Clone)]
 pub struct JobSpec {
     pub name: String,
+    /// Holds the config file, the log and the state directory.
     pub dir: PathBuf,
+    /// The checkpoint directory (by default `<dir>/checkpoints`).
+    pub checkpoint_dir: PathBuf,
     pub parallelism: u32,
     pub source_topics: Vec<String>,
     pub sink_topic: String,
@@ -283,8 +286,9 @@ impl JobSpec {
     /// A word count from `input` to `output` with its folders under `dir`.
     pub fn word_count(dir: &Path, input: &str, output: &str) -> Self {
         Self {
-            name: "wc".into(),
+            name: unique("wc"),
             dir: dir.to_path_buf(),
+            checkpoint_dir: dir.join("checkpoints"),
             parallelism: 2,
             source_topics: vec![input.into()],
             sink_topic: output.into(),
@@ -322,7 +326,7 @@ group_id = "weir-{name}-{group}"
 
 [checkpoint]
 interval = "{interval}"
-dir = "{dir}/checkpoints"
+dir = "{checkpoints}"
 timeout = "20s"
 retained = 2
 
@@ -353,6 +357,7 @@ emit = "{emit}"
             group = self.sink_topic,
             interval = self.interval,
             dir = self.dir.display(),
+            checkpoints = self.checkpoint_dir.display(),
             topics = topics.join(", "),
             format = self.format,
             policy = self.on_bad_record,

@@ -57,14 +57,20 @@ impl CheckpointStore {
         format!("state/{uid}/{subtask}")
     }
 
-    /// Creates `chk-N/state/` for a checkpoint about to be triggered.
-    pub fn create(&self, id: u64) -> Result<PathBuf> {
+    /// Claims `chk-N/` for a checkpoint about to be triggered. The claim is
+    /// an atomic `mkdir`: if the folder exists, another instance of the job
+    /// (a zombie about to be fenced) is using this id, and the caller
+    /// must pick the next one.
+    pub fn claim(&self, id: u64) -> Result<Option<PathBuf>> {
+        create_private_dir(&self.root)?;
         let dir = self.folder(id);
-        if dir.exists() {
-            fs::remove_dir_all(&dir).map_err(|e| WeirError::io(&dir, e))?;
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(WeirError::io(&dir, e)),
         }
         create_private_dir(&dir.join("state"))?;
-        Ok(dir)
+        Ok(Some(dir))
     }
 
     /// Writes `_metadata` atomically: temp file, fsync, rename, fsync folder.
@@ -255,17 +261,17 @@ mod tests {
     fn scan_reports_each_folder_with_its_state() {
         let tmp = tempfile::tempdir().unwrap();
         let store = CheckpointStore::new(tmp.path().to_path_buf());
-        store.create(1).unwrap();
+        store.claim(1).unwrap().unwrap();
         store.write_metadata(&meta(1)).unwrap();
         store.mark_committed(1).unwrap();
-        store.create(2).unwrap(); // never prepared
-        store.create(3).unwrap();
+        store.claim(2).unwrap(); // never prepared
+        store.claim(3).unwrap();
         fs::write(
             store.folder(3).join(METADATA),
             b"{\"format_version\": 1, \"job\"",
         )
         .unwrap();
-        store.create(4).unwrap();
+        store.claim(4).unwrap().unwrap();
         store.write_metadata(&meta(4)).unwrap();
         fs::write(store.folder(4).join(METADATA_TMP), b"").unwrap();
         let facts = store.scan().unwrap();
@@ -284,7 +290,7 @@ mod tests {
     fn state_named_in_metadata_must_exist() {
         let tmp = tempfile::tempdir().unwrap();
         let store = CheckpointStore::new(tmp.path().to_path_buf());
-        store.create(5).unwrap();
+        store.claim(5).unwrap();
         let mut m = meta(5);
         m.state.push(crate::checkpoint::metadata::StateHandle {
             uid: "word-count".into(),
@@ -307,7 +313,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
         let store = CheckpointStore::new(tmp.path().join("job"));
-        let dir = store.create(1).unwrap();
+        let dir = store.claim(1).unwrap().unwrap();
         store.write_metadata(&meta(1)).unwrap();
         assert_eq!(
             fs::metadata(&dir).unwrap().permissions().mode() & 0o777,

@@ -163,9 +163,11 @@ impl SinkProducer {
         group: &ConsumerGroupMetadata,
     ) -> Result<()> {
         self.check()?;
-        self.inner
-            .send_offsets_to_transaction(offsets, group, TXN_TIMEOUT)
-            .map_err(|e| self.txn_error("send_offsets_to_transaction", e))?;
+        if offsets.count() > 0 {
+            self.inner
+                .send_offsets_to_transaction(offsets, group, TXN_TIMEOUT)
+                .map_err(|e| self.txn_error("send_offsets_to_transaction", e))?;
+        }
         self.inner
             .commit_transaction(TXN_TIMEOUT)
             .map_err(|e| self.txn_error("commit_transaction", e))

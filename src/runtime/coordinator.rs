@@ -73,8 +73,20 @@ impl Coordinator {
                 }
                 std::thread::sleep((due - now).min(Duration::from_millis(20)));
             };
-            let id = self.next_id;
-            self.next_id += 1;
+            let id = match self.claim_next_id() {
+                Ok(id) => id,
+                Err(e) => {
+                    // Checkpoints cannot be written; processing goes on and
+                    // the next trigger tries again.
+                    warn!(error = %e, "cannot create a checkpoint folder");
+                    last_trigger = Instant::now();
+                    last_end = last_trigger;
+                    if then_stop {
+                        return Err(e);
+                    }
+                    continue;
+                }
+            };
             last_trigger = Instant::now();
             let outcome = self.checkpoint(id, then_stop)?;
             last_end = Instant::now();
@@ -101,12 +113,24 @@ impl Coordinator {
         }
     }
 
+    /// Takes the next checkpoint id whose folder this instance can claim.
+    fn claim_next_id(&mut self) -> Result<u64> {
+        loop {
+            let id = self.next_id;
+            self.next_id += 1;
+            if self.store.claim(id)?.is_some() {
+                return Ok(id);
+            }
+            warn!(
+                checkpoint_id = id,
+                "checkpoint folder already exists: another instance of this job wrote it; skipping the id"
+            );
+        }
+    }
+
     fn checkpoint(&mut self, id: u64, then_stop: bool) -> Result<Outcome> {
         let started = Instant::now();
         let trigger_time_ms = now_ms();
-        if let Err(e) = self.store.create(id) {
-            return Ok(Outcome::Aborted(e.to_string()));
-        }
         let barrier = Barrier {
             checkpoint_id: id,
             timestamp_ms: trigger_time_ms,

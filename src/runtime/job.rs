@@ -60,8 +60,11 @@ pub fn run(
     stop: Arc<AtomicBool>,
     restore_from: Option<PathBuf>,
 ) -> Result<()> {
+    // Only the state directory is locked. The checkpoint directory may be
+    // shared storage that a replacement instance takes over while the old
+    // one is still alive; there Kafka's fencing (exactly-once) and atomic
+    // folder claims keep them apart, which a local lock could not.
     let _state_lock = DirLock::acquire(&config.job_state_dir())?;
-    let _checkpoint_lock = DirLock::acquire(&config.job_checkpoint_dir())?;
     let mut failures = 0u32;
     let mut backoff = config.restart.backoff;
     let mut restore_from = restore_from;

@@ -1,0 +1,372 @@
+//! Exactly-once output (issue #3) against a real broker: SIGKILLs at random
+//! moments and a crash at every named crash point, checked by an
+//! independent read_committed consumer.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use weir::testkit::{
+    create_topic, last_counts, produce, read_topic, unique, word_lines, Isolation, JobSpec,
+    OutRecord, Rng, WeirProcess,
+};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// The crash points compiled in with `--features failpoints`, with the
+/// fail-crate action that fires each one after some normal evaluations.
+const CRASH_POINTS: &[(&str, &str)] = &[
+    ("after-source-snapshot", "3*off->return"),
+    ("after-keyed-snapshot-before-ack", "3*off->return"),
+    ("after-metadata-before-commit", "2*off->return"),
+    ("after-commit-before-mark", "2*off->return"),
+    ("mid-transaction-produce", "15000*off->return"),
+];
+
+fn weir() -> &'static Path {
+    Path::new(WEIR)
+}
+
+fn tail(log: &str) -> &str {
+    &log[log.len().saturating_sub(6000)..]
+}
+
+fn seed() -> u64 {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("random seed {s}");
+    s
+}
+
+/// Produces `lines` in chunks on a background thread, so input keeps
+/// arriving while weir is killed and restarted.
+fn feed(
+    topic: &str,
+    lines: Vec<String>,
+    chunk: usize,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        for c in lines.chunks(chunk) {
+            produce(&topic, 4, c);
+            std::thread::sleep(pause);
+        }
+    })
+}
+
+fn word_multiset(records: &[OutRecord]) -> HashMap<(String, u64), u64> {
+    let mut m = HashMap::new();
+    for r in records {
+        *m.entry((r.key.clone().unwrap(), r.count())).or_insert(0) += 1;
+    }
+    m
+}
+
+/// {(w, 1), ..., (w, n_w)} for every word, each exactly once.
+fn expected_multiset(counts: &HashMap<String, u64>) -> HashMap<(String, u64), u64> {
+    counts
+        .iter()
+        .flat_map(|(w, n)| (1..=*n).map(move |i| ((w.clone(), i), 1)))
+        .collect()
+}
+
+fn assert_multiset(records: &[OutRecord], expected: &HashMap<String, u64>) {
+    let got = word_multiset(records);
+    let want = expected_multiset(expected);
+    let mut wrong: Vec<String> = want
+        .iter()
+        .filter(|(k, n)| got.get(*k) != Some(n))
+        .map(|(k, n)| {
+            format!(
+                "{k:?}: expected {n}, got {}",
+                got.get(k).copied().unwrap_or(0)
+            )
+        })
+        .collect();
+    wrong.extend(
+        got.iter()
+            .filter(|(k, _)| !want.contains_key(*k))
+            .map(|(k, n)| format!("{k:?}: unexpected x{n}")),
+    );
+    wrong.sort();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} pairs wrong (committed records: {}), e.g. {:?}",
+        wrong.len(),
+        want.len(),
+        records.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+}
+
+/// Runs weir with a crash point armed until it kills itself; returns the log.
+fn crash_at(config: &Path, point: &str, action: &str) -> String {
+    let spec = format!("{point}={action}");
+    let mut w = WeirProcess::start(weir(), config, &[("FAILPOINTS", spec.as_str())]);
+    let status = w
+        .wait(Duration::from_secs(90))
+        .unwrap_or_else(|| panic!("crash point {point} never fired:\n{}", tail(&w.log_text())));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "{point}: {status:?}\n{}",
+        tail(&w.log_text())
+    );
+    w.log_text()
+}
+
+#[test]
+fn exactly_once_output_survives_kills_and_every_crash_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = unique("eo-words");
+    let output = unique("eo-counts");
+    create_topic(&input, 4);
+    create_topic(&output, 4);
+    let (lines, expected) = word_lines(11, 20_000, 10, 2_000);
+    assert_eq!(expected.values().sum::<u64>(), 200_000);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        interval: "300ms".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config = spec.write();
+    let feeder = feed(&input, lines, 400, Duration::from_millis(300));
+    let mut rng = Rng::new(seed());
+    let mut kills = 0;
+    let mut crashes = 0;
+    // Alternate random SIGKILLs and named crash points.
+    let mut points = CRASH_POINTS.iter();
+    while kills < 10 || crashes < CRASH_POINTS.len() {
+        if kills < 10 {
+            let mut w = WeirProcess::start(weir(), &config, &[]);
+            std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));
+            w.kill9();
+            kills += 1;
+        }
+        if let Some((point, action)) = points.next() {
+            let log = crash_at(&config, point, action);
+            assert!(
+                log.contains(&format!("crash point {point} reached")),
+                "{}",
+                tail(&log)
+            );
+            crashes += 1;
+        }
+    }
+    feeder.join().unwrap();
+    let mut w = WeirProcess::start(weir(), &config, &[]);
+    read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        |r| last_counts(r) == expected,
+    );
+    let status = w.stop(Duration::from_secs(60));
+    assert!(status.success(), "{}", tail(&w.log_text()));
+    let committed = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(120),
+        Duration::from_secs(3),
+        |r| last_counts(r) == expected,
+    );
+    assert_multiset(&committed, &expected);
+    // Proof that the test could see a duplicate: aborted transactions left
+    // records that read_committed hides.
+    let uncommitted = read_topic(
+        &output,
+        Isolation::Uncommitted,
+        Duration::from_secs(120),
+        Duration::from_secs(3),
+        |r| r.len() >= committed.len(),
+    );
+    assert!(
+        uncommitted.len() > committed.len(),
+        "read_uncommitted saw {} records, read_committed {}: no aborted output at all?",
+        uncommitted.len(),
+        committed.len()
+    );
+    eprintln!(
+        "{kills} kills, {crashes} crash points; committed {} records, uncommitted {}",
+        committed.len(),
+        uncommitted.len()
+    );
+}
+
+#[test]
+fn on_checkpoint_emit_is_strictly_increasing_and_exact_after_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = unique("eo-oc-words");
+    let output = unique("eo-oc-counts");
+    create_topic(&input, 4);
+    create_topic(&output, 4);
+    let (lines, expected) = word_lines(12, 10_000, 10, 500);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        emit: "on-checkpoint".into(),
+        interval: "200ms".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config = spec.write();
+    let feeder = feed(&input, lines, 250, Duration::from_millis(200));
+    let mut rng = Rng::new(seed());
+    for _ in 0..6 {
+        let mut w = WeirProcess::start(weir(), &config, &[]);
+        std::thread::sleep(Duration::from_millis(600 + rng.below(1200)));
+        w.kill9();
+    }
+    feeder.join().unwrap();
+    let mut w = WeirProcess::start(weir(), &config, &[]);
+    let records = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        |r| last_counts(r) == expected,
+    );
+    assert!(w.stop(Duration::from_secs(60)).success());
+    let mut seqs: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in &records {
+        seqs.entry(r.key.clone().unwrap())
+            .or_default()
+            .push(r.count());
+    }
+    assert_eq!(seqs.len(), expected.len());
+    for (w, seq) in &seqs {
+        assert!(
+            seq.windows(2).all(|p| p[0] < p[1]),
+            "{w}: {seq:?} not strictly increasing"
+        );
+        assert_eq!(seq.last(), expected.get(w), "{w}");
+    }
+    // Output follows distinct keys per checkpoint, not input records.
+    assert!(
+        records.len() < 100_000 / 4,
+        "{} outputs for 100000 words",
+        records.len()
+    );
+}
+
+#[test]
+fn a_second_instance_fences_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = unique("eo-fence-words");
+    let output = unique("eo-fence-counts");
+    create_topic(&input, 4);
+    create_topic(&output, 4);
+    let (lines, expected) = word_lines(13, 6_000, 10, 500);
+    let a = JobSpec {
+        delivery: "exactly-once".into(),
+        interval: "300ms".into(),
+        ..JobSpec::word_count(&dir.path().join("a"), &input, &output)
+    };
+    // Same job, same transactional id, same (shared) checkpoint directory;
+    // only the local state directory differs.
+    let b = JobSpec {
+        dir: dir.path().join("b"),
+        ..a.clone()
+    };
+    let a_config = a.write();
+    let b_config = b.write();
+
+    let feeder = feed(&input, lines, 300, Duration::from_millis(200));
+    let mut first = WeirProcess::start(weir(), &a_config, &[]);
+    assert!(
+        first.wait_for_log("checkpoint completed", 3, Duration::from_secs(60)),
+        "{}",
+        first.log_text()
+    );
+    let mut second = WeirProcess::start(weir(), &b_config, &[]);
+    let status = first
+        .wait(Duration::from_secs(60))
+        .expect("the fenced instance stops");
+    assert!(!status.success());
+    let log = first.log_text();
+    assert!(
+        log.contains("another weir instance with the same job and transactional id took over"),
+        "{}",
+        tail(&log)
+    );
+    feeder.join().unwrap();
+    let committed = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        |r| last_counts(r) == expected,
+    );
+    assert!(
+        second.stop(Duration::from_secs(60)).success(),
+        "{}",
+        tail(&second.log_text())
+    );
+    assert_multiset(&committed, &expected);
+}
+
+#[test]
+fn committed_offsets_without_their_checkpoint_refuse_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = unique("eo-lost-words");
+    let output = unique("eo-lost-counts");
+    create_topic(&input, 4);
+    create_topic(&output, 4);
+    produce(&input, 4, &["a b c d e f g h"]);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config = spec.write();
+    let mut w = WeirProcess::start(weir(), &config, &[]);
+    assert!(w.wait_for_log("checkpoint completed", 2, Duration::from_secs(60)));
+    assert!(w.stop(Duration::from_secs(60)).success());
+    std::fs::remove_dir_all(dir.path().join("checkpoints")).unwrap();
+    let mut w = WeirProcess::start(weir(), &config, &[]);
+    let status = w.wait(Duration::from_secs(60)).expect("refuses to start");
+    assert!(!status.success());
+    let log = w.log_text();
+    assert!(
+        log.contains("match no retained checkpoint"),
+        "{}",
+        tail(&log)
+    );
+    assert!(
+        log.contains(&format!("(\"{input}\", 0)")),
+        "names the offsets: {}",
+        tail(&log)
+    );
+}
+
+#[test]
+fn a_transaction_timeout_below_interval_plus_checkpoint_timeout_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        ..JobSpec::word_count(dir.path(), "in", "out")
+    };
+    let toml = spec.toml().replace(
+        "group_id",
+        "properties = { \"transaction.timeout.ms\" = \"5000\" }\ngroup_id",
+    );
+    let config = dir.path().join("short.toml");
+    std::fs::write(&config, toml).unwrap();
+    for cmd in ["run", "validate"] {
+        let out = Command::new(WEIR)
+            .args([cmd, "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("kafka.properties.\"transaction.timeout.ms\""),
+            "{cmd}: {err}"
+        );
+        assert!(err.contains("20500 ms"), "{cmd}: {err}");
+    }
+}
