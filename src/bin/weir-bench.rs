@@ -14,7 +14,7 @@
 //!   target/release/weir-bench --matrix      # issue #3's table
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -128,7 +128,7 @@ fn main() {
 
 fn run_one(
     args: &Args,
-    weir_bin: &PathBuf,
+    weir_bin: &Path,
     input: &str,
     expected: &HashMap<String, u64>,
     delivery: &str,
