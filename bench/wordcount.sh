@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/kafka.sh start
 cargo build --release --bins --quiet
-exec target/release/weir-bench "$@"
+exec target/release/weir-bench run "$@"

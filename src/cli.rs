@@ -97,6 +97,12 @@ pub fn list_checkpoints(config: &Config) -> crate::Result<String> {
                     "-", f.name
                 ));
             }
+            FolderContents::Unfinished(reason) => {
+                out.push_str(&format!(
+                    "{id:<12} {:<24} {size:>12}  unfinished: {reason} ({})\n",
+                    "-", f.name
+                ));
+            }
         }
     }
     Ok(out)

@@ -26,6 +26,8 @@ pub struct Config {
     pub source: SourceConfig,
     pub pipeline: PipelineConfig,
     pub sink: SinkConfig,
+    pub admin: AdminConfig,
+    pub log: LogConfig,
 }
 
 /// `[job]`
@@ -43,8 +45,8 @@ pub struct JobConfig {
     pub max_parallelism: u32,
 }
 
-/// `[kafka]`
-#[derive(Debug, Clone, Deserialize)]
+/// `[kafka]`. Its `Debug` hides the values of sensitive properties.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     pub bootstrap_servers: String,
@@ -52,6 +54,42 @@ pub struct KafkaConfig {
     /// Passed to librdkafka as is (security.protocol, sasl.*, ssl.*, ...).
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let props: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_sensitive(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("group_id", &self.group_id)
+            .field("properties", &props)
+            .finish()
+    }
+}
+
+/// librdkafka properties whose values are secrets: never logged, served or
+/// printed.
+pub fn is_sensitive(property: &str) -> bool {
+    let p = property.to_ascii_lowercase();
+    p.contains("password")
+        || p.contains("secret")
+        || p == "sasl.oauthbearer.config"
+        || p == "ssl.key.pem"
+        || p == "ssl_key"
+        || p == "ssl.keystore.location"
 }
 
 /// `[checkpoint]`
@@ -69,6 +107,43 @@ pub struct CheckpointConfig {
     pub min_pause: Duration,
     #[serde(default = "defaults::retained")]
     pub retained: u32,
+    /// Where `POST /savepoints` writes; retention never deletes savepoints.
+    /// Defaults to `<dir>/<job name>-savepoints`.
+    pub savepoint_dir: Option<PathBuf>,
+    /// Consecutive failed checkpoints tolerated before the job restarts.
+    #[serde(default = "defaults::tolerable_failures")]
+    pub tolerable_failures: u32,
+}
+
+/// `[admin]`: the HTTP endpoint for health, metrics, checkpoint history and
+/// savepoints.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address to listen on; loopback unless changed. "" disables it.
+    #[serde(default = "defaults::admin_listen")]
+    pub listen: String,
+    /// Name of an environment variable holding a bearer token that
+    /// `/metrics`, `/checkpoints` and `/savepoints` then require.
+    pub token_env: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: defaults::admin_listen(),
+            token_env: None,
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing filter such as "info" or "warn,weir=debug"; `RUST_LOG`
+    /// wins when set.
+    pub level: Option<String>,
 }
 
 /// Whether barriers are aligned (exactly-once state) or not.
@@ -262,6 +337,12 @@ mod defaults {
     pub fn instance() -> String {
         "0".to_string()
     }
+    pub fn tolerable_failures() -> u32 {
+        3
+    }
+    pub fn admin_listen() -> String {
+        "127.0.0.1:9249".to_string()
+    }
 }
 
 /// librdkafka's default `transaction.timeout.ms` is 60 s, which the default
@@ -325,6 +406,8 @@ const SECTIONS: &[&str] = &[
     "source",
     "pipeline",
     "sink",
+    "admin",
+    "log",
 ];
 
 impl Config {
@@ -355,6 +438,7 @@ impl Config {
             .try_parsing(true)
             .list_separator(",")
             .with_list_parse_key("source.topics");
+        let env_map = env.clone();
         if let Some(env) = env {
             environment = environment.source(Some(env.into_iter().collect()));
         }
@@ -369,7 +453,7 @@ impl Config {
                 }])
             })?;
         let mut problems = Vec::new();
-        let tree = raw
+        let mut tree = raw
             .try_deserialize::<BTreeMap<String, serde_json::Value>>()
             .map_err(|e| {
                 fail(vec![ConfigProblem {
@@ -377,6 +461,13 @@ impl Config {
                     message: e.to_string(),
                 }])
             })?;
+        let lookup = |name: &str| match &env_map {
+            Some(m) => m.get(name).cloned(),
+            None => std::env::var(name).ok(),
+        };
+        for (key, value) in tree.iter_mut() {
+            interpolate(value, key, &lookup, &mut problems);
+        }
         {
             for key in tree.keys() {
                 if !SECTIONS.contains(&key.as_str()) {
@@ -398,6 +489,8 @@ impl Config {
         let source = section::<SourceConfig>(&tree, "source", &mut problems);
         let pipeline = section::<PipelineConfig>(&tree, "pipeline", &mut problems);
         let sink = section::<SinkConfig>(&tree, "sink", &mut problems);
+        let admin = optional_section::<AdminConfig>(&tree, "admin", &mut problems);
+        let log = optional_section::<LogConfig>(&tree, "log", &mut problems);
         let (
             Some(job),
             Some(kafka),
@@ -407,8 +500,10 @@ impl Config {
             Some(source),
             Some(pipeline),
             Some(sink),
+            Some(admin),
+            Some(log),
         ) = (
-            job, kafka, checkpoint, state, restart, source, pipeline, sink,
+            job, kafka, checkpoint, state, restart, source, pipeline, sink, admin, log,
         )
         else {
             return Err(fail(problems));
@@ -422,6 +517,8 @@ impl Config {
             source,
             pipeline,
             sink,
+            admin,
+            log,
         };
         problems.extend(config.validate());
         if problems.is_empty() {
@@ -601,6 +698,33 @@ impl Config {
                 ),
             );
         }
+        if !self.admin.listen.is_empty()
+            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            bad(
+                "admin.listen",
+                format!(
+                    "{:?} is not an address like 127.0.0.1:9249",
+                    self.admin.listen
+                ),
+            );
+        }
+        if let Some(var) = &self.admin.token_env {
+            if std::env::var(var).map_or(true, |t| t.is_empty()) {
+                bad(
+                    "admin.token_env",
+                    format!("environment variable {var} is not set or empty"),
+                );
+            }
+        }
+        if let Some(level) = &self.log.level {
+            if tracing_subscriber::EnvFilter::try_new(level).is_err() {
+                bad(
+                    "log.level",
+                    format!("{level:?} is not a valid filter such as \"info\""),
+                );
+            }
+        }
         if self.sink.instance.is_empty() {
             bad("sink.instance", "must not be empty".into());
         }
@@ -670,6 +794,15 @@ impl Config {
         self.checkpoint.dir.join(&self.job.name)
     }
 
+    /// Where savepoints go.
+    pub fn savepoint_dir(&self) -> PathBuf {
+        self.checkpoint.savepoint_dir.clone().unwrap_or_else(|| {
+            self.checkpoint
+                .dir
+                .join(format!("{}-savepoints", self.job.name))
+        })
+    }
+
     /// `<state.dir>/<job name>`
     pub fn job_state_dir(&self) -> PathBuf {
         self.state.dir.join(&self.job.name)
@@ -704,6 +837,69 @@ fn optional_section<T: DeserializeOwned + Default>(
     match tree.get(name) {
         Some(v) => parse_section(v, name, problems),
         None => Some(T::default()),
+    }
+}
+
+/// Replaces `${NAME}` in every string value with the environment
+/// variable's value (`$${` is a literal `${`). An unset variable is a
+/// problem naming the key.
+fn interpolate(
+    value: &mut serde_json::Value,
+    path: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<ConfigProblem>,
+) {
+    match value {
+        serde_json::Value::String(s) if s.contains('$') => {
+            let mut out = String::with_capacity(s.len());
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find('$') {
+                out.push_str(&rest[..i]);
+                let after = &rest[i..];
+                if let Some(r) = after.strip_prefix("$${") {
+                    out.push_str("${");
+                    rest = r;
+                } else if let Some(r) = after.strip_prefix("${") {
+                    let Some(end) = r.find('}') else {
+                        problems.push(ConfigProblem {
+                            key: path.to_string(),
+                            message: "unterminated ${...}".into(),
+                        });
+                        return;
+                    };
+                    let name = &r[..end];
+                    match lookup(name) {
+                        Some(v) => out.push_str(&v),
+                        None => problems.push(ConfigProblem {
+                            key: path.to_string(),
+                            message: format!("environment variable {name} is not set"),
+                        }),
+                    }
+                    rest = &r[end + 1..];
+                } else {
+                    out.push('$');
+                    rest = &after[1..];
+                }
+            }
+            out.push_str(rest);
+            *s = out;
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter_mut().enumerate() {
+                interpolate(v, &format!("{path}[{i}]"), lookup, problems);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                let key = if k.contains('.') {
+                    format!("{path}.\"{k}\"")
+                } else {
+                    format!("{path}.{k}")
+                };
+                interpolate(v, &key, lookup, problems);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -888,6 +1084,23 @@ topic = "word-counts"
         assert!(e.to_string().contains("11000 ms"), "{e}");
         let ok = text.replace("\"10000\"", "\"20000\"");
         load(&ok, &[]).unwrap();
+    }
+
+    #[test]
+    fn environment_variables_are_interpolated_and_secrets_redacted() {
+        let text = VALID.replace(
+            "\"socket.timeout.ms\" = \"30000\"",
+            "\"sasl.password\" = \"${WEIR_TEST_SECRET}\"\n\"client.id\" = \"weir-$${literal}\"",
+        );
+        let c = load(&text, &[("WEIR_TEST_SECRET", "hunter2")]).unwrap();
+        assert_eq!(c.kafka.properties["sasl.password"], "hunter2");
+        assert_eq!(c.kafka.properties["client.id"], "weir-${literal}");
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+        let e = load(&text, &[]).unwrap_err();
+        assert_eq!(keys(&e), vec!["kafka.properties.\"sasl.password\""], "{e}");
+        assert!(e.to_string().contains("WEIR_TEST_SECRET is not set"), "{e}");
     }
 
     #[test]

@@ -9,8 +9,11 @@
 //! - [`state`]: keyed state in RocksDB, key groups, snapshot and restore.
 //! - [`kafka`]: consumer and producer configuration, offsets, the sink producer.
 //! - [`operators`]: the built-in pipelines.
+//! - [`admin`]: the HTTP endpoint: health, readiness, metrics, checkpoint history, savepoints.
 //! - [`cli`]: the `weir` command's subcommands.
+//! - [`testkit`]: broker helpers and an independent reader for tests and benchmarks.
 
+pub mod admin;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

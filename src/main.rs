@@ -1,17 +1,23 @@
 //! The `weir` binary: parses the command line and hands over to the library.
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::Parser;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
+use weir::admin::{self, AdminState};
 use weir::cli::{self, CheckpointsCommand, Cli, Command, LogFormat};
 use weir::config::Config;
+use weir::runtime::JobShared;
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `RUST_LOG` wins over `[log] level`, which wins over "info".
+fn init_logging(format: LogFormat, level: Option<&str>) {
+    let filter = EnvFilter::try_from_default_env()
+        .ok()
+        .or_else(|| level.and_then(|l| EnvFilter::try_new(l).ok()))
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -23,31 +29,31 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprint!("{e}");
+        ExitCode::from(2)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
     // Named crash points, only in builds with `--features failpoints`.
     let _failpoints = fail::FailScenario::setup();
     match cli.command {
-        Command::Validate { config } => match Config::load(&config) {
+        Command::Validate { config } => match load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprint!("{e}");
-                ExitCode::from(2)
-            }
+            Err(code) => code,
         },
         Command::Checkpoints {
             command: CheckpointsCommand::List { config },
         } => {
-            let config = match Config::load(&config) {
+            let config = match load(&config) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprint!("{e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             match cli::list_checkpoints(&config) {
                 Ok(text) => {
@@ -64,26 +70,52 @@ fn main() -> ExitCode {
             config,
             restore_from,
         } => {
-            let config = match Config::load(&config) {
+            let config = match load(&config) {
                 Ok(c) => Arc::new(c),
-                Err(e) => {
-                    eprint!("{e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
+            init_logging(cli.log_format, config.log.level.as_deref());
             run(config, restore_from.map(|p| cli::absolute(&p)))
         }
     }
 }
 
 fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCode {
-    let stop = Arc::new(AtomicBool::new(false));
+    let (shared, savepoint_requests) = JobShared::new();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let result = runtime.block_on(async {
-        let signal_stop = stop.clone();
+        if !config.admin.listen.is_empty() {
+            let listener = match tokio::net::TcpListener::bind(&config.admin.listen).await {
+                Ok(l) => l,
+                Err(e) => {
+                    return Err(format!(
+                        "admin.listen: cannot listen on {}: {e}",
+                        config.admin.listen
+                    ));
+                }
+            };
+            let state = Arc::new(AdminState {
+                metrics: shared.metrics.clone(),
+                history: shared.history.clone(),
+                ready: shared.ready.clone(),
+                savepoints: savepoint_requests,
+                token: config
+                    .admin
+                    .token_env
+                    .as_ref()
+                    .and_then(|var| std::env::var(var).ok()),
+                savepoint_timeout: config.checkpoint.interval + config.checkpoint.timeout * 2,
+            });
+            let bound = listener
+                .local_addr()
+                .map_or_else(|_| config.admin.listen.clone(), |a| a.to_string());
+            info!(listen = %bound, "admin endpoint listening");
+            tokio::spawn(admin::serve(listener, state));
+        }
+        let signal_stop = shared.stop.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{signal, SignalKind};
             let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
@@ -100,10 +132,13 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
                 info!("stop requested: taking a final checkpoint");
             }
         });
-        let job_stop = stop.clone();
-        tokio::task::spawn_blocking(move || weir::runtime::job::run(config, job_stop, restore_from))
-            .await
-            .expect("job thread")
+        let job_config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            weir::runtime::job::run(job_config, shared, restore_from)
+        })
+        .await
+        .expect("job thread")
+        .map_err(|e| e.to_string())
     });
     match result {
         Ok(()) => {

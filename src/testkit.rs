@@ -115,6 +115,55 @@ pub fn word_lines(
     (out, counts)
 }
 
+/// Lines of words drawn from a Zipf distribution (exponent `s`) over
+/// `vocabulary` distinct words, as word-count benchmarks use. Returns the
+/// lines and the true count of each word.
+pub fn zipf_lines(
+    seed: u64,
+    lines: usize,
+    words_per_line: usize,
+    vocabulary: usize,
+    s: f64,
+) -> (Vec<String>, HashMap<String, u64>) {
+    let mut cdf = Vec::with_capacity(vocabulary);
+    let mut total = 0.0;
+    for rank in 1..=vocabulary {
+        total += 1.0 / (rank as f64).powf(s);
+        cdf.push(total);
+    }
+    let names: Vec<String> = (0..vocabulary).map(|i| format!("w{i}")).collect();
+    let mut rng = Rng::new(seed);
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut out = Vec::with_capacity(lines);
+    for _ in 0..lines {
+        let mut line = String::with_capacity(words_per_line * 7);
+        for i in 0..words_per_line {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+            let idx = cdf.partition_point(|c| *c < u).min(vocabulary - 1);
+            if i > 0 {
+                line.push(' ');
+            }
+            line.push_str(&names[idx]);
+            *counts.entry(names[idx].clone()).or_insert(0) += 1;
+        }
+        out.push(line);
+    }
+    (out, counts)
+}
+
+/// Lines in which every word is distinct: `keys` words `w0..` in lines of
+/// `words_per_line`, for state-size benchmarks.
+pub fn distinct_lines(keys: usize, words_per_line: usize) -> Vec<String> {
+    (0..keys.div_ceil(words_per_line))
+        .map(|l| {
+            (l * words_per_line..((l + 1) * words_per_line).min(keys))
+                .map(|i| format!("k{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
 /// An idempotent producer for test input.
 pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
     ClientConfig::new()
@@ -279,6 +328,14 @@ pub struct JobSpec {
     pub on_bad_record: String,
     pub dead_letter_topic: Option<String>,
     pub pipeline: String,
+    pub max_attempts: u32,
+    /// `[admin] listen`; port 0 picks a free port, which the log names
+    /// (see [`WeirProcess::admin_addr`]).
+    pub admin_listen: String,
+    /// Extra lines for `[checkpoint]` and `[admin]`.
+    pub checkpoint_extra: String,
+    pub admin_extra: String,
+    /// Appended at the end of the file.
     pub extra: String,
 }
 
@@ -299,6 +356,10 @@ impl JobSpec {
             on_bad_record: "fail".into(),
             dead_letter_topic: None,
             pipeline: "kind = \"word-count\"".into(),
+            max_attempts: 3,
+            admin_listen: "127.0.0.1:0".into(),
+            checkpoint_extra: String::new(),
+            admin_extra: String::new(),
             extra: String::new(),
         }
     }
@@ -329,13 +390,18 @@ interval = "{interval}"
 dir = "{checkpoints}"
 timeout = "20s"
 retained = 2
+{checkpoint_extra}
 
 [state]
 dir = "{dir}/state"
 
 [restart]
-max_attempts = 3
+max_attempts = {max_attempts}
 backoff = "200ms"
+
+[admin]
+listen = "{admin_listen}"
+{admin_extra}
 
 [source]
 topics = [{topics}]
@@ -366,6 +432,10 @@ emit = "{emit}"
             delivery = self.delivery,
             emit = self.emit,
             extra = self.extra,
+            checkpoint_extra = self.checkpoint_extra,
+            max_attempts = self.max_attempts,
+            admin_listen = self.admin_listen,
+            admin_extra = self.admin_extra,
         )
     }
 
@@ -472,6 +542,59 @@ impl WeirProcess {
         }
         false
     }
+}
+
+impl WeirProcess {
+    /// The admin endpoint's address, from its "admin endpoint listening" log line.
+    pub fn admin_addr(&mut self, timeout: Duration) -> String {
+        assert!(
+            self.wait_for_log("admin endpoint listening", 1, timeout),
+            "no admin endpoint: {}",
+            self.log_text()
+        );
+        let log = self.log_text();
+        let line = log
+            .lines()
+            .find(|l| l.contains("admin endpoint listening"))
+            .expect("log line");
+        line.split("listen=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .expect("listen= field")
+            .trim_matches('"')
+            .to_string()
+    }
+}
+
+/// A minimal HTTP/1.1 client for the admin endpoint: returns the status
+/// code and the body.
+pub fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad response: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }
 
 impl Drop for WeirProcess {

@@ -377,3 +377,91 @@ topic = "in"
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_panicking_task_restarts_the_job_from_the_last_checkpoint() {
+    let dir = tempdir();
+    let (input, output) = topics(4);
+    let (lines, expected) = word_lines(4, 10_000, 10, 1_000);
+    produce(&input, 4, &lines);
+    let spec = JobSpec::word_count(dir.path(), &input, &output);
+    // One panic in a keyed subtask after 30,000 updates.
+    let mut weir = WeirProcess::start(
+        weir(),
+        &spec.write(),
+        &[("FAILPOINTS", "keyed-update=30000*off->1*panic->off")],
+    );
+    let records = read_until_counts(&output, &expected, Duration::from_secs(120));
+    assert_counts(&records, &expected, &weir.log_text());
+    let log = weir.log_text();
+    assert!(log.contains("panicked"), "{}", tail(&log));
+    assert!(
+        log.contains("job failed; restarting from the last checkpoint"),
+        "{}",
+        tail(&log)
+    );
+    assert_eq!(
+        log.matches("job running").count(),
+        2,
+        "one in-process restart: {}",
+        tail(&log)
+    );
+    assert!(weir.stop(Duration::from_secs(60)).success());
+}
+
+#[test]
+fn past_max_attempts_weir_exits_non_zero() {
+    let dir = tempdir();
+    let (input, output) = topics(2);
+    produce(&input, 2, &["a b c"]);
+    // JobSpec sets restart.max_attempts = 3.
+    let spec = JobSpec::word_count(dir.path(), &input, &output);
+    let mut weir = WeirProcess::start(
+        weir(),
+        &spec.write(),
+        &[("FAILPOINTS", "keyed-update=panic")],
+    );
+    let status = weir.wait(Duration::from_secs(120)).expect("weir gives up");
+    assert_eq!(status.code(), Some(1));
+    let log = weir.log_text();
+    assert_eq!(
+        log.matches("restarting from the last checkpoint").count(),
+        3,
+        "{}",
+        tail(&log)
+    );
+    assert!(log.contains("restart budget spent"), "{}", tail(&log));
+}
+
+#[test]
+fn a_crash_during_the_first_checkpoint_does_not_block_the_restart() {
+    let dir = tempdir();
+    let (input, output) = topics(4);
+    let (lines, expected) = word_lines(5, 2_000, 10, 300);
+    produce(&input, 4, &lines);
+    let spec = JobSpec::word_count(dir.path(), &input, &output);
+    let config = spec.write();
+    // Killed in checkpoint 1, after a snapshot, before anything is prepared.
+    let mut first = WeirProcess::start(
+        weir(),
+        &config,
+        &[("FAILPOINTS", "after-keyed-snapshot-before-ack=return")],
+    );
+    first
+        .wait(Duration::from_secs(60))
+        .expect("the crash point fires");
+    assert!(first
+        .log_text()
+        .contains("crash point after-keyed-snapshot-before-ack reached"));
+    let mut weir = WeirProcess::start(self::weir(), &config, &[]);
+    let records = read_until_counts(&output, &expected, Duration::from_secs(60));
+    assert_counts(&records, &expected, &weir.log_text());
+    let log = weir.log_text();
+    assert!(
+        log.contains("missing _metadata (never prepared)"),
+        "the leftover is reported: {}",
+        tail(&log)
+    );
+    assert!(log.contains("fresh start"), "{}", tail(&log));
+    assert!(weir.stop(Duration::from_secs(60)).success());
+}

@@ -18,9 +18,14 @@ pub struct FolderFacts {
 #[derive(Debug, Clone)]
 pub enum FolderContents {
     Valid(Box<CheckpointMetadata>),
-    /// Not restorable, with the reason (missing or partial `_metadata`,
-    /// stale temp files, missing state).
+    /// Prepared once (it has a `_metadata`) but not restorable now, with
+    /// the reason: partial or corrupt `_metadata`, missing state. Its state
+    /// may be what the job's history depends on.
     Invalid(String),
+    /// Never prepared: no `_metadata` (perhaps a stale `_metadata.tmp`). A
+    /// checkpoint in flight when the process died; it never held a
+    /// checkpoint, so it does not stop a fresh start.
+    Unfinished(String),
 }
 
 /// Offsets committed to the consumer group, read at start-up.
@@ -66,8 +71,23 @@ pub fn skipped(observed: &Observed) -> Vec<(String, String)> {
         .folders
         .iter()
         .filter_map(|f| match &f.contents {
-            FolderContents::Invalid(reason) => Some((f.name.clone(), reason.clone())),
+            FolderContents::Invalid(reason) | FolderContents::Unfinished(reason) => {
+                Some((f.name.clone(), reason.clone()))
+            }
             FolderContents::Valid(_) => None,
+        })
+        .collect()
+}
+
+/// Prepared checkpoints that cannot be restored: these, unlike unfinished
+/// folders, forbid starting from empty state.
+fn damaged(observed: &Observed) -> Vec<(String, String)> {
+    observed
+        .folders
+        .iter()
+        .filter_map(|f| match &f.contents {
+            FolderContents::Invalid(reason) => Some((f.name.clone(), reason.clone())),
+            _ => None,
         })
         .collect()
 }
@@ -82,13 +102,14 @@ pub fn decide(observed: &Observed) -> Decision {
         .iter()
         .filter_map(|f| match &f.contents {
             FolderContents::Valid(m) => Some((m.as_ref(), f.committed_marker)),
-            FolderContents::Invalid(_) => None,
+            FolderContents::Invalid(_) | FolderContents::Unfinished(_) => None,
         })
         .collect();
     valid.sort_by_key(|(m, _)| m.checkpoint_id);
     let skipped = skipped(observed);
+    let damaged = damaged(observed);
     let none_usable = || {
-        let list: Vec<String> = skipped.iter().map(|(n, r)| format!("{n} ({r})")).collect();
+        let list: Vec<String> = damaged.iter().map(|(n, r)| format!("{n} ({r})")).collect();
         Decision::Refuse(format!(
             "checkpoints exist but none is usable: {}; refusing to start from empty state. \
              Fix or remove them, or restore one explicitly with --restore-from",
@@ -100,7 +121,7 @@ pub fn decide(observed: &Observed) -> Decision {
         // Without a transactional sink a prepared checkpoint is complete.
         return match valid.last() {
             Some((m, _)) => check_topology(m, &observed.topology, Vec::new()),
-            None if !skipped.is_empty() => none_usable(),
+            None if !damaged.is_empty() => none_usable(),
             None => Decision::Fresh {
                 discard: Vec::new(),
             },
@@ -116,7 +137,7 @@ pub fn decide(observed: &Observed) -> Decision {
             let discard = newer_than(&valid, m.checkpoint_id);
             return check_topology(m, &observed.topology, discard);
         }
-        if valid.is_empty() && !skipped.is_empty() {
+        if valid.is_empty() && !damaged.is_empty() {
             return none_usable();
         }
         return Decision::Fresh {
@@ -272,6 +293,13 @@ mod tests {
         }
     }
 
+    fn unfinished(name: &str, reason: &str) -> FolderFacts {
+        FolderFacts {
+            contents: FolderContents::Unfinished(reason.into()),
+            ..invalid(name, reason)
+        }
+    }
+
     fn group(id: Option<u64>, offset: i64) -> GroupOffsets {
         GroupOffsets {
             offsets: [
@@ -331,22 +359,52 @@ mod tests {
     #[test]
     fn missing_or_partial_metadata_or_temp_files_are_never_restored() {
         let folders = vec![
-            invalid("chk-0000000007", "missing _metadata"),
-            invalid("chk-0000000008", "partial _metadata: EOF while parsing"),
-            invalid("chk-0000000009", "stale temp file _metadata.tmp"),
+            unfinished("chk-0000000007", "missing _metadata (never prepared)"),
+            invalid(
+                "chk-0000000008",
+                "partial or corrupt _metadata: EOF while parsing",
+            ),
+            unfinished("chk-0000000009", "stale temp file _metadata.tmp"),
+            invalid("chk-0000000010", "state of word-count subtask 1 is missing"),
         ];
-        match decide(&observed(folders.clone(), None)) {
+        let o = observed(folders.clone(), None);
+        let skipped: Vec<String> = skipped(&o).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(skipped.len(), 4, "every folder is reported: {skipped:?}");
+        match decide(&o) {
             Decision::Refuse(msg) => {
-                for name in ["chk-0000000007", "chk-0000000008", "chk-0000000009"] {
+                for name in ["chk-0000000008", "chk-0000000010"] {
                     assert!(msg.contains(name), "{msg}");
                 }
-                assert!(msg.contains("missing _metadata"), "{msg}");
+                assert!(msg.contains("partial or corrupt _metadata"), "{msg}");
             }
-            other => panic!("must refuse, got {other:?}"),
+            other => {
+                panic!("prepared but damaged checkpoints must refuse a fresh start, got {other:?}")
+            }
         }
         let mut with_good = folders;
         with_good.push(valid(4, 40, false));
         assert_eq!(restored(&decide(&observed(with_good, None))), (4, vec![]));
+    }
+
+    #[test]
+    fn a_checkpoint_in_flight_at_a_crash_does_not_block_a_fresh_start() {
+        // The first checkpoint never finished: nothing was ever prepared.
+        let folders = vec![
+            unfinished("chk-0000000001", "missing _metadata (never prepared)"),
+            unfinished("chk-0000000002", "stale temp file _metadata.tmp"),
+        ];
+        assert_eq!(
+            decide(&observed(folders.clone(), None)),
+            Decision::Fresh { discard: vec![] }
+        );
+        assert_eq!(
+            decide(&observed(folders.clone(), Some(GroupOffsets::default()))),
+            Decision::Fresh { discard: vec![] }
+        );
+        // With a newer good checkpoint, it is simply not chosen.
+        let mut with_good = folders;
+        with_good.push(valid(3, 30, false));
+        assert_eq!(restored(&decide(&observed(with_good, None))), (3, vec![]));
     }
 
     #[test]

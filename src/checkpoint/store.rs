@@ -140,14 +140,19 @@ impl CheckpointStore {
         Ok(out)
     }
 
-    /// Checks one folder (also used for `--restore-from`).
+    /// Checks one `chk-N` folder.
     pub fn inspect(&self, name: &str, path: &Path) -> FolderFacts {
         let id = name
             .strip_prefix("chk-")
             .and_then(|n| n.parse::<u64>().ok());
         let committed_marker = path.join(COMMITTED).exists();
-        let contents = match check_folder(path, id) {
+        let checked = match id {
+            Some(id) => check_folder(path, Some(id)),
+            None => Err("folder name is not chk-<number>".to_string()),
+        };
+        let contents = match checked {
             Ok(m) => FolderContents::Valid(Box::new(m)),
+            Err(reason) if !path.join(METADATA).exists() => FolderContents::Unfinished(reason),
             Err(reason) => FolderContents::Invalid(reason),
         };
         FolderFacts {
@@ -164,10 +169,17 @@ impl CheckpointStore {
     }
 }
 
+/// Checks any checkpoint or savepoint folder (`--restore-from`), whatever
+/// its name.
+pub fn inspect_any(path: &Path) -> std::result::Result<CheckpointMetadata, String> {
+    if !path.is_dir() {
+        return Err("not a folder".into());
+    }
+    check_folder(path, None)
+}
+
+/// Checks a folder's `_metadata` and state; `id`, when given, must match.
 fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointMetadata, String> {
-    let Some(id) = id else {
-        return Err("folder name is not chk-<number>".into());
-    };
     if path.join(METADATA_TMP).exists() {
         return Err(format!(
             "stale temp file {METADATA_TMP} (interrupted while being written)"
@@ -188,7 +200,7 @@ fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointM
             meta.format_version
         ));
     }
-    if meta.checkpoint_id != id {
+    if let Some(id) = id.filter(|id| *id != meta.checkpoint_id) {
         return Err(format!(
             "_metadata names checkpoint {} but the folder is {id}",
             meta.checkpoint_id
@@ -206,6 +218,44 @@ fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointM
         }
     }
     Ok(meta)
+}
+
+/// Hard-links immutable `.sst` files and copies the rest (RocksDB appends
+/// to or rewrites the others, which must not change the source), falling
+/// back to copies across file systems. Recurses into folders.
+pub fn link_or_copy_dir(from: &Path, to: &Path) -> Result<()> {
+    create_private_dir(to)?;
+    for entry in fs::read_dir(from).map_err(|e| WeirError::io(from, e))? {
+        let entry = entry.map_err(|e| WeirError::io(from, e))?;
+        let src = entry.path();
+        let dst = to.join(entry.file_name());
+        if entry
+            .file_type()
+            .map_err(|e| WeirError::io(&src, e))?
+            .is_dir()
+        {
+            link_or_copy_dir(&src, &dst)?;
+            continue;
+        }
+        let is_sst = src.extension().is_some_and(|e| e == "sst");
+        if is_sst && fs::hard_link(&src, &dst).is_ok() {
+            continue;
+        }
+        fs::copy(&src, &dst).map_err(|e| WeirError::io(&src, e))?;
+    }
+    Ok(())
+}
+
+/// Copies a complete checkpoint folder (a savepoint), `_metadata` last so
+/// that a copy cut short is never mistaken for a usable one.
+pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
+    let tmp = to.with_extension("partial");
+    link_or_copy_dir(from, &tmp)?;
+    fs::rename(&tmp, to).map_err(|e| WeirError::io(to, e))?;
+    if let Some(parent) = to.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
@@ -252,7 +302,7 @@ mod tests {
 
     fn reason(f: &FolderFacts) -> &str {
         match &f.contents {
-            FolderContents::Invalid(r) => r,
+            FolderContents::Invalid(r) | FolderContents::Unfinished(r) => r,
             FolderContents::Valid(_) => "valid",
         }
     }
@@ -284,6 +334,10 @@ mod tests {
         assert!(summary[1].1.contains("missing _metadata"));
         assert!(summary[2].1.contains("partial or corrupt _metadata"));
         assert!(summary[3].1.contains("stale temp file"));
+        // Never prepared (no _metadata) vs prepared but damaged.
+        assert!(matches!(facts[1].contents, FolderContents::Unfinished(_)));
+        assert!(matches!(facts[2].contents, FolderContents::Invalid(_)));
+        assert!(matches!(facts[3].contents, FolderContents::Invalid(_)));
     }
 
     #[test]

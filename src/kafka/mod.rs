@@ -7,10 +7,15 @@ pub mod producer;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::admin::metrics::Metrics;
 use crate::checkpoint::recovery::GroupOffsets;
 use crate::config::{Config, StartPosition};
 use crate::error::{Result, WeirError};
@@ -66,6 +71,55 @@ pub fn create_consumer(c: &Config) -> Result<BaseConsumer> {
         .create()
         .map_err(|e| WeirError::kafka("create consumer", e))
 }
+
+/// A source subtask's consumer, whose librdkafka statistics feed the
+/// consumer-lag gauge once a second.
+pub fn create_source_consumer(
+    c: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<BaseConsumer<SourceContext>> {
+    consumer_config(c)
+        .set("statistics.interval.ms", "1000")
+        .create_with_context(SourceContext { metrics })
+        .map_err(|e| WeirError::kafka("create consumer", e))
+}
+
+/// Turns librdkafka statistics into `weir_consumer_lag_records`.
+pub struct SourceContext {
+    metrics: Arc<Metrics>,
+}
+
+impl ClientContext for SourceContext {
+    fn stats(&self, stats: Statistics) {
+        for (topic, t) in &stats.topics {
+            for (partition, p) in &t.partitions {
+                if *partition < 0 || !p.desired {
+                    continue;
+                }
+                // read_committed: the end is the last stable offset.
+                let end = if p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                let from = if p.app_offset >= 0 {
+                    p.app_offset
+                } else {
+                    p.lo_offset
+                };
+                if end < 0 || from < 0 {
+                    continue;
+                }
+                self.metrics
+                    .consumer_lag
+                    .with_label_values(&[topic.as_str(), &partition.to_string()])
+                    .set((end - from).max(0));
+            }
+        }
+    }
+}
+
+impl ConsumerContext for SourceContext {}
 
 /// Every (topic, partition) of the source topics, sorted.
 pub fn source_partitions(c: &Config, consumer: &BaseConsumer) -> Result<Vec<(String, i32)>> {

@@ -156,6 +156,12 @@ impl SinkProducer {
             .map_err(|e| self.txn_error("begin_transaction", e))
     }
 
+    pub fn abort_transaction(&self) -> Result<()> {
+        self.inner
+            .abort_transaction(Duration::from_secs(10))
+            .map_err(|e| self.txn_error("abort_transaction", e))
+    }
+
     /// Adds the offsets to the open transaction and commits it.
     pub fn commit_transaction(
         &self,

@@ -1,8 +1,10 @@
 //! The Coordinator: triggers checkpoints, collects acks, prepares and
 //! completes them, and with a transactional sink makes the Kafka commit the
-//! commit point (DESIGN.md §3, §4).
+//! commit point (DESIGN.md §3, §4). It also turns savepoint requests into
+//! checkpoints copied where retention never deletes them.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,10 +15,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::gate::EpochGate;
-use super::{now_ms, Ack, Counters, SourceCommand};
+use super::{now_ms, Ack, JobShared, SourceCommand};
+use crate::admin::history::{CheckpointStats, Status};
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
 use crate::checkpoint::retention::{to_prune, Retained};
+use crate::checkpoint::store::copy_checkpoint;
 use crate::checkpoint::{
     CheckpointMetadata, CheckpointStore, PartitionOffset, StateHandle, Topology,
 };
@@ -39,16 +43,33 @@ pub struct Coordinator {
     pub group: BaseConsumer,
     pub gate: Arc<EpochGate>,
     pub next_id: u64,
-    pub stop: Arc<AtomicBool>,
+    pub shared: JobShared,
     pub cancel: CancellationToken,
-    pub counters: Arc<Counters>,
     /// Set once this attempt completed a checkpoint (resets the restart budget).
     pub progressed: Arc<AtomicBool>,
 }
 
-enum Outcome {
-    Completed,
-    Aborted(String),
+/// How a checkpoint ended, with its timings.
+struct Outcome {
+    status: Status,
+    reason: Option<String>,
+    alignment_ms: u64,
+    snapshot_ms: u64,
+    commit_ms: u64,
+    state_size_bytes: u64,
+}
+
+impl Outcome {
+    fn failed(reason: impl Into<String>) -> Self {
+        Self {
+            status: Status::Failed,
+            reason: Some(reason.into()),
+            alignment_ms: 0,
+            snapshot_ms: 0,
+            commit_ms: 0,
+            state_size_bytes: 0,
+        }
+    }
 }
 
 impl Coordinator {
@@ -58,14 +79,20 @@ impl Coordinator {
         let min_pause = self.config.checkpoint.min_pause;
         let mut last_trigger = Instant::now();
         let mut last_end = Instant::now();
+        let mut consecutive_failures = 0u32;
         loop {
             let due = (last_trigger + interval).max(last_end + min_pause);
+            let mut savepoint = None;
             let then_stop = loop {
                 if self.cancel.is_cancelled() {
                     return Ok(());
                 }
-                if self.stop.load(Ordering::Relaxed) {
+                if self.shared.stop.load(Ordering::Relaxed) {
                     break true;
+                }
+                if let Ok(request) = self.shared.savepoints.try_recv() {
+                    savepoint = Some(request);
+                    break false;
                 }
                 let now = Instant::now();
                 if now >= due {
@@ -73,42 +100,77 @@ impl Coordinator {
                 }
                 std::thread::sleep((due - now).min(Duration::from_millis(20)));
             };
-            let id = match self.claim_next_id() {
-                Ok(id) => id,
-                Err(e) => {
-                    // Checkpoints cannot be written; processing goes on and
-                    // the next trigger tries again.
-                    warn!(error = %e, "cannot create a checkpoint folder");
-                    last_trigger = Instant::now();
-                    last_end = last_trigger;
-                    if then_stop {
-                        return Err(e);
-                    }
-                    continue;
-                }
-            };
             last_trigger = Instant::now();
-            let outcome = self.checkpoint(id, then_stop)?;
+            let trigger_time_ms = now_ms();
+            let (id, outcome) = match self.claim_next_id() {
+                Ok(id) => (id, self.checkpoint(id, trigger_time_ms, then_stop)?),
+                // The checkpoint directory cannot be written: processing
+                // goes on, the checkpoint counts as failed.
+                Err(e) => (self.next_id - 1, Outcome::failed(e.to_string())),
+            };
             last_end = Instant::now();
-            match outcome {
-                Outcome::Completed if then_stop => {
+            let mut stats = CheckpointStats {
+                id,
+                trigger_time_ms,
+                status: outcome.status,
+                reason: outcome.reason.clone(),
+                end_to_end_ms: last_end.duration_since(last_trigger).as_millis() as u64,
+                alignment_ms: outcome.alignment_ms,
+                snapshot_ms: outcome.snapshot_ms,
+                commit_ms: outcome.commit_ms,
+                state_size_bytes: outcome.state_size_bytes,
+                savepoint: None,
+            };
+            if outcome.status == Status::Completed {
+                consecutive_failures = 0;
+                if let Some(request) = savepoint {
+                    let answer = self.write_savepoint(id);
+                    if let Ok(path) = &answer {
+                        stats.savepoint = Some(path.clone());
+                    }
+                    let _ = request.reply.send(answer);
+                }
+                self.shared.history.record(stats);
+                if then_stop {
                     info!(checkpoint_id = id, "final checkpoint completed; stopping");
                     return Ok(());
                 }
-                Outcome::Completed => {}
-                Outcome::Aborted(reason) => {
-                    warn!(checkpoint_id = id, reason = %reason, "checkpoint aborted");
-                    self.store.delete(id)?;
-                    // Sinks go on; with transactions, epoch N's output stays
-                    // in the open transaction for the next checkpoint.
-                    self.gate.release(id);
-                    if then_stop {
-                        return Err(WeirError::Checkpoint {
-                            checkpoint_id: id,
-                            reason: format!("final checkpoint before stopping: {reason}"),
-                        });
-                    }
-                }
+                continue;
+            }
+            let reason = outcome.reason.unwrap_or_default();
+            self.shared.history.record(stats);
+            self.shared.metrics.checkpoints_failed.inc();
+            if let Some(request) = savepoint {
+                let _ = request
+                    .reply
+                    .send(Err(format!("checkpoint {id} failed: {reason}")));
+            }
+            if outcome.status == Status::Aborted {
+                return Ok(());
+            }
+            consecutive_failures += 1;
+            warn!(
+                checkpoint_id = id,
+                reason = %reason,
+                consecutive_failures,
+                tolerable_failures = self.config.checkpoint.tolerable_failures,
+                "checkpoint failed"
+            );
+            if let Err(e) = self.store.delete(id) {
+                warn!(checkpoint_id = id, error = %e, "removing the failed checkpoint's folder failed");
+            }
+            // Sinks go on; with transactions, epoch N's output stays in the
+            // open transaction for the next checkpoint.
+            self.gate.release(id);
+            if then_stop || consecutive_failures > self.config.checkpoint.tolerable_failures {
+                return Err(WeirError::Checkpoint {
+                    checkpoint_id: id,
+                    reason: if then_stop {
+                        format!("final checkpoint before stopping: {reason}")
+                    } else {
+                        format!("{consecutive_failures} consecutive checkpoints failed, the last: {reason}")
+                    },
+                });
             }
         }
     }
@@ -128,9 +190,8 @@ impl Coordinator {
         }
     }
 
-    fn checkpoint(&mut self, id: u64, then_stop: bool) -> Result<Outcome> {
+    fn checkpoint(&mut self, id: u64, trigger_time_ms: u64, then_stop: bool) -> Result<Outcome> {
         let started = Instant::now();
-        let trigger_time_ms = now_ms();
         let barrier = Barrier {
             checkpoint_id: id,
             timestamp_ms: trigger_time_ms,
@@ -147,30 +208,42 @@ impl Coordinator {
         let deadline = started + self.config.checkpoint.timeout;
         let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
         let mut state: Vec<StateHandle> = Vec::new();
+        let mut declined = Vec::new();
+        let (mut alignment_ms, mut snapshot_ms) = (0, 0);
         let mut acked = 0;
-        let mut alignment_done = None;
         while acked < expected {
             if self.cancel.is_cancelled() {
-                return Ok(Outcome::Aborted("job cancelled".into()));
+                return Ok(Outcome {
+                    status: Status::Aborted,
+                    ..Outcome::failed("the job attempt stopped")
+                });
             }
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(100));
             match self.acks.recv_timeout(wait) {
-                Ok(ack) if ack.checkpoint_id() != id => {} // late ack of an aborted checkpoint
+                Ok(ack) if ack.checkpoint_id() != id => {} // late ack of a failed checkpoint
                 Ok(Ack::Source { offsets: o, .. }) => {
                     offsets.extend(o.into_iter().map(|p| ((p.topic, p.partition), p.offset)));
                     acked += 1;
-                    if acked == self.sources.len() {
-                        alignment_done = Some(started.elapsed());
-                    }
                 }
-                Ok(Ack::Keyed { handle, .. }) => {
-                    state.push(handle);
+                Ok(Ack::Keyed {
+                    subtask,
+                    handle,
+                    alignment_ms: a,
+                    sync_ms,
+                    ..
+                }) => {
+                    alignment_ms = alignment_ms.max(a);
+                    snapshot_ms = snapshot_ms.max(sync_ms);
+                    match handle {
+                        Ok(h) => state.push(h),
+                        Err(reason) => declined.push(format!("keyed subtask {subtask}: {reason}")),
+                    }
                     acked += 1;
                 }
                 Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => {
-                    return Ok(Outcome::Aborted(format!(
+                    return Ok(Outcome::failed(format!(
                         "timed out after {:?} with {acked} of {expected} acks",
                         self.config.checkpoint.timeout
                     )));
@@ -183,6 +256,14 @@ impl Coordinator {
                     })
                 }
             }
+        }
+        let with_timings = |o: Outcome| Outcome {
+            alignment_ms,
+            snapshot_ms,
+            ..o
+        };
+        if !declined.is_empty() {
+            return Ok(with_timings(Outcome::failed(declined.join("; "))));
         }
         state.sort_by_key(|h| h.subtask);
         let meta = CheckpointMetadata {
@@ -203,9 +284,10 @@ impl Coordinator {
             state,
         };
         if let Err(e) = self.store.write_metadata(&meta) {
-            return Ok(Outcome::Aborted(format!("writing _metadata: {e}")));
+            return Ok(with_timings(Outcome::failed(format!(
+                "writing _metadata: {e}"
+            ))));
         }
-        let prepared = started.elapsed();
         crate::crash_point!("after-metadata-before-commit");
         let commit_started = Instant::now();
         if self.producer.is_transactional() {
@@ -217,6 +299,7 @@ impl Coordinator {
             // visible together, or not at all.
             self.producer
                 .commit_transaction(&offsets_list(&offsets, id)?, &group)?;
+            self.shared.metrics.transactions_committed.inc();
             crate::crash_point!("after-commit-before-mark");
             self.store.mark_committed(id)?;
             if !then_stop {
@@ -235,22 +318,62 @@ impl Coordinator {
                 }
             }
         }
+        let commit_ms = commit_started.elapsed().as_millis() as u64;
         self.progressed.store(true, Ordering::Relaxed);
+        let state_size_bytes = meta.state_size();
+        self.shared.metrics.checkpoint_completed(
+            id,
+            started.elapsed().as_secs_f64(),
+            state_size_bytes,
+        );
         info!(
             checkpoint_id = id,
             duration_ms = started.elapsed().as_millis() as u64,
-            alignment_ms = alignment_done.unwrap_or_default().as_millis() as u64,
-            prepare_ms = prepared.as_millis() as u64,
-            commit_ms = commit_started.elapsed().as_millis() as u64,
-            state_bytes = meta.state_size(),
-            records_in = Counters::get(&self.counters.records_in),
-            records_out = Counters::get(&self.counters.records_out),
-            bad_records_skipped = Counters::get(&self.counters.bad_records_skipped),
-            bad_records_dead_lettered = Counters::get(&self.counters.bad_records_dead_lettered),
+            alignment_ms,
+            snapshot_ms,
+            commit_ms,
+            state_bytes = state_size_bytes,
+            records_in = self
+                .shared
+                .metrics
+                .records_in
+                .with_label_values(&[crate::config::SOURCE_UID])
+                .get(),
+            bad_records_skipped = self
+                .shared
+                .metrics
+                .bad_records
+                .with_label_values(&["skip"])
+                .get(),
+            bad_records_dead_lettered = self
+                .shared
+                .metrics
+                .bad_records
+                .with_label_values(&["dead-letter"])
+                .get(),
             "checkpoint completed"
         );
         self.prune();
-        Ok(Outcome::Completed)
+        Ok(Outcome {
+            status: Status::Completed,
+            reason: None,
+            alignment_ms,
+            snapshot_ms,
+            commit_ms,
+            state_size_bytes,
+        })
+    }
+
+    /// Copies completed checkpoint `id` into the savepoint directory (hard
+    /// links where it can), where retention never looks.
+    fn write_savepoint(&self, id: u64) -> std::result::Result<String, String> {
+        let dir: PathBuf = self
+            .config
+            .savepoint_dir()
+            .join(format!("savepoint-{id:010}-{}", now_ms()));
+        copy_checkpoint(&self.store.folder(id), &dir).map_err(|e| e.to_string())?;
+        info!(checkpoint_id = id, path = %dir.display(), "savepoint written");
+        Ok(dir.display().to_string())
     }
 
     /// Deletes checkpoints beyond `retained`; never one recovery may need.

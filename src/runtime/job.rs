@@ -22,10 +22,10 @@ use super::coordinator::Coordinator;
 use super::gate::EpochGate;
 use super::keyed::KeyedTask;
 use super::source::{Position, SourceTask};
-use super::{Counters, CHANNEL_CAPACITY};
+use super::{JobShared, CHANNEL_CAPACITY};
 use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
-use crate::checkpoint::store::create_private_dir;
+use crate::checkpoint::store::{self, create_private_dir};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
 use crate::config::{Config, Delivery, SOURCE_UID};
 use crate::error::{Result, WeirError};
@@ -55,11 +55,8 @@ pub fn topology(c: &Config) -> Topology {
 
 /// Runs the job until a stop request completes a final checkpoint (Ok),
 /// a fatal error, or the restart budget is spent.
-pub fn run(
-    config: Arc<Config>,
-    stop: Arc<AtomicBool>,
-    restore_from: Option<PathBuf>,
-) -> Result<()> {
+pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>) -> Result<()> {
+    let stop = shared.stop.clone();
     // Only the state directory is locked. The checkpoint directory may be
     // shared storage that a replacement instance takes over while the old
     // one is still alive; there Kafka's fencing (exactly-once) and atomic
@@ -70,7 +67,8 @@ pub fn run(
     let mut restore_from = restore_from;
     loop {
         let progressed = Arc::new(AtomicBool::new(false));
-        let result = run_attempt(&config, &stop, restore_from.take(), &progressed);
+        let result = run_attempt(&config, &shared, restore_from.take(), &progressed);
+        shared.ready.store(false, Ordering::Relaxed);
         let err = match result {
             Ok(()) => return Ok(()),
             Err(e) if e.is_fatal() => return Err(e),
@@ -86,6 +84,7 @@ pub fn run(
             error!(attempts = failures - 1, error = %err, "restart budget spent; giving up");
             return Err(err);
         }
+        shared.metrics.restarts.inc();
         warn!(
             attempt = failures,
             max_attempts = config.restart.max_attempts,
@@ -107,7 +106,8 @@ pub fn run(
 
 /// What recovery settled on.
 struct Restored {
-    checkpoint: Option<CheckpointMetadata>,
+    /// The checkpoint and the folder it is in.
+    checkpoint: Option<(CheckpointMetadata, PathBuf)>,
     next_id: u64,
 }
 
@@ -120,23 +120,17 @@ fn recover(
 ) -> Result<Restored> {
     let folders = store.scan()?;
     let next_id = folders.iter().filter_map(|f| f.id).max().unwrap_or(0) + 1;
-    let forced = match restore_from {
+    let forced = match &restore_from {
         None => None,
-        Some(path) => {
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            match store.inspect(&name, &path).contents {
-                FolderContents::Valid(m) => Some(m),
-                FolderContents::Invalid(reason) => {
-                    return Err(WeirError::Recovery(format!(
-                        "--restore-from {}: {reason}",
-                        path.display()
-                    )))
-                }
+        Some(path) => match store::inspect_any(path) {
+            Ok(m) => Some(Box::new(m)),
+            Err(reason) => {
+                return Err(WeirError::Recovery(format!(
+                    "--restore-from {}: {reason}",
+                    path.display()
+                )))
             }
-        }
+        },
     };
     let group_offsets = match config.sink.delivery {
         Delivery::ExactlyOnce => Some(kafka::committed_offsets(group, partitions)?),
@@ -150,6 +144,13 @@ fn recover(
     };
     for (folder, reason) in recovery::skipped(&observed) {
         warn!(folder = %folder, reason = %reason, "checkpoint folder skipped");
+    }
+    // Folders of checkpoints that were in flight when a process died hold
+    // nothing anyone relies on.
+    for f in &observed.folders {
+        if let (FolderContents::Unfinished(_), Some(id)) = (&f.contents, f.id) {
+            store.delete(id)?;
+        }
     }
     let decision = recovery::decide(&observed);
     let (checkpoint, discard) = match decision {
@@ -168,13 +169,20 @@ fn recover(
         store.delete(id)?;
     }
     let next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
-    match &checkpoint {
-        Some(c) => info!(
+    let checkpoint = checkpoint.map(|c| {
+        let folder = restore_from
+            .clone()
+            .unwrap_or_else(|| store.folder(c.checkpoint_id));
+        info!(
             checkpoint_id = c.checkpoint_id,
+            folder = %folder.display(),
             offsets = ?c.offsets_map(),
             "restoring checkpoint"
-        ),
-        None => info!("no checkpoint to restore: fresh start"),
+        );
+        (c, folder)
+    });
+    if checkpoint.is_none() {
+        info!("no checkpoint to restore: fresh start");
     }
     Ok(Restored {
         checkpoint,
@@ -184,7 +192,7 @@ fn recover(
 
 fn run_attempt(
     config: &Arc<Config>,
-    stop: &Arc<AtomicBool>,
+    shared: &JobShared,
     restore_from: Option<PathBuf>,
     progressed: &Arc<AtomicBool>,
 ) -> Result<()> {
@@ -197,13 +205,15 @@ fn run_attempt(
     // they can no longer commit, so the offsets read next are final.
     let producer = Arc::new(SinkProducer::create(config)?);
     let restored = recover(config, &store, &group, &partitions, restore_from)?;
-    let restored_id = restored.checkpoint.as_ref().map_or(0, |c| c.checkpoint_id);
+    let restored_id = restored
+        .checkpoint
+        .as_ref()
+        .map_or(0, |(c, _)| c.checkpoint_id);
     let gate = Arc::new(EpochGate::new(restored_id));
     if producer.is_transactional() {
         producer.begin_transaction()?;
     }
     let cancel = CancellationToken::new();
-    let counters = Arc::new(Counters::default());
     let pipeline = Pipeline::from_config(config);
     let uid = config.keyed_uid();
 
@@ -223,20 +233,16 @@ fn run_attempt(
     let handles: Vec<_> = restored
         .checkpoint
         .iter()
-        .flat_map(|c| c.state.iter().filter(|h| h.uid == uid))
+        .flat_map(|(c, _)| c.state.iter().filter(|h| h.uid == uid))
         .collect();
     for (k, inputs) in to_keyed.into_iter().enumerate() {
         let k = k as u32;
         let range = range_for_subtask(k, p, config.job.max_parallelism);
         let path = config.job_state_dir().join(&uid).join(k.to_string());
         let state = match &restored.checkpoint {
-            Some(c) => KeyedState::restore(
-                &path,
-                config.state.cache_entries,
-                &store.folder(c.checkpoint_id),
-                &handles,
-                range,
-            )?,
+            Some((_, folder)) => {
+                KeyedState::restore(&path, config.state.cache_entries, folder, &handles, range)?
+            }
             None => {
                 if path.exists() {
                     fs::remove_dir_all(&path).map_err(|e| WeirError::io(&path, e))?;
@@ -259,7 +265,7 @@ fn run_attempt(
             dead_letter_topic: config.source.dead_letter_topic.clone(),
             gate: gate.clone(),
             store: store.clone(),
-            counters: counters.clone(),
+            metrics: shared.metrics.clone(),
             cancel: cancel.clone(),
         });
     }
@@ -267,7 +273,7 @@ fn run_attempt(
     let restored_offsets: BTreeMap<(String, i32), i64> = restored
         .checkpoint
         .as_ref()
-        .map(|c| c.offsets_map())
+        .map(|(c, _)| c.offsets_map())
         .unwrap_or_default();
     let mut source_tasks = Vec::new();
     let mut commands = Vec::new();
@@ -278,7 +284,7 @@ fn run_attempt(
             .filter(|(i, _)| *i as u32 % p == s as u32)
             .map(|(_, tp)| tp)
             .collect();
-        let consumer = kafka::create_consumer(config)?;
+        let consumer = kafka::create_source_consumer(config, shared.metrics.clone())?;
         let mut tpl = TopicPartitionList::new();
         let mut positions = Vec::new();
         for (topic, partition) in mine {
@@ -311,7 +317,7 @@ fn run_attempt(
             pipeline: pipeline.clone(),
             policy: config.source.on_bad_record,
             max_parallelism: config.job.max_parallelism,
-            counters: counters.clone(),
+            metrics: shared.metrics.clone(),
             cancel: cancel.clone(),
         });
     }
@@ -328,9 +334,8 @@ fn run_attempt(
         group,
         gate,
         next_id: restored.next_id,
-        stop: stop.clone(),
+        shared: shared.clone(),
         cancel: cancel.clone(),
-        counters,
         progressed: progressed.clone(),
     };
 
@@ -379,6 +384,7 @@ fn run_attempt(
     }
     spawn("coordinator".into(), Box::new(move || coordinator.run()));
     drop(done_tx);
+    shared.ready.store(true, Ordering::Relaxed);
 
     let mut outcome = Ok(());
     for _ in 0..total {
@@ -396,6 +402,14 @@ fn run_attempt(
     cancel.cancel();
     for t in threads {
         let _ = t.join();
+    }
+    if outcome.is_err() && producer.is_transactional() {
+        // The next attempt's init_transactions would abort it too; doing it
+        // now frees read_committed readers sooner.
+        match producer.abort_transaction() {
+            Ok(()) => shared.metrics.transactions_aborted.inc(),
+            Err(e) => warn!(error = %e, "aborting the open transaction failed"),
+        }
     }
     outcome
 }

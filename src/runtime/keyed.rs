@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 use rdkafka::message::{Header, OwnedHeaders};
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::alignment::BarrierAligner;
 use super::gate::EpochGate;
-use super::{Ack, Counters, DeadLetter, Item};
+use super::{Ack, DeadLetter, Item};
+use crate::admin::metrics::Metrics;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::config::{CheckpointMode, EmitMode};
 use crate::element::{Barrier, Element};
@@ -45,7 +46,7 @@ pub struct KeyedTask {
     pub dead_letter_topic: Option<String>,
     pub gate: Arc<EpochGate>,
     pub store: CheckpointStore,
-    pub counters: Arc<Counters>,
+    pub metrics: Arc<Metrics>,
     pub cancel: CancellationToken,
 }
 
@@ -56,6 +57,8 @@ struct Run {
     /// Exactly-once: the checkpoint whose commit must come before more output.
     awaiting: Option<u64>,
     pending: Vec<Output>,
+    /// When the first barrier of the checkpoint being aligned arrived.
+    alignment_started: Option<Instant>,
 }
 
 impl KeyedTask {
@@ -65,7 +68,12 @@ impl KeyedTask {
             changed: HashSet::new(),
             awaiting: None,
             pending: Vec::new(),
+            alignment_started: None,
         };
+        let records_in = self
+            .metrics
+            .records_in
+            .with_label_values(&[self.uid.as_str()]);
         let inputs = std::mem::take(&mut self.inputs);
         loop {
             if self.cancel.is_cancelled() {
@@ -100,11 +108,13 @@ impl KeyedTask {
             };
             match element {
                 Element::Records(items) => {
+                    records_in.inc_by(items.len() as u64);
                     for item in items {
                         self.process(&mut run, item)?;
                     }
                 }
                 Element::Barrier(b) => {
+                    run.alignment_started.get_or_insert_with(Instant::now);
                     let aligned = run
                         .aligner
                         .on_barrier(input, b)
@@ -133,6 +143,8 @@ impl KeyedTask {
     }
 
     fn process(&mut self, run: &mut Run, item: Item) -> Result<()> {
+        // Failure injection for restart tests (`--features failpoints`).
+        fail::fail_point!("keyed-update");
         match item {
             Item::Update {
                 key_group,
@@ -142,7 +154,6 @@ impl KeyedTask {
                 let acc = self
                     .state
                     .update(state_key(key_group, key.as_bytes()), |a| a.add(value))?;
-                Counters::add(&self.counters.updates, 1);
                 match self.emit {
                     EmitMode::EveryUpdate => {
                         let value = self.pipeline.output(&key, &acc);
@@ -197,7 +208,10 @@ impl KeyedTask {
             Output::Result { key, value } => {
                 self.producer
                     .send(&self.sink_topic, Some(key.as_bytes()), Some(&value), None)?;
-                Counters::add(&self.counters.records_out, 1);
+                self.metrics
+                    .records_out
+                    .with_label_values(&[self.uid.as_str()])
+                    .inc();
             }
             Output::DeadLetter(dl) => {
                 let topic = self
@@ -233,6 +247,13 @@ impl KeyedTask {
     /// Barrier N has arrived on every input: everything of epoch N goes to
     /// the producer, state is snapshotted, the Coordinator gets the ack.
     fn checkpoint(&mut self, run: &mut Run, barrier: Barrier) -> Result<()> {
+        let alignment = run
+            .alignment_started
+            .take()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        self.metrics
+            .checkpoint_alignment
+            .observe(alignment.as_secs_f64());
         let started = Instant::now();
         let id = barrier.checkpoint_id;
         // The previous checkpoint completed before this one was triggered,
@@ -259,7 +280,22 @@ impl KeyedTask {
             }
         }
         let rel = CheckpointStore::state_path(&self.uid, self.subtask);
-        let size_bytes = self.state.snapshot(&self.store.folder(id).join(&rel))?;
+        // A snapshot that cannot be written (disk full, permissions) fails
+        // this checkpoint, not the job: the Coordinator counts it against
+        // `checkpoint.tolerable_failures`.
+        let handle = match self.state.snapshot(&self.store.folder(id).join(&rel)) {
+            Ok(size_bytes) => Ok(StateHandle {
+                uid: self.uid.clone(),
+                subtask: self.subtask,
+                key_groups: self.key_groups,
+                path: rel,
+                size_bytes,
+            }),
+            Err(e) => {
+                warn!(uid = %self.uid, subtask = self.subtask, checkpoint_id = id, error = %e, "snapshot failed");
+                Err(e.to_string())
+            }
+        };
         crate::crash_point!("after-keyed-snapshot-before-ack");
         if !self.producer.is_transactional() {
             // At-least-once: everything before the checkpoint is in Kafka.
@@ -268,24 +304,22 @@ impl KeyedTask {
             self.producer.check()?;
             run.awaiting = Some(id);
         }
+        let sync = started.elapsed();
+        self.metrics.checkpoint_sync.observe(sync.as_secs_f64());
         debug!(
             uid = %self.uid,
             subtask = self.subtask,
             checkpoint_id = id,
-            size_bytes,
-            sync_ms = started.elapsed().as_millis() as u64,
+            alignment_ms = alignment.as_millis() as u64,
+            sync_ms = sync.as_millis() as u64,
             "keyed snapshot"
         );
         let _ = self.acks.send(Ack::Keyed {
             subtask: self.subtask,
             checkpoint_id: id,
-            handle: StateHandle {
-                uid: self.uid.clone(),
-                subtask: self.subtask,
-                key_groups: self.key_groups,
-                path: rel,
-                size_bytes,
-            },
+            handle,
+            alignment_ms: alignment.as_millis() as u64,
+            sync_ms: sync.as_millis() as u64,
         });
         Ok(())
     }

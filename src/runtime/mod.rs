@@ -14,7 +14,12 @@ pub mod job;
 pub mod keyed;
 pub mod source;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::admin::history::History;
+use crate::admin::metrics::Metrics;
+use crate::admin::SavepointRequest;
 
 use crate::checkpoint::{PartitionOffset, StateHandle};
 use crate::element::Barrier;
@@ -65,7 +70,11 @@ pub enum Ack {
     Keyed {
         subtask: u32,
         checkpoint_id: u64,
-        handle: StateHandle,
+        /// The snapshot, or why it could not be taken (the checkpoint
+        /// fails; processing goes on).
+        handle: std::result::Result<StateHandle, String>,
+        alignment_ms: u64,
+        sync_ms: u64,
     },
 }
 
@@ -77,23 +86,33 @@ impl Ack {
     }
 }
 
-/// Counters shared by the tasks of one process, logged at checkpoints.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub records_in: AtomicU64,
-    pub updates: AtomicU64,
-    pub records_out: AtomicU64,
-    pub bad_records_skipped: AtomicU64,
-    pub bad_records_dead_lettered: AtomicU64,
+/// What lives as long as the process, across job attempts: observability
+/// state the admin endpoint reads, the stop flag, savepoint requests.
+#[derive(Clone)]
+pub struct JobShared {
+    pub metrics: Arc<Metrics>,
+    pub history: Arc<History>,
+    /// True while an attempt is restored and processing.
+    pub ready: Arc<AtomicBool>,
+    /// Set by SIGTERM/SIGINT: take a final checkpoint and stop.
+    pub stop: Arc<AtomicBool>,
+    pub savepoints: crossbeam_channel::Receiver<SavepointRequest>,
 }
 
-impl Counters {
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
+impl JobShared {
+    /// A context with fresh metrics, and the sender for savepoint requests.
+    pub fn new() -> (Self, crossbeam_channel::Sender<SavepointRequest>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (
+            Self {
+                metrics: Arc::new(Metrics::new()),
+                history: Arc::new(History::default()),
+                ready: Arc::new(AtomicBool::new(false)),
+                stop: Arc::new(AtomicBool::new(false)),
+                savepoints: rx,
+            },
+            tx,
+        )
     }
 }
 

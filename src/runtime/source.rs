@@ -12,11 +12,13 @@ use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{Ack, Counters, DeadLetter, Item, SourceCommand, BATCH};
+use super::{Ack, DeadLetter, Item, SourceCommand, BATCH};
+use crate::admin::metrics::Metrics;
 use crate::checkpoint::PartitionOffset;
-use crate::config::BadRecordPolicy;
+use crate::config::{BadRecordPolicy, SOURCE_UID};
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
+use crate::kafka::SourceContext;
 use crate::operators::Pipeline;
 use crate::state::key_groups::{key_group, subtask_for_key_group};
 
@@ -30,7 +32,7 @@ pub struct Position {
 
 pub struct SourceTask {
     pub subtask: u32,
-    pub consumer: BaseConsumer,
+    pub consumer: BaseConsumer<SourceContext>,
     pub positions: Vec<Position>,
     pub outputs: Vec<Sender<Element<Item>>>,
     pub commands: Receiver<SourceCommand>,
@@ -38,7 +40,7 @@ pub struct SourceTask {
     pub pipeline: Pipeline,
     pub policy: BadRecordPolicy,
     pub max_parallelism: u32,
-    pub counters: Arc<Counters>,
+    pub metrics: Arc<Metrics>,
     pub cancel: CancellationToken,
 }
 
@@ -47,6 +49,9 @@ const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
 
 impl SourceTask {
     pub fn run(mut self) -> Result<()> {
+        let records_in = self.metrics.records_in.with_label_values(&[SOURCE_UID]);
+        let records_out = self.metrics.records_out.with_label_values(&[SOURCE_UID]);
+        let (mut taken, mut routed) = (0u64, 0u64);
         let mut buffers: Vec<Vec<Item>> = (0..self.outputs.len())
             .map(|_| Vec::with_capacity(BATCH))
             .collect();
@@ -56,6 +61,11 @@ impl SourceTask {
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(());
+            }
+            if taken > 0 {
+                // Published in bulk: an atomic per record would cost more.
+                records_in.inc_by(std::mem::take(&mut taken));
+                records_out.inc_by(std::mem::take(&mut routed));
             }
             while let Ok(SourceCommand::Trigger(barrier)) = self.commands.try_recv() {
                 self.flush_all(&mut buffers)?;
@@ -83,7 +93,7 @@ impl SourceTask {
                 }
                 Some(Ok(m)) => m,
             };
-            Counters::add(&self.counters.records_in, 1);
+            taken += 1;
             let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
             scratch.clear();
             match self
@@ -91,6 +101,7 @@ impl SourceTask {
                 .extract(msg.payload(), |k, v| scratch.push((k, v)))
             {
                 Ok(()) => {
+                    routed += scratch.len() as u64;
                     for (key, value) in scratch.drain(..) {
                         let kg = key_group(key.as_bytes(), self.max_parallelism);
                         let target =
@@ -117,11 +128,14 @@ impl SourceTask {
                         })
                     }
                     BadRecordPolicy::Skip => {
-                        Counters::add(&self.counters.bad_records_skipped, 1);
+                        self.metrics.bad_records.with_label_values(&["skip"]).inc();
                         warn!(topic, partition, offset, reason = %reason, "skipped bad record");
                     }
                     BadRecordPolicy::DeadLetter => {
-                        Counters::add(&self.counters.bad_records_dead_lettered, 1);
+                        self.metrics
+                            .bad_records
+                            .with_label_values(&["dead-letter"])
+                            .inc();
                         warn!(topic, partition, offset, reason = %reason, "bad record sent to the dead-letter topic");
                         let target = partition.unsigned_abs() as usize % self.outputs.len();
                         buffers[target].push(Item::DeadLetter(Box::new(DeadLetter {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{checkpoint::Checkpoint, Options, WriteBatch, WriteOptions, DB};
 
-use crate::checkpoint::store::{create_private_dir, dir_size};
+use crate::checkpoint::store::{create_private_dir, dir_size, link_or_copy_dir};
 use crate::checkpoint::StateHandle;
 use crate::error::{Result, WeirError};
 
@@ -262,25 +262,6 @@ impl KeyedState {
             .map_err(|e| WeirError::state(format!("checkpoint into {}", target.display()), e))?;
         Ok(dir_size(target))
     }
-}
-
-/// Hard-links immutable `.sst` files and copies the rest (RocksDB appends
-/// to or rewrites the others, which must not change the checkpoint).
-/// Falls back to copying when the two folders are on different file
-/// systems.
-fn link_or_copy_dir(from: &Path, to: &Path) -> Result<()> {
-    create_private_dir(to)?;
-    for entry in fs::read_dir(from).map_err(|e| WeirError::io(from, e))? {
-        let entry = entry.map_err(|e| WeirError::io(from, e))?;
-        let src = entry.path();
-        let dst = to.join(entry.file_name());
-        let is_sst = src.extension().is_some_and(|e| e == "sst");
-        if is_sst && fs::hard_link(&src, &dst).is_ok() {
-            continue;
-        }
-        fs::copy(&src, &dst).map_err(|e| WeirError::io(&src, e))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,227 @@
+//! Process metrics, registered once and updated where each event happens
+//! (the same place that logs it). Served by `/metrics` in the Prometheus
+//! text format by the `prometheus` crate.
+
+use prometheus::{
+    exponential_buckets, Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::runtime::now_ms;
+
+/// Every metric weir exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Records taken in, per operator uid.
+    pub records_in: IntCounterVec,
+    /// Records emitted, per operator uid.
+    pub records_out: IntCounterVec,
+    /// Bad records, per policy (`skip`, `dead-letter`).
+    pub bad_records: IntCounterVec,
+    /// Records between the source's position and the end of the partition.
+    pub consumer_lag: IntGaugeVec,
+    pub checkpoint_duration: Histogram,
+    pub checkpoint_alignment: Histogram,
+    pub checkpoint_sync: Histogram,
+    pub checkpoint_size: Histogram,
+    pub checkpoints_completed: IntCounter,
+    pub checkpoints_failed: IntCounter,
+    pub last_checkpoint_id: IntGauge,
+    last_checkpoint_time_ms: IntGauge,
+    last_checkpoint_age: Gauge,
+    pub restarts: IntCounter,
+    pub transactions_committed: IntCounter,
+    pub transactions_aborted: IntCounter,
+}
+
+fn seconds_histogram(name: &str, help: &str) -> Histogram {
+    Histogram::with_opts(
+        HistogramOpts::new(name, help)
+            .buckets(exponential_buckets(0.001, 2.0, 16).expect("buckets")),
+    )
+    .expect("histogram")
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let m = Self {
+            records_in: IntCounterVec::new(
+                Opts::new("weir_records_in_total", "Records taken in, per operator"),
+                &["operator"],
+            )
+            .expect("metric"),
+            records_out: IntCounterVec::new(
+                Opts::new("weir_records_out_total", "Records emitted, per operator"),
+                &["operator"],
+            )
+            .expect("metric"),
+            bad_records: IntCounterVec::new(
+                Opts::new(
+                    "weir_bad_records_total",
+                    "Records that could not be decoded, per policy",
+                ),
+                &["policy"],
+            )
+            .expect("metric"),
+            consumer_lag: IntGaugeVec::new(
+                Opts::new(
+                    "weir_consumer_lag_records",
+                    "Records not yet read, per source partition",
+                ),
+                &["topic", "partition"],
+            )
+            .expect("metric"),
+            checkpoint_duration: seconds_histogram(
+                "weir_checkpoint_duration_seconds",
+                "Trigger to completion (including the Kafka commit)",
+            ),
+            checkpoint_alignment: seconds_histogram(
+                "weir_checkpoint_alignment_seconds",
+                "Time a keyed subtask waited for barriers on all inputs",
+            ),
+            checkpoint_sync: seconds_histogram(
+                "weir_checkpoint_sync_seconds",
+                "Time a keyed subtask spent writing back its cache and snapshotting RocksDB",
+            ),
+            checkpoint_size: Histogram::with_opts(
+                HistogramOpts::new(
+                    "weir_checkpoint_size_bytes",
+                    "State size referenced by a checkpoint",
+                )
+                .buckets(exponential_buckets(4096.0, 4.0, 12).expect("buckets")),
+            )
+            .expect("metric"),
+            checkpoints_completed: IntCounter::new(
+                "weir_checkpoints_completed_total",
+                "Completed checkpoints",
+            )
+            .expect("metric"),
+            checkpoints_failed: IntCounter::new(
+                "weir_checkpoints_failed_total",
+                "Failed or aborted checkpoints",
+            )
+            .expect("metric"),
+            last_checkpoint_id: IntGauge::new(
+                "weir_last_checkpoint_id",
+                "Id of the last completed checkpoint",
+            )
+            .expect("metric"),
+            last_checkpoint_time_ms: IntGauge::new(
+                "weir_last_checkpoint_timestamp_ms",
+                "Completion time of the last completed checkpoint (Unix ms)",
+            )
+            .expect("metric"),
+            last_checkpoint_age: Gauge::new(
+                "weir_last_checkpoint_age_seconds",
+                "Seconds since the last completed checkpoint",
+            )
+            .expect("metric"),
+            restarts: IntCounter::new(
+                "weir_restarts_total",
+                "In-process restarts from a checkpoint",
+            )
+            .expect("metric"),
+            transactions_committed: IntCounter::new(
+                "weir_transactions_committed_total",
+                "Kafka transactions committed (exactly-once)",
+            )
+            .expect("metric"),
+            transactions_aborted: IntCounter::new(
+                "weir_transactions_aborted_total",
+                "Kafka transactions aborted (exactly-once)",
+            )
+            .expect("metric"),
+            registry,
+        };
+        let r = &m.registry;
+        r.register(Box::new(m.records_in.clone()))
+            .expect("register");
+        r.register(Box::new(m.records_out.clone()))
+            .expect("register");
+        r.register(Box::new(m.bad_records.clone()))
+            .expect("register");
+        r.register(Box::new(m.consumer_lag.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoint_duration.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoint_alignment.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoint_sync.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoint_size.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoints_completed.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoints_failed.clone()))
+            .expect("register");
+        r.register(Box::new(m.last_checkpoint_id.clone()))
+            .expect("register");
+        r.register(Box::new(m.last_checkpoint_time_ms.clone()))
+            .expect("register");
+        r.register(Box::new(m.last_checkpoint_age.clone()))
+            .expect("register");
+        r.register(Box::new(m.restarts.clone())).expect("register");
+        r.register(Box::new(m.transactions_committed.clone()))
+            .expect("register");
+        r.register(Box::new(m.transactions_aborted.clone()))
+            .expect("register");
+        m
+    }
+
+    /// Records a completed checkpoint.
+    pub fn checkpoint_completed(&self, id: u64, duration_s: f64, size_bytes: u64) {
+        self.checkpoints_completed.inc();
+        self.checkpoint_duration.observe(duration_s);
+        self.checkpoint_size.observe(size_bytes as f64);
+        self.last_checkpoint_id.set(id as i64);
+        self.last_checkpoint_time_ms.set(now_ms() as i64);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let last = self.last_checkpoint_time_ms.get();
+        if last > 0 {
+            self.last_checkpoint_age
+                .set((now_ms() as i64 - last).max(0) as f64 / 1000.0);
+        }
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding");
+        String::from_utf8(buf).expect("prometheus text is UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::new();
+        m.records_in.with_label_values(&["kafka-source"]).inc_by(3);
+        m.consumer_lag.with_label_values(&["words", "0"]).set(7);
+        m.checkpoint_completed(4, 0.012, 1 << 20);
+        let text = m.render();
+        assert!(
+            text.contains("weir_records_in_total{operator=\"kafka-source\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir_consumer_lag_records{partition=\"0\",topic=\"words\"} 7"),
+            "{text}"
+        );
+        assert!(text.contains("weir_last_checkpoint_id 4"), "{text}");
+        assert!(
+            text.contains("weir_checkpoint_duration_seconds_count 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! The admin HTTP endpoint: health and readiness probes, Prometheus
+//! metrics, checkpoint history and savepoints.
+//!
+//! `/health` and `/ready` are open (for probes); with `[admin] token_env`
+//! set, the other routes require `Authorization: Bearer <token>`.
+
+pub mod history;
+pub mod metrics;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use history::History;
+use metrics::Metrics;
+
+/// A request for a savepoint; the Coordinator answers with its path.
+pub struct SavepointRequest {
+    pub reply: tokio::sync::oneshot::Sender<Result<String, String>>,
+}
+
+/// What the endpoint reads and whom it asks for savepoints.
+pub struct AdminState {
+    pub metrics: Arc<Metrics>,
+    pub history: Arc<History>,
+    pub ready: Arc<AtomicBool>,
+    pub savepoints: crossbeam_channel::Sender<SavepointRequest>,
+    pub token: Option<String>,
+    pub savepoint_timeout: Duration,
+}
+
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok\n" }))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/checkpoints", get(checkpoints))
+        .route("/savepoints", post(savepoint))
+        .with_state(state)
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AdminState>) {
+    if let Err(e) = axum::serve(listener, router(state)).await {
+        tracing::error!(error = %e, "admin endpoint stopped");
+    }
+}
+
+/// The 401 for a missing or wrong token, or None when the request may pass.
+fn unauthorized(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
+    let token = state.token.as_ref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    (given != Some(token.as_str()))
+        .then(|| (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response())
+}
+
+async fn ready(State(state): State<Arc<AdminState>>) -> Response {
+    if state.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: restoring or restarting\n",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = unauthorized(&state, &headers) {
+        return denied;
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn checkpoints(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = unauthorized(&state, &headers) {
+        return denied;
+    }
+    Json(state.history.snapshot()).into_response()
+}
+
+async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = unauthorized(&state, &headers) {
+        return denied;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if state
+        .savepoints
+        .send(SavepointRequest { reply: tx })
+        .is_err()
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "job is not running\n").into_response();
+    }
+    match tokio::time::timeout(state.savepoint_timeout, rx).await {
+        Ok(Ok(Ok(path))) => Json(serde_json::json!({ "path": path })).into_response(),
+        Ok(Ok(Err(reason))) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(serde_json::json!({ "error": reason })),
+        )
+            .into_response(),
+        Ok(Err(_)) | Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": "no checkpoint completed the savepoint in time" })),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn state(
+        token: Option<&str>,
+    ) -> (
+        Arc<AdminState>,
+        crossbeam_channel::Receiver<SavepointRequest>,
+    ) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (
+            Arc::new(AdminState {
+                metrics: Arc::new(Metrics::new()),
+                history: Arc::new(History::default()),
+                ready: Arc::new(AtomicBool::new(false)),
+                savepoints: tx,
+                token: token.map(String::from),
+                savepoint_timeout: Duration::from_secs(5),
+            }),
+            rx,
+        )
+    }
+
+    async fn call(
+        state: &Arc<AdminState>,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+    ) -> (StatusCode, String) {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let resp = router(state.clone())
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn ready_is_503_until_the_job_runs() {
+        let (s, _rx) = state(None);
+        assert_eq!(call(&s, "GET", "/health", None).await.0, StatusCode::OK);
+        assert_eq!(
+            call(&s, "GET", "/ready", None).await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.ready.store(true, Ordering::Relaxed);
+        assert_eq!(call(&s, "GET", "/ready", None).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_token_guards_everything_but_the_probes() {
+        let (s, _rx) = state(Some("t0ken"));
+        for path in ["/metrics", "/checkpoints"] {
+            assert_eq!(
+                call(&s, "GET", path, None).await.0,
+                StatusCode::UNAUTHORIZED,
+                "{path}"
+            );
+            assert_eq!(
+                call(&s, "GET", path, Some("wrong")).await.0,
+                StatusCode::UNAUTHORIZED,
+                "{path}"
+            );
+            assert_eq!(
+                call(&s, "GET", path, Some("t0ken")).await.0,
+                StatusCode::OK,
+                "{path}"
+            );
+        }
+        assert_eq!(
+            call(&s, "POST", "/savepoints", None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(call(&s, "GET", "/health", None).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn savepoint_answers_with_the_coordinators_path() {
+        let (s, rx) = state(None);
+        std::thread::spawn(move || {
+            let req = rx.recv().unwrap();
+            req.reply.send(Ok("/sp/savepoint-1".into())).unwrap();
+        });
+        let (status, body) = call(&s, "POST", "/savepoints", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, r#"{"path":"/sp/savepoint-1"}"#);
+    }
+}

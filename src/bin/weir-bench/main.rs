@@ -1,0 +1,561 @@
+//! Benchmarks against the local broker, of the real binaries end to end.
+//!
+//! - `run`: weir's word count (issues #2/#3): throughput and CPU cost per
+//!   delivery, emit mode and checkpoint interval (`--matrix`).
+//! - `compare`: weir, Kafka Streams, Apache Flink and Quix Streams on the
+//!   same input, plus a bare rdkafka consumer as the limit (issue #5).
+//! - `recovery`: SIGKILL mid-run with N keys of state, time to the first
+//!   newly committed output after the restart.
+//! - `checkpoint-cost`: weir's checkpoint duration and snapshot pause at N keys.
+//!
+//! Time runs from a system's start until the consumer group's committed
+//! offsets reach the end of the input; every exactly-once system here
+//! commits them together with its output. CPU and peak RSS cover the
+//! system's whole process group. Final counts are checked afterwards by an
+//! independent read_committed reader, so no system is timed doing less work.
+//! `bench/wordcount.sh` and `bench/compare.sh` build everything first.
+
+mod measure;
+mod systems;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+use weir::testkit::{
+    bootstrap, create_topic, distinct_lines, http, produce, unique, word_lines, zipf_lines, JobSpec,
+};
+
+use measure::{committed_all, committed_total, end_offsets, verify, ProcessGroup};
+use systems::{Ctx, System};
+
+#[derive(Debug, Parser)]
+#[command(about = "weir benchmarks against the local Kafka broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// weir alone: throughput and CPU per configuration.
+    Run(RunArgs),
+    /// weir against Kafka Streams, Flink and Quix Streams.
+    Compare(CompareArgs),
+    /// Time from a restart after SIGKILL to the first newly committed output.
+    Recovery(RecoveryArgs),
+    /// weir's checkpoint duration and snapshot pause with many keys.
+    CheckpointCost(CostArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Input words (10 per record).
+    #[arg(long, default_value_t = 1_000_000)]
+    words: usize,
+    /// Distinct words.
+    #[arg(long, default_value_t = 100_000)]
+    vocabulary: u64,
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+    #[arg(long, default_value = "1s")]
+    interval: String,
+    #[arg(long, default_value = "exactly-once")]
+    delivery: String,
+    #[arg(long, default_value = "every-update")]
+    emit: String,
+    /// Every combination of delivery × emit × interval (1s, 100ms).
+    #[arg(long)]
+    matrix: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// A tenth of the input: 1,000,000 words.
+    #[arg(long)]
+    quick: bool,
+    /// Systems to run, comma-separated.
+    #[arg(
+        long,
+        default_value = "weir,weir-on-checkpoint,kafka-streams,flink,quix"
+    )]
+    systems: String,
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+}
+
+#[derive(Debug, clap::Args)]
+struct RecoveryArgs {
+    /// Distinct keys of state, comma-separated list of runs.
+    #[arg(long, default_value = "1000000,10000000")]
+    keys: String,
+    #[arg(long, default_value = "weir,kafka-streams,flink")]
+    systems: String,
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+}
+
+#[derive(Debug, clap::Args)]
+struct CostArgs {
+    #[arg(long, default_value = "1000000,10000000")]
+    keys: String,
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+}
+
+const WORDS_PER_RECORD: usize = 10;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn weir_binary() -> PathBuf {
+    let bin = std::env::current_exe().unwrap().with_file_name("weir");
+    assert!(
+        bin.exists(),
+        "{} not found: cargo build --release --bins",
+        bin.display()
+    );
+    bin
+}
+
+fn save(kind: &str, value: serde_json::Value) {
+    let dir = repo().join("bench/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(':', "");
+    let path = dir.join(format!("{kind}-{stamp}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    eprintln!("raw results: {}", path.display());
+}
+
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name\t: ").map(String::from))
+        .unwrap_or_default();
+    // SAFETY: sysconf has no preconditions.
+    let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    json!({ "cpu": cpu, "cores": cores })
+}
+
+fn main() {
+    match Cli::parse().command {
+        Cmd::Run(a) => run(a),
+        Cmd::Compare(a) => compare(a),
+        Cmd::Recovery(a) => recovery(a),
+        Cmd::CheckpointCost(a) => checkpoint_cost(a),
+    }
+}
+
+/// Writes `lines` to a new topic; returns it and its end offsets.
+fn input_topic(prefix: &str, partitions: i32, lines: &[String]) -> (String, Vec<(i32, i64)>) {
+    let input = unique(prefix);
+    create_topic(&input, partitions);
+    let t = Instant::now();
+    produce(&input, partitions, lines);
+    eprintln!(
+        "{} records written to {input} in {:.1}s",
+        lines.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let ends = end_offsets(&input);
+    (input, ends)
+}
+
+struct Measured {
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss_mb: f64,
+}
+
+/// Starts `system` on `ctx` and waits until it has committed all input.
+fn measure(
+    system: &System,
+    ctx: &Ctx,
+    ends: &[(i32, i64)],
+    timeout: Duration,
+) -> Result<Measured, String> {
+    let group = system.group(ctx);
+    let started = Instant::now();
+    let mut pg = system.launch(ctx, false);
+    let log = ctx.dir.join("system.log");
+    loop {
+        if committed_all(&group, &ctx.input, ends) {
+            break;
+        }
+        if pg.any_exited() {
+            pg.kill();
+            return Err(format!(
+                "{} exited early; see {}",
+                system.name(),
+                log.display()
+            ));
+        }
+        if started.elapsed() > timeout {
+            pg.kill();
+            return Err(format!(
+                "{} did not finish within {timeout:?}",
+                system.name()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = pg.cpu_seconds();
+    let peak_rss_mb = pg.peak_rss_mb();
+    pg.stop(Duration::from_secs(60));
+    Ok(Measured {
+        seconds,
+        cpu_seconds,
+        peak_rss_mb,
+    })
+}
+
+fn run(args: RunArgs) {
+    let records = args.words / WORDS_PER_RECORD;
+    let (lines, expected) = word_lines(7, records, WORDS_PER_RECORD, args.vocabulary);
+    let (input, ends) = input_topic("bench-words", args.partitions, &lines);
+    drop(lines);
+    let combos: Vec<(String, String, String)> = if args.matrix {
+        let mut v = Vec::new();
+        for d in ["exactly-once", "at-least-once"] {
+            for e in ["every-update", "on-checkpoint"] {
+                for i in ["1s", "100ms"] {
+                    v.push((d.to_string(), e.to_string(), i.to_string()));
+                }
+            }
+        }
+        v
+    } else {
+        vec![(
+            args.delivery.clone(),
+            args.emit.clone(),
+            args.interval.clone(),
+        )]
+    };
+    println!(
+        "| delivery | emit | interval | words | seconds | words/s | records/s | CPU-s per 1M words | CPU-s per 1M records | peak RSS MB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut results = Vec::new();
+    for (delivery, emit, interval) in combos {
+        let dir = tempfile::tempdir().unwrap();
+        let output = unique("bench-counts");
+        create_topic(&output, args.partitions);
+        let spec = JobSpec {
+            parallelism: args.parallelism,
+            delivery: delivery.clone(),
+            emit: emit.clone(),
+            interval: interval.clone(),
+            ..JobSpec::word_count(dir.path(), &input, &output)
+        };
+        let config = spec.write();
+        let group = format!("weir-{}-{}", spec.name, output);
+        let started = Instant::now();
+        let pg = ProcessGroup::start(
+            &[vec![
+                weir_binary().display().to_string(),
+                "run".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ]],
+            &dir.path().join("weir.log"),
+            &[("RUST_LOG", "warn")],
+        );
+        while !committed_all(&group, &input, &ends) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let cpu = pg.cpu_seconds();
+        let rss = pg.peak_rss_mb();
+        pg.stop(Duration::from_secs(60));
+        verify(&output, &expected).unwrap_or_else(|e| panic!("{delivery}/{emit}/{interval}: {e}"));
+        let words = args.words as f64;
+        println!(
+            "| {delivery} | {emit} | {interval} | {} | {seconds:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {rss:.0} |",
+            args.words,
+            words / seconds,
+            records as f64 / seconds,
+            cpu / (words / 1e6),
+            cpu / (records as f64 / 1e6),
+        );
+        results.push(json!({
+            "delivery": delivery, "emit": emit, "interval": interval, "words": args.words,
+            "records": records, "seconds": seconds, "cpu_seconds": cpu, "peak_rss_mb": rss,
+        }));
+    }
+    save(
+        "weir-run",
+        json!({ "machine": machine(), "results": results }),
+    );
+}
+
+/// Reads every record of `input` with a bare rdkafka consumer: the limit.
+fn bare_consumer(input: &str, ends: &[(i32, i64)]) -> f64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("bench-bare"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for (p, _) in ends {
+        tpl.add_partition_offset(input, *p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let total: i64 = ends.iter().map(|(_, e)| e).sum();
+    let started = Instant::now();
+    let mut n = 0i64;
+    let mut bytes = 0usize;
+    while n < total {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            n += 1;
+            bytes += m.payload().map_or(0, <[u8]>::len);
+        }
+    }
+    std::hint::black_box(bytes);
+    started.elapsed().as_secs_f64()
+}
+
+fn compare(args: CompareArgs) {
+    let words = if args.quick { 1_000_000 } else { 10_000_000 };
+    let records = words / WORDS_PER_RECORD;
+    eprintln!("generating {words} words (Zipf over 100,000 distinct) in {records} records");
+    let (lines, expected) = zipf_lines(42, records, WORDS_PER_RECORD, 100_000, 1.0);
+    let (input, ends) = input_topic("compare-words", 4, &lines);
+    drop(lines);
+    let bare = bare_consumer(&input, &ends);
+    let limit = words as f64 / bare;
+    eprintln!("bare consumer: {bare:.2}s, {limit:.0} words/s");
+    let mut rows = vec![json!({
+        "system": "bare rdkafka consumer", "seconds": bare, "words_per_second": limit,
+    })];
+    println!("| system | seconds | words/s | of bare consumer | CPU-s per 1M words | peak RSS MB | counts |");
+    println!("|---|---|---|---|---|---|---|");
+    println!("| bare rdkafka consumer | {bare:.2} | {limit:.0} | 100% | | | |");
+    for name in args.systems.split(',') {
+        let system = System::parse(name).unwrap_or_else(|| panic!("unknown system {name}"));
+        let dir = tempfile::tempdir().unwrap();
+        let output = unique("compare-counts");
+        create_topic(&output, 4);
+        let ctx = Ctx {
+            name: unique("cmp"),
+            input: input.clone(),
+            output: output.clone(),
+            dir: dir.path().to_path_buf(),
+            parallelism: args.parallelism,
+            repo: repo(),
+            weir: weir_binary(),
+        };
+        eprintln!("running {}", system.name());
+        match measure(&system, &ctx, &ends, Duration::from_secs(1800)) {
+            Ok(m) => {
+                let check = verify(&output, &expected);
+                let wps = words as f64 / m.seconds;
+                println!(
+                    "| {} | {:.2} | {wps:.0} | {:.0}% | {:.2} | {:.0} | {} |",
+                    system.name(),
+                    m.seconds,
+                    100.0 * wps / limit,
+                    m.cpu_seconds / (words as f64 / 1e6),
+                    m.peak_rss_mb,
+                    check
+                        .as_ref()
+                        .map_or_else(|e| e.clone(), |_| "exact".into())
+                );
+                rows.push(json!({
+                    "system": system.name(), "seconds": m.seconds, "words_per_second": wps,
+                    "fraction_of_bare_consumer": wps / limit, "cpu_seconds": m.cpu_seconds,
+                    "cpu_seconds_per_million_words": m.cpu_seconds / (words as f64 / 1e6),
+                    "peak_rss_mb": m.peak_rss_mb, "counts": check.err().unwrap_or_else(|| "exact".into()),
+                }));
+            }
+            Err(e) => {
+                println!("| {} | failed: {e} | | | | | |", system.name());
+                let log =
+                    std::fs::read_to_string(dir.path().join("system.log")).unwrap_or_default();
+                eprintln!("{}", &log[log.len().saturating_sub(3000)..]);
+                rows.push(json!({ "system": system.name(), "error": e }));
+            }
+        }
+    }
+    save(
+        "compare",
+        json!({ "machine": machine(), "words": words, "records": records, "partitions": 4,
+                "parallelism": args.parallelism, "results": rows }),
+    );
+}
+
+fn recovery(args: RecoveryArgs) {
+    println!("| system | keys | restore to first new commit (s) | processed before kill |");
+    println!("|---|---|---|---|");
+    let mut rows = Vec::new();
+    for keys in args
+        .keys
+        .split(',')
+        .map(|k| k.parse::<usize>().expect("keys"))
+    {
+        let lines = distinct_lines(keys, WORDS_PER_RECORD);
+        let (input, ends) = input_topic("recovery-keys", 4, &lines);
+        drop(lines);
+        let total: i64 = ends.iter().map(|(_, e)| e).sum();
+        for name in args.systems.split(',') {
+            let system = System::parse(name).unwrap_or_else(|| panic!("unknown system {name}"));
+            let dir = tempfile::tempdir().unwrap();
+            let output = unique("recovery-counts");
+            create_topic(&output, 4);
+            let ctx = Ctx {
+                name: unique("rec"),
+                input: input.clone(),
+                output,
+                dir: dir.path().to_path_buf(),
+                parallelism: args.parallelism,
+                repo: repo(),
+                weir: weir_binary(),
+            };
+            let group = system.group(&ctx);
+            let mut pg = system.launch(&ctx, false);
+            // Kill once most of the state is built and committed.
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            let mut before = 0;
+            while Instant::now() < deadline {
+                before = committed_total(&group, &ctx.input, &ends);
+                if before >= total * 6 / 10 || pg.any_exited() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            pg.kill();
+            if before >= total {
+                eprintln!("{}: finished before the kill; skipped", system.name());
+                continue;
+            }
+            let started = Instant::now();
+            let pg = system.launch(&ctx, true);
+            let mut seconds = None;
+            while started.elapsed() < Duration::from_secs(1800) {
+                if committed_total(&group, &ctx.input, &ends) > before {
+                    seconds = Some(started.elapsed().as_secs_f64());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            pg.kill();
+            let shown = seconds.map_or("no new commit within 30 min".to_string(), |s| {
+                format!("{s:.2}")
+            });
+            println!(
+                "| {} | {keys} | {shown} | {before} of {total} records |",
+                system.name()
+            );
+            rows.push(
+                json!({ "system": system.name(), "keys": keys, "seconds": seconds,
+                              "records_committed_before_kill": before, "records": total }),
+            );
+        }
+    }
+    save("recovery", json!({ "machine": machine(), "results": rows }));
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn checkpoint_cost(args: CostArgs) {
+    println!("| keys | checkpoints | duration p50 ms | duration p99 ms | snapshot pause p50 ms | snapshot pause p99 ms | state MB |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut rows = Vec::new();
+    for keys in args
+        .keys
+        .split(',')
+        .map(|k| k.parse::<usize>().expect("keys"))
+    {
+        let lines = distinct_lines(keys, WORDS_PER_RECORD);
+        let (input, ends) = input_topic("cost-keys", 4, &lines);
+        drop(lines);
+        let dir = tempfile::tempdir().unwrap();
+        let output = unique("cost-counts");
+        create_topic(&output, 4);
+        let ctx = Ctx {
+            name: unique("cost"),
+            input: input.clone(),
+            output,
+            dir: dir.path().to_path_buf(),
+            parallelism: args.parallelism,
+            repo: repo(),
+            weir: weir_binary(),
+        };
+        let system = System::Weir {
+            emit: "every-update".into(),
+        };
+        let group = system.group(&ctx);
+        let pg = system.launch(&ctx, false);
+        while !committed_all(&group, &input, &ends) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // A few more checkpoints with the full state in place.
+        std::thread::sleep(Duration::from_secs(5));
+        let addr = admin_addr(&ctx.dir.join("system.log"));
+        let (_, body) = http(&addr, "GET", "/checkpoints", None);
+        pg.stop(Duration::from_secs(60));
+        let history: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+        let done: Vec<&serde_json::Value> = history
+            .iter()
+            .filter(|c| c["status"] == "completed")
+            .collect();
+        let mut durations: Vec<u64> = done
+            .iter()
+            .map(|c| c["end_to_end_ms"].as_u64().unwrap())
+            .collect();
+        let mut pauses: Vec<u64> = done
+            .iter()
+            .map(|c| c["snapshot_ms"].as_u64().unwrap())
+            .collect();
+        durations.sort_unstable();
+        pauses.sort_unstable();
+        let state_mb = done
+            .last()
+            .map_or(0.0, |c| c["state_size_bytes"].as_f64().unwrap() / 1e6);
+        println!(
+            "| {keys} | {} | {} | {} | {} | {} | {state_mb:.0} |",
+            done.len(),
+            percentile(&durations, 0.5),
+            percentile(&durations, 0.99),
+            percentile(&pauses, 0.5),
+            percentile(&pauses, 0.99),
+        );
+        rows.push(
+            json!({ "keys": keys, "checkpoints": done.len(), "duration_ms": durations,
+                          "snapshot_ms": pauses, "state_mb": state_mb }),
+        );
+    }
+    save(
+        "checkpoint-cost",
+        json!({ "machine": machine(), "results": rows }),
+    );
+}
+
+fn admin_addr(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .find(|l| l.contains("admin endpoint listening"))
+        .and_then(|l| l.split("listen=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .map(|a| a.trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("no admin endpoint in {}", log.display()))
+}

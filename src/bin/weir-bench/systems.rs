@@ -1,0 +1,198 @@
+//! The systems under test and how each is started: weir, and the peers in
+//! `bench/peers/` (built by `bench/compare.sh`).
+
+use std::path::{Path, PathBuf};
+
+use weir::testkit::{bootstrap, JobSpec};
+
+use crate::measure::ProcessGroup;
+
+/// One run's topics and folders.
+pub struct Ctx {
+    pub name: String,
+    pub input: String,
+    pub output: String,
+    pub dir: PathBuf,
+    pub parallelism: u32,
+    pub repo: PathBuf,
+    pub weir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum System {
+    Weir { emit: String },
+    KafkaStreams,
+    Flink,
+    Quix,
+}
+
+impl System {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "weir" => Self::Weir {
+                emit: "every-update".into(),
+            },
+            "weir-on-checkpoint" => Self::Weir {
+                emit: "on-checkpoint".into(),
+            },
+            "kafka-streams" => Self::KafkaStreams,
+            "flink" => Self::Flink,
+            "quix" => Self::Quix,
+            _ => return None,
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Self::Weir { emit } if emit == "every-update" => "weir".into(),
+            Self::Weir { emit } => format!("weir ({emit})"),
+            Self::KafkaStreams => "kafka-streams".into(),
+            Self::Flink => "flink".into(),
+            Self::Quix => "quix-streams".into(),
+        }
+    }
+
+    /// The consumer group whose committed offsets show its progress.
+    pub fn group(&self, ctx: &Ctx) -> String {
+        match self {
+            Self::Weir { .. } => format!("weir-{}-{}", ctx.name, ctx.output),
+            _ => ctx.name.clone(),
+        }
+    }
+
+    /// Starts the system; `restart` resumes from its own saved state.
+    pub fn launch(&self, ctx: &Ctx, restart: bool) -> ProcessGroup {
+        let log = ctx.dir.join("system.log");
+        std::fs::create_dir_all(&ctx.dir).unwrap();
+        let s = |p: &Path| p.display().to_string();
+        let b = bootstrap();
+        let java_cp = |peer: &str| {
+            let base = ctx.repo.join("bench/peers").join(peer).join("target");
+            format!("{}:{}/dependency/*", s(&base.join("classes")), s(&base))
+        };
+        match self {
+            Self::Weir { emit } => {
+                let spec = JobSpec {
+                    name: ctx.name.clone(),
+                    parallelism: ctx.parallelism,
+                    delivery: "exactly-once".into(),
+                    emit: emit.clone(),
+                    interval: "1s".into(),
+                    ..JobSpec::word_count(&ctx.dir, &ctx.input, &ctx.output)
+                };
+                let config = spec.write();
+                ProcessGroup::start(
+                    &[vec![
+                        s(&ctx.weir),
+                        "run".into(),
+                        "--config".into(),
+                        s(&config),
+                    ]],
+                    &log,
+                    &[("RUST_LOG", "info")],
+                )
+            }
+            Self::KafkaStreams => ProcessGroup::start(
+                &[vec![
+                    "java".into(),
+                    "-Xmx2g".into(),
+                    "-cp".into(),
+                    java_cp("kafka-streams"),
+                    "weirbench.KafkaStreamsWordCount".into(),
+                    b,
+                    ctx.input.clone(),
+                    ctx.output.clone(),
+                    ctx.name.clone(),
+                    s(&ctx.dir.join("state")),
+                    ctx.parallelism.to_string(),
+                ]],
+                &log,
+                &[],
+            ),
+            Self::Flink => {
+                let chk = ctx.dir.join("checkpoints");
+                let mut argv = vec![
+                    "java".into(),
+                    "-Xmx2g".into(),
+                    // Flink 2 on Java 17 needs these opened (its own scripts pass them).
+                    "--add-opens=java.base/java.util=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.lang=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.time=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.io=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.nio=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.net=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.text=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED".into(),
+                    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED".into(),
+                    "-cp".into(),
+                    java_cp("flink"),
+                    "weirbench.FlinkWordCount".into(),
+                    b,
+                    ctx.input.clone(),
+                    ctx.output.clone(),
+                    ctx.name.clone(),
+                    s(&chk),
+                    ctx.parallelism.to_string(),
+                ];
+                if restart {
+                    match latest_flink_checkpoint(&chk) {
+                        Some(p) => argv.push(s(&p)),
+                        None => eprintln!("flink: no retained checkpoint to restore from"),
+                    }
+                }
+                ProcessGroup::start(&[argv], &log, &[])
+            }
+            Self::Quix => {
+                let python = quix_python();
+                let commands: Vec<Vec<String>> = (0..ctx.parallelism)
+                    .map(|i| {
+                        vec![
+                            s(&python),
+                            s(&ctx.repo.join("bench/peers/quix/wordcount.py")),
+                            b.clone(),
+                            ctx.input.clone(),
+                            ctx.output.clone(),
+                            ctx.name.clone(),
+                            s(&ctx.dir.join(format!("state-{i}"))),
+                        ]
+                    })
+                    .collect();
+                ProcessGroup::start(&commands, &log, &[])
+            }
+        }
+    }
+}
+
+/// The Python of the virtual environment `bench/compare.sh` installs
+/// Quix Streams into.
+pub fn quix_python() -> PathBuf {
+    std::env::var_os("WEIR_BENCH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/weir/bench-venv")
+        })
+        .join("bin/python")
+}
+
+/// The newest `<dir>/<job id>/chk-N` that has a `_metadata`.
+fn latest_flink_checkpoint(dir: &Path) -> Option<PathBuf> {
+    let mut best: Option<(u64, PathBuf)> = None;
+    for job in std::fs::read_dir(dir).ok()?.flatten() {
+        for chk in std::fs::read_dir(job.path()).ok()?.flatten() {
+            let name = chk.file_name().to_string_lossy().into_owned();
+            let Some(n) = name
+                .strip_prefix("chk-")
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if chk.path().join("_metadata").exists() && best.as_ref().is_none_or(|(b, _)| n > *b) {
+                best = Some((n, chk.path()));
+            }
+        }
+    }
+    best.map(|(_, p)| p)
+}
