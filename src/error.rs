@@ -58,6 +58,11 @@ pub enum WeirError {
     #[error("task {task} failed: {reason}")]
     Task { task: String, reason: String },
 
+    /// A task saw a peer's channel close: a consequence of that peer's own
+    /// failure, which is the one to report.
+    #[error("task {task} stopped: {reason}")]
+    PeerGone { task: String, reason: String },
+
     #[error("lock {path}: {reason}")]
     Locked { path: PathBuf, reason: String },
 }
@@ -84,6 +89,11 @@ impl WeirError {
             context: context.into(),
             source,
         }
+    }
+
+    /// Whether this error only follows from another task's failure.
+    pub fn is_consequence(&self) -> bool {
+        matches!(self, Self::PeerGone { .. })
     }
 
     /// Errors that a restart from the last checkpoint cannot fix: the job

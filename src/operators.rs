@@ -105,6 +105,24 @@ impl Pipeline {
     /// The output value for `key`: `{"key":"hello","count":3}` or
     /// `{"key":"u1","sum":42.5}`.
     pub fn output(&self, key: &str, acc: &Accumulator) -> Vec<u8> {
+        let mut out = Vec::with_capacity(key.len() + 24);
+        self.write_output(key, acc, &mut out);
+        out
+    }
+
+    /// As [`Pipeline::output`], into a reused buffer: this runs once per
+    /// update with `emit = "every-update"`. "key" comes first for people
+    /// reading the topic; values are encoded by serde_json.
+    pub fn write_output(&self, key: &str, acc: &Accumulator, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(b"{\"key\":");
+        if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            out.push(b'"');
+            out.extend_from_slice(key.as_bytes());
+            out.push(b'"');
+        } else {
+            serde_json::to_writer(&mut *out, key).expect("a string serializes");
+        }
         let (name, value): (&str, Value) = match self {
             Self::WordCount { .. } => ("count", acc.count.into()),
             Self::Aggregate { function, .. } => (
@@ -118,10 +136,11 @@ impl Pipeline {
                 },
             ),
         };
-        // Written by hand only to keep "key" first for people reading the
-        // topic; both parts are encoded by serde_json.
-        let key = serde_json::to_string(key).expect("a string serializes");
-        format!("{{\"key\":{key},\"{name}\":{value}}}").into_bytes()
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        serde_json::to_writer(&mut *out, &value).expect("a number serializes");
+        out.push(b'}');
     }
 
     /// Describes the keyed operator for the topology check.
@@ -199,5 +218,14 @@ mod tests {
             function: AggregateFunction::Avg,
         };
         assert_eq!(avg.output("u1", &acc), br#"{"key":"u1","avg":21.25}"#);
+        // Keys that need escaping go through serde_json.
+        assert_eq!(
+            wc.output("a\"b\\c\n", &acc),
+            br#"{"key":"a\"b\\c\n","count":2}"#
+        );
+        assert_eq!(
+            wc.output("ünï", &acc),
+            "{\"key\":\"ünï\",\"count\":2}".as_bytes()
+        );
     }
 }

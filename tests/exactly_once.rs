@@ -21,7 +21,9 @@ const CRASH_POINTS: &[(&str, &str)] = &[
     ("after-keyed-snapshot-before-ack", "3*off->return"),
     ("after-metadata-before-commit", "2*off->return"),
     ("after-commit-before-mark", "2*off->return"),
-    ("mid-transaction-produce", "15000*off->return"),
+    // The pause lets librdkafka deliver what the open transaction holds
+    // so far: the crash then leaves output on the broker to abort.
+    ("mid-transaction-produce", "15000*off->1*delay(500)->return"),
 ];
 
 fn weir() -> &'static Path {

@@ -199,7 +199,7 @@ impl Coordinator {
         };
         for (i, s) in self.sources.iter().enumerate() {
             s.send(SourceCommand::Trigger(barrier))
-                .map_err(|_| WeirError::Task {
+                .map_err(|_| WeirError::PeerGone {
                     task: "coordinator".into(),
                     reason: format!("source subtask {i} is gone"),
                 })?;
@@ -250,7 +250,7 @@ impl Coordinator {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(WeirError::Task {
+                    return Err(WeirError::PeerGone {
                         task: "coordinator".into(),
                         reason: "every subtask is gone".into(),
                     })

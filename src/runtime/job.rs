@@ -266,6 +266,11 @@ fn run_attempt(
             gate: gate.clone(),
             store: store.clone(),
             metrics: shared.metrics.clone(),
+            records_out: shared
+                .metrics
+                .records_out
+                .with_label_values(&[uid.as_str()]),
+            out_buf: Vec::with_capacity(128),
             cancel: cancel.clone(),
         });
     }
@@ -386,15 +391,24 @@ fn run_attempt(
     drop(done_tx);
     shared.ready.store(true, Ordering::Relaxed);
 
-    let mut outcome = Ok(());
+    let mut outcome: Result<()> = Ok(());
     for _ in 0..total {
         let Ok((name, result)) = done_rx.recv() else {
             break;
         };
         if let Err(e) = result {
-            error!(task = %name, error = %e, "task failed; stopping every task of this attempt");
             cancel.cancel();
-            if outcome.is_ok() {
+            if e.is_consequence() {
+                warn!(task = %name, error = %e, "task stopped after another task's failure");
+            } else {
+                error!(task = %name, error = %e, "task failed; stopping every task of this attempt");
+            }
+            // The cause wins over its consequences, whichever came first.
+            let replace = match &outcome {
+                Ok(()) => true,
+                Err(first) => first.is_consequence() && !e.is_consequence(),
+            };
+            if replace {
                 outcome = Err(e);
             }
         }

@@ -2,12 +2,12 @@
 //! source, updates RocksDB-backed state, emits results to Kafka, and at
 //! each aligned barrier snapshots its state and acks.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 use rdkafka::message::{Header, OwnedHeaders};
+use rustc_hash::FxHashSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -47,13 +47,17 @@ pub struct KeyedTask {
     pub gate: Arc<EpochGate>,
     pub store: CheckpointStore,
     pub metrics: Arc<Metrics>,
+    /// `weir_records_out_total` of this operator, looked up once.
+    pub records_out: prometheus::IntCounter,
+    /// Reused for every output value.
+    pub out_buf: Vec<u8>,
     pub cancel: CancellationToken,
 }
 
 struct Run {
     aligner: BarrierAligner,
     /// Keys changed in this epoch (emit = on-checkpoint).
-    changed: HashSet<(u32, String)>,
+    changed: FxHashSet<(u32, String)>,
     /// Exactly-once: the checkpoint whose commit must come before more output.
     awaiting: Option<u64>,
     pending: Vec<Output>,
@@ -65,7 +69,7 @@ impl KeyedTask {
     pub fn run(mut self) -> Result<()> {
         let mut run = Run {
             aligner: BarrierAligner::new(self.inputs.len(), self.mode),
-            changed: HashSet::new(),
+            changed: FxHashSet::default(),
             awaiting: None,
             pending: Vec::new(),
             alignment_started: None,
@@ -102,9 +106,10 @@ impl KeyedTask {
                 if self.cancel.is_cancelled() {
                     return Ok(());
                 }
-                return Err(self.failure(format!(
-                    "source subtask {input} stopped without end of stream"
-                )));
+                return Err(WeirError::PeerGone {
+                    task: format!("{} subtask {}", self.uid, self.subtask),
+                    reason: format!("source subtask {input} stopped without end of stream"),
+                });
             };
             match element {
                 Element::Records(items) => {
@@ -153,9 +158,17 @@ impl KeyedTask {
             } => {
                 let acc = self
                     .state
-                    .update(state_key(key_group, key.as_bytes()), |a| a.add(value))?;
+                    .update(key_group, key.as_bytes(), |a| a.add(value))?;
                 match self.emit {
                     EmitMode::EveryUpdate => {
+                        if run.awaiting.is_some() {
+                            self.release_if_committed(run)?;
+                        }
+                        if run.awaiting.is_none() {
+                            // The common path: no allocation per output.
+                            self.pipeline.write_output(&key, &acc, &mut self.out_buf);
+                            return self.send_result(key.as_bytes());
+                        }
                         let value = self.pipeline.output(&key, &acc);
                         self.emit(run, Output::Result { key, value })
                     }
@@ -202,16 +215,22 @@ impl KeyedTask {
         Ok(())
     }
 
+    /// Sends the result in `out_buf` with `key`.
+    fn send_result(&self, key: &[u8]) -> Result<()> {
+        crate::crash_point!("mid-transaction-produce");
+        self.producer
+            .send(&self.sink_topic, Some(key), Some(&self.out_buf), None)?;
+        self.records_out.inc();
+        Ok(())
+    }
+
     fn produce(&self, out: Output) -> Result<()> {
         crate::crash_point!("mid-transaction-produce");
         match out {
             Output::Result { key, value } => {
                 self.producer
                     .send(&self.sink_topic, Some(key.as_bytes()), Some(&value), None)?;
-                self.metrics
-                    .records_out
-                    .with_label_values(&[self.uid.as_str()])
-                    .inc();
+                self.records_out.inc();
             }
             Output::DeadLetter(dl) => {
                 let topic = self

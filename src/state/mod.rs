@@ -13,11 +13,11 @@
 
 pub mod key_groups;
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use rocksdb::{checkpoint::Checkpoint, Options, WriteBatch, WriteOptions, DB};
+use rustc_hash::FxHashMap;
 
 use crate::checkpoint::store::{create_private_dir, dir_size, link_or_copy_dir};
 use crate::checkpoint::StateHandle;
@@ -83,9 +83,13 @@ struct Cached {
 pub struct KeyedState {
     db: DB,
     path: PathBuf,
-    cache: HashMap<Vec<u8>, Cached>,
+    /// Keyed by the full RocksDB key; Fx hashing, since keys are short and
+    /// not attacker-chosen in a way that matters to a per-subtask cache.
+    cache: FxHashMap<Vec<u8>, Cached>,
     cache_limit: usize,
     write_opts: WriteOptions,
+    /// Reused to build keys for lookups, so a cache hit allocates nothing.
+    scratch: Vec<u8>,
 }
 
 fn db_options() -> Options {
@@ -97,6 +101,12 @@ fn db_options() -> Options {
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
     o.set_max_background_jobs(2);
     o.set_keep_log_file_num(2);
+    // Most lookups of new keys miss: a bloom filter answers them without
+    // reading data blocks.
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(true);
+    o.set_block_based_table_factory(&table);
     o
 }
 
@@ -119,9 +129,10 @@ impl KeyedState {
         Ok(Self {
             db,
             path: path.to_path_buf(),
-            cache: HashMap::new(),
+            cache: FxHashMap::default(),
             cache_limit,
             write_opts,
+            scratch: Vec::with_capacity(64),
         })
     }
 
@@ -189,13 +200,19 @@ impl KeyedState {
             .map_err(|e| WeirError::state(format!("write {}", self.path.display()), e))
     }
 
-    /// Applies `f` to the accumulator of `key` and returns the new value.
+    /// Applies `f` to the accumulator of `key` in `key_group` and returns
+    /// the new value.
     pub fn update(
         &mut self,
-        key: Vec<u8>,
+        key_group: u32,
+        key: &[u8],
         f: impl FnOnce(&mut Accumulator),
     ) -> Result<Accumulator> {
-        if let Some(c) = self.cache.get_mut(&key) {
+        self.scratch.clear();
+        self.scratch
+            .extend_from_slice(&(key_group as u16).to_be_bytes());
+        self.scratch.extend_from_slice(key);
+        if let Some(c) = self.cache.get_mut(self.scratch.as_slice()) {
             f(&mut c.acc);
             c.dirty = true;
             return Ok(c.acc);
@@ -204,23 +221,24 @@ impl KeyedState {
             self.write_back()?;
             self.cache.clear();
         }
+        let full_key = self.scratch.clone();
         let mut acc = match self
             .db
-            .get_pinned(&key)
+            .get_pinned(&full_key)
             .map_err(|e| WeirError::state("get", e))?
         {
             Some(v) => Accumulator::decode(&v).ok_or_else(|| WeirError::Task {
                 task: format!("state {}", self.path.display()),
                 reason: format!(
                     "corrupt value for key {:?}: {} bytes, expected 32",
-                    String::from_utf8_lossy(&key[2..]),
+                    String::from_utf8_lossy(key),
                     v.len()
                 ),
             })?,
             None => Accumulator::default(),
         };
         f(&mut acc);
-        self.cache.insert(key, Cached { acc, dirty: true });
+        self.cache.insert(full_key, Cached { acc, dirty: true });
         Ok(acc)
     }
 
@@ -273,9 +291,7 @@ mod tests {
     fn add(state: &mut KeyedState, key: &str, n: u32) {
         let kg = key_group(key.as_bytes(), 8);
         for _ in 0..n {
-            state
-                .update(state_key(kg, key.as_bytes()), |a| a.add(1.0))
-                .unwrap();
+            state.update(kg, key.as_bytes(), |a| a.add(1.0)).unwrap();
         }
     }
 
