@@ -144,7 +144,10 @@ fn stat_fields(pid: i32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn consumer(group: &str) -> BaseConsumer {
+/// A client of `group`, for reading its offsets and topics' watermarks.
+/// Made once per run: a client per poll would cost the machine more than
+/// the polling.
+pub fn consumer(group: &str) -> BaseConsumer {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("group.id", group)
@@ -155,7 +158,11 @@ fn consumer(group: &str) -> BaseConsumer {
 
 /// End offsets of every partition of `topic`.
 pub fn end_offsets(topic: &str) -> Vec<(i32, i64)> {
-    let c = consumer(&unique("bench-probe"));
+    end_offsets_with(&consumer(&unique("bench-probe")), topic)
+}
+
+/// As [`end_offsets`], with an existing client.
+pub fn end_offsets_with(c: &BaseConsumer, topic: &str) -> Vec<(i32, i64)> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .unwrap();
@@ -173,9 +180,9 @@ pub fn end_offsets(topic: &str) -> Vec<(i32, i64)> {
         .collect()
 }
 
-/// Sum of the group's committed offsets on `topic` (0 where none).
-pub fn committed_total(group: &str, topic: &str, ends: &[(i32, i64)]) -> i64 {
-    let c = consumer(group);
+/// Sum of the group's committed offsets on `topic` (0 where none), read
+/// with a client of the group.
+pub fn committed_total_with(c: &BaseConsumer, topic: &str, ends: &[(i32, i64)]) -> i64 {
     let mut tpl = TopicPartitionList::new();
     for (p, _) in ends {
         tpl.add_partition(topic, *p);
@@ -191,11 +198,6 @@ pub fn committed_total(group: &str, topic: &str, ends: &[(i32, i64)]) -> i64 {
             },
         )
         .sum()
-}
-
-/// Whether the group's committed offsets reached `ends` everywhere.
-pub fn committed_all(group: &str, topic: &str, ends: &[(i32, i64)]) -> bool {
-    committed_total(group, topic, ends) >= ends.iter().map(|(_, e)| e).sum::<i64>()
 }
 
 /// Reads `output` with read_committed and checks every final count.

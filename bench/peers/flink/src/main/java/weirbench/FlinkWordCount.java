@@ -6,6 +6,7 @@ import java.util.regex.Pattern;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
@@ -63,9 +64,8 @@ public final class FlinkWordCount {
             .setBootstrapServers(bootstrap)
             .setRecordSerializer(KafkaRecordSerializationSchema.<Tuple2<String, Long>>builder()
                 .setTopic(output)
-                .setKeySerializationSchema(t -> t.f0.getBytes(StandardCharsets.UTF_8))
-                .setValueSerializationSchema(
-                    t -> ("{\"key\":\"" + t.f0 + "\",\"count\":" + t.f1 + "}").getBytes(StandardCharsets.UTF_8))
+                .setKeySerializationSchema(new KeyBytes())
+                .setValueSerializationSchema(new ValueJson())
                 .build())
             .setDeliveryGuarantee(DeliveryGuarantee.EXACTLY_ONCE)
             .setTransactionalIdPrefix(group)
@@ -84,6 +84,22 @@ public final class FlinkWordCount {
             .process(new Count())
             .sinkTo(sink);
         env.execute("wordcount");
+    }
+
+    /** The word as the Kafka key. */
+    static final class KeyBytes implements SerializationSchema<Tuple2<String, Long>> {
+        @Override
+        public byte[] serialize(Tuple2<String, Long> t) {
+            return t.f0.getBytes(StandardCharsets.UTF_8);
+        }
+    }
+
+    /** {"key":"w","count":n}, as weir writes it. */
+    static final class ValueJson implements SerializationSchema<Tuple2<String, Long>> {
+        @Override
+        public byte[] serialize(Tuple2<String, Long> t) {
+            return ("{\"key\":\"" + t.f0 + "\",\"count\":" + t.f1 + "}").getBytes(StandardCharsets.UTF_8);
+        }
     }
 
     /** Counts per key in RocksDB-backed ValueState. */
