@@ -27,7 +27,7 @@ use crate::element::Barrier;
 /// Records per batch on a data channel.
 pub const BATCH: usize = 512;
 /// Batches a data channel holds before its sender blocks.
-pub const CHANNEL_CAPACITY: usize = 64;
+pub const CHANNEL_CAPACITY: usize = 8;
 
 /// What travels from sources to keyed subtasks.
 #[derive(Debug, Clone, PartialEq)]

@@ -90,22 +90,29 @@ pub struct KeyedState {
     write_opts: WriteOptions,
     /// Reused to build keys for lookups, so a cache hit allocates nothing.
     scratch: Vec<u8>,
+    /// Keys of the dirty cache entries, in the order they became dirty.
+    dirty: Vec<Vec<u8>>,
 }
+
+/// Dirty entries written back at once between barriers.
+const WRITE_BACK_SLICE: usize = 65_536;
 
 fn db_options() -> Options {
     let mut o = Options::default();
     o.create_if_missing(true);
-    // Small memtables keep the flush that every snapshot does short.
-    o.set_write_buffer_size(16 << 20);
-    o.set_max_write_buffer_number(3);
+    // Small memtables keep the flush that every snapshot does short: the
+    // rest of an interval's writes were flushed in the background already.
+    o.set_write_buffer_size(4 << 20);
+    o.set_max_write_buffer_number(4);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
     o.set_max_background_jobs(2);
     o.set_keep_log_file_num(2);
     // Most lookups of new keys miss: a bloom filter answers them without
     // reading data blocks.
+    // Filters and indexes stay in memory (not in the block cache, where a
+    // large state would evict them and every miss would read them again).
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
-    table.set_cache_index_and_filter_blocks(true);
     o.set_block_based_table_factory(&table);
     o
 }
@@ -133,6 +140,7 @@ impl KeyedState {
             cache_limit,
             write_opts,
             scratch: Vec::with_capacity(64),
+            dirty: Vec::new(),
         })
     }
 
@@ -214,8 +222,13 @@ impl KeyedState {
         self.scratch.extend_from_slice(key);
         if let Some(c) = self.cache.get_mut(self.scratch.as_slice()) {
             f(&mut c.acc);
-            c.dirty = true;
-            return Ok(c.acc);
+            let acc = c.acc;
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(self.scratch.clone());
+                self.write_back_if_due()?;
+            }
+            return Ok(acc);
         }
         if self.cache.len() >= self.cache_limit {
             self.write_back()?;
@@ -238,8 +251,20 @@ impl KeyedState {
             None => Accumulator::default(),
         };
         f(&mut acc);
+        self.dirty.push(full_key.clone());
         self.cache.insert(full_key, Cached { acc, dirty: true });
+        self.write_back_if_due()?;
         Ok(acc)
+    }
+
+    /// Writes dirty entries back in slices as they accumulate, so that the
+    /// work left for a barrier (and the memtable its snapshot flushes)
+    /// stays small whatever the state size.
+    fn write_back_if_due(&mut self) -> Result<()> {
+        if self.dirty.len() >= WRITE_BACK_SLICE {
+            self.write_back()?;
+        }
+        Ok(())
     }
 
     /// The current value of `key` (cache first).
@@ -257,9 +282,11 @@ impl KeyedState {
     /// Writes every dirty cache entry to RocksDB in one batch.
     pub fn write_back(&mut self) -> Result<()> {
         let mut batch = WriteBatch::default();
-        for (k, c) in self.cache.iter_mut().filter(|(_, c)| c.dirty) {
-            batch.put(k, c.acc.encode());
-            c.dirty = false;
+        for key in self.dirty.drain(..) {
+            if let Some(c) = self.cache.get_mut(&key) {
+                batch.put(&key, c.acc.encode());
+                c.dirty = false;
+            }
         }
         if !batch.is_empty() {
             self.write(batch)?;
