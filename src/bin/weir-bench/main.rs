@@ -32,7 +32,7 @@ use weir::testkit::{
 };
 
 use measure::{end_offsets, verify, ProcessGroup};
-use systems::{Ctx, System};
+use systems::{weir_binary, Ctx, System};
 
 #[derive(Debug, Parser)]
 #[command(about = "weir benchmarks against the local Kafka broker")]
@@ -114,16 +114,6 @@ const WORDS_PER_RECORD: usize = 10;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn weir_binary() -> PathBuf {
-    let bin = std::env::current_exe().unwrap().with_file_name("weir");
-    assert!(
-        bin.exists(),
-        "{} not found: cargo build --release --bins",
-        bin.display()
-    );
-    bin
 }
 
 fn save(kind: &str, value: serde_json::Value) {
@@ -374,17 +364,8 @@ fn compare(args: CompareArgs) {
     for name in args.systems.split(',') {
         let system = System::parse(name).unwrap_or_else(|| panic!("unknown system {name}"));
         let dir = tempfile::tempdir().unwrap();
-        let output = unique("compare-counts");
-        create_topic(&output, 4);
-        let ctx = Ctx {
-            name: unique("cmp"),
-            input: input.clone(),
-            output: output.clone(),
-            dir: dir.path().to_path_buf(),
-            parallelism: args.parallelism,
-            repo: repo(),
-            weir: weir_binary(),
-        };
+        let ctx = Ctx::new("cmp", &input, dir.path(), args.parallelism);
+        let output = ctx.output.clone();
         eprintln!("running {}", system.name());
         match measure(&system, &ctx, &ends, Duration::from_secs(1800)) {
             Ok(m) => {
@@ -440,17 +421,7 @@ fn recovery(args: RecoveryArgs) {
         for name in args.systems.split(',') {
             let system = System::parse(name).unwrap_or_else(|| panic!("unknown system {name}"));
             let dir = tempfile::tempdir().unwrap();
-            let output = unique("recovery-counts");
-            create_topic(&output, 4);
-            let ctx = Ctx {
-                name: unique("rec"),
-                input: input.clone(),
-                output,
-                dir: dir.path().to_path_buf(),
-                parallelism: args.parallelism,
-                repo: repo(),
-                weir: weir_binary(),
-            };
+            let ctx = Ctx::new("rec", &input, dir.path(), args.parallelism);
             let group = system.group(&ctx);
             let client = measure::consumer(&group);
             let mut pg = system.launch(&ctx, false);
@@ -518,17 +489,7 @@ fn checkpoint_cost(args: CostArgs) {
         let (input, ends) = input_topic("cost-keys", 4, &lines);
         drop(lines);
         let dir = tempfile::tempdir().unwrap();
-        let output = unique("cost-counts");
-        create_topic(&output, 4);
-        let ctx = Ctx {
-            name: unique("cost"),
-            input: input.clone(),
-            output,
-            dir: dir.path().to_path_buf(),
-            parallelism: args.parallelism,
-            repo: repo(),
-            weir: weir_binary(),
-        };
+        let ctx = Ctx::new("cost", &input, dir.path(), args.parallelism);
         let system = System::Weir {
             emit: "every-update".into(),
         };

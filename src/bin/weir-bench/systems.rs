@@ -18,6 +18,35 @@ pub struct Ctx {
     pub weir: PathBuf,
 }
 
+impl Ctx {
+    /// A run named `<prefix>-...` on `input`, with a fresh output topic,
+    /// its folders under `dir`.
+    pub fn new(prefix: &str, input: &str, dir: &Path, parallelism: u32) -> Self {
+        let output = weir::testkit::unique(&format!("{prefix}-counts"));
+        weir::testkit::create_topic(&output, 4);
+        Self {
+            name: weir::testkit::unique(prefix),
+            input: input.to_string(),
+            output,
+            dir: dir.to_path_buf(),
+            parallelism,
+            repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            weir: weir_binary(),
+        }
+    }
+}
+
+/// The release `weir` next to this benchmark binary.
+pub fn weir_binary() -> PathBuf {
+    let bin = std::env::current_exe().unwrap().with_file_name("weir");
+    assert!(
+        bin.exists(),
+        "{} not found: cargo build --release --bins",
+        bin.display()
+    );
+    bin
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum System {
     Weir { emit: String },
