@@ -552,18 +552,18 @@ impl WeirProcess {
             "no admin endpoint: {}",
             self.log_text()
         );
-        let log = self.log_text();
-        let line = log
-            .lines()
-            .find(|l| l.contains("admin endpoint listening"))
-            .expect("log line");
-        line.split("listen=")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .expect("listen= field")
-            .trim_matches('"')
-            .to_string()
+        admin_addr_in(&self.log_text()).expect("listen= field")
     }
+}
+
+/// The admin endpoint's address in a weir log ("admin endpoint listening
+/// listen=ADDR"), if it is there.
+pub fn admin_addr_in(log: &str) -> Option<String> {
+    log.lines()
+        .find(|l| l.contains("admin endpoint listening"))
+        .and_then(|l| l.split("listen=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .map(|a| a.trim_matches('"').to_string())
 }
 
 /// A minimal HTTP/1.1 client for the admin endpoint: returns the status

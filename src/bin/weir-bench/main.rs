@@ -551,10 +551,6 @@ fn checkpoint_cost(args: CostArgs) {
 
 fn admin_addr(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .find(|l| l.contains("admin endpoint listening"))
-        .and_then(|l| l.split("listen=").nth(1))
-        .and_then(|r| r.split_whitespace().next())
-        .map(|a| a.trim_matches('"').to_string())
+    weir::testkit::admin_addr_in(&text)
         .unwrap_or_else(|| panic!("no admin endpoint in {}", log.display()))
 }
