@@ -325,6 +325,8 @@ pub struct JobSpec {
     pub delivery: String,
     pub emit: String,
     pub format: String,
+    /// `[source] start`: "earliest" or "latest".
+    pub start: String,
     pub on_bad_record: String,
     pub dead_letter_topic: Option<String>,
     pub pipeline: String,
@@ -353,6 +355,7 @@ impl JobSpec {
             delivery: "at-least-once".into(),
             emit: "every-update".into(),
             format: "text".into(),
+            start: "earliest".into(),
             on_bad_record: "fail".into(),
             dead_letter_topic: None,
             pipeline: "kind = \"word-count\"".into(),
@@ -406,6 +409,7 @@ listen = "{admin_listen}"
 [source]
 topics = [{topics}]
 format = "{format}"
+start = "{start}"
 on_bad_record = "{policy}"
 {dlq}
 [pipeline]
@@ -426,6 +430,7 @@ emit = "{emit}"
             checkpoints = self.checkpoint_dir.display(),
             topics = topics.join(", "),
             format = self.format,
+            start = self.start,
             policy = self.on_bad_record,
             pipeline = self.pipeline,
             sink = self.sink_topic,

@@ -293,11 +293,22 @@ fn run_attempt(
         let mut tpl = TopicPartitionList::new();
         let mut positions = Vec::new();
         for (topic, partition) in mine {
-            let next = restored_offsets.get(&(topic.clone(), *partition)).copied();
+            let mut next = restored_offsets.get(&(topic.clone(), *partition)).copied();
             let offset = match (next, config.source.start) {
                 (Some(o), _) => Offset::Offset(o),
                 (None, crate::config::StartPosition::Earliest) => Offset::Beginning,
-                (None, crate::config::StartPosition::Latest) => Offset::End,
+                (None, crate::config::StartPosition::Latest) => {
+                    // "latest" is resolved now and kept as this partition's
+                    // position, so that a restart before its first record
+                    // does not skip what arrived in between.
+                    let (_, high) = consumer
+                        .fetch_watermarks(topic, *partition, kafka::REQUEST_TIMEOUT)
+                        .map_err(|e| {
+                            WeirError::kafka(format!("end offset of {topic}/{partition}"), e)
+                        })?;
+                    next = Some(high);
+                    Offset::Offset(high)
+                }
             };
             tpl.add_partition_offset(topic, *partition, offset)
                 .map_err(|e| WeirError::kafka("build assignment", e))?;
