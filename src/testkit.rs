@@ -60,6 +60,24 @@ pub fn create_topic(name: &str, partitions: i32) {
     }
 }
 
+/// A fresh input and output topic, `<prefix>-words-*` and `<prefix>-counts-*`.
+pub fn topic_pair(prefix: &str, partitions: i32) -> (String, String) {
+    let input = unique(&format!("{prefix}-words"));
+    let output = unique(&format!("{prefix}-counts"));
+    create_topic(&input, partitions);
+    create_topic(&output, partitions);
+    (input, output)
+}
+
+/// The last part of a log, for assertion messages.
+pub fn log_tail(log: &str) -> &str {
+    let mut start = log.len().saturating_sub(6000);
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    &log[start..]
+}
+
 /// A small deterministic PRNG (xorshift64*), so inputs are reproducible
 /// from a seed without another dependency.
 pub struct Rng(u64);

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use weir::testkit::{
-    create_topic, last_counts, produce, read_topic, unique, word_lines, Isolation, JobSpec,
-    OutRecord, Rng, WeirProcess,
+    create_topic, last_counts, log_tail, produce, read_topic, topic_pair, unique, word_lines,
+    Isolation, JobSpec, OutRecord, Rng, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -23,11 +23,7 @@ fn tempdir() -> tempfile::TempDir {
 }
 
 fn topics(partitions: i32) -> (String, String) {
-    let input = unique("words");
-    let output = unique("counts");
-    create_topic(&input, partitions);
-    create_topic(&output, partitions);
-    (input, output)
+    topic_pair("wc", partitions)
 }
 
 /// Reads the output until every word's last count equals `expected`.
@@ -68,7 +64,7 @@ fn assert_counts(records: &[OutRecord], expected: &HashMap<String, u64>, log: &s
 }
 
 fn tail(log: &str) -> &str {
-    &log[log.len().saturating_sub(6000)..]
+    log_tail(log)
 }
 
 /// Every word's updates, in output order, are exactly 1, 2, ..., n.

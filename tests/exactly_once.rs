@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use weir::testkit::{
-    create_topic, last_counts, produce, read_topic, unique, word_lines, Isolation, JobSpec,
+    last_counts, log_tail, produce, read_topic, topic_pair, word_lines, Isolation, JobSpec,
     OutRecord, Rng, WeirProcess,
 };
 
@@ -31,7 +31,7 @@ fn weir() -> &'static Path {
 }
 
 fn tail(log: &str) -> &str {
-    &log[log.len().saturating_sub(6000)..]
+    log_tail(log)
 }
 
 fn seed() -> u64 {
@@ -125,10 +125,7 @@ fn crash_at(config: &Path, point: &str, action: &str) -> String {
 #[test]
 fn exactly_once_output_survives_kills_and_every_crash_point() {
     let dir = tempfile::tempdir().unwrap();
-    let input = unique("eo-words");
-    let output = unique("eo-counts");
-    create_topic(&input, 4);
-    create_topic(&output, 4);
+    let (input, output) = topic_pair("eo", 4);
     let (lines, expected) = word_lines(11, 20_000, 10, 2_000);
     assert_eq!(expected.values().sum::<u64>(), 200_000);
     let spec = JobSpec {
@@ -204,10 +201,7 @@ fn exactly_once_output_survives_kills_and_every_crash_point() {
 #[test]
 fn on_checkpoint_emit_is_strictly_increasing_and_exact_after_kills() {
     let dir = tempfile::tempdir().unwrap();
-    let input = unique("eo-oc-words");
-    let output = unique("eo-oc-counts");
-    create_topic(&input, 4);
-    create_topic(&output, 4);
+    let (input, output) = topic_pair("eo-oc", 4);
     let (lines, expected) = word_lines(12, 10_000, 10, 500);
     let spec = JobSpec {
         delivery: "exactly-once".into(),
@@ -258,10 +252,7 @@ fn on_checkpoint_emit_is_strictly_increasing_and_exact_after_kills() {
 #[test]
 fn a_second_instance_fences_the_first() {
     let dir = tempfile::tempdir().unwrap();
-    let input = unique("eo-fence-words");
-    let output = unique("eo-fence-counts");
-    create_topic(&input, 4);
-    create_topic(&output, 4);
+    let (input, output) = topic_pair("eo-fence", 4);
     let (lines, expected) = word_lines(13, 6_000, 10, 500);
     let a = JobSpec {
         delivery: "exactly-once".into(),
@@ -314,10 +305,7 @@ fn a_second_instance_fences_the_first() {
 #[test]
 fn committed_offsets_without_their_checkpoint_refuse_to_start() {
     let dir = tempfile::tempdir().unwrap();
-    let input = unique("eo-lost-words");
-    let output = unique("eo-lost-counts");
-    create_topic(&input, 4);
-    create_topic(&output, 4);
+    let (input, output) = topic_pair("eo-lost", 4);
     produce(&input, 4, &["a b c d e f g h"]);
     let spec = JobSpec {
         delivery: "exactly-once".into(),

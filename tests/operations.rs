@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use weir::testkit::{
-    create_topic, http, last_counts, produce, read_topic, unique, word_lines, Isolation, JobSpec,
-    WeirProcess,
+    create_topic, http, last_counts, log_tail, produce, read_topic, topic_pair, unique, word_lines,
+    Isolation, JobSpec, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -19,15 +19,11 @@ fn weir() -> &'static Path {
 }
 
 fn tail(log: &str) -> &str {
-    &log[log.len().saturating_sub(6000)..]
+    log_tail(log)
 }
 
 fn topics(partitions: i32) -> (String, String) {
-    let input = unique("ops-words");
-    let output = unique("ops-counts");
-    create_topic(&input, partitions);
-    create_topic(&output, partitions);
-    (input, output)
+    topic_pair("ops", partitions)
 }
 
 /// The value of one sample line of Prometheus text, e.g.
