@@ -360,6 +360,9 @@ const RESERVED_PROPERTIES: &[&str] = &[
     "isolation.level",
     "transactional.id",
     "enable.idempotence",
+    // `source.start` owns where a partition without a checkpoint starts.
+    "auto.offset.reset",
+    "enable.partition.eof",
 ];
 
 /// One problem in a configuration, with the key it is about.
@@ -728,6 +731,21 @@ impl Config {
         if self.sink.instance.is_empty() {
             bad("sink.instance", "must not be empty".into());
         }
+        if self.sink.delivery == Delivery::ExactlyOnce
+            && self.checkpoint.mode == CheckpointMode::AtLeastOnce
+        {
+            // Without alignment, records after barrier N reach the state and
+            // transaction N while their offsets are not in checkpoint N: a
+            // replay would count them twice, inside committed output.
+            bad(
+                "checkpoint.mode",
+                "\"at-least-once\" cannot be combined with sink.delivery = \"exactly-once\": \
+                 unaligned checkpoints put records of epoch N+1 into transaction N, so a replay \
+                 would commit them twice. Use checkpoint.mode = \"exactly-once\" (the default) or \
+                 sink.delivery = \"at-least-once\""
+                    .into(),
+            );
+        }
         if self.sink.delivery == Delivery::ExactlyOnce {
             match self.transaction_timeout_ms() {
                 Err(msg) => bad("kafka.properties.\"transaction.timeout.ms\"", msg),
@@ -903,35 +921,103 @@ fn interpolate(
     }
 }
 
-/// Deserializes one section, naming the full key path of a failure.
+/// Deserializes one section, naming the full key path of every failure.
+///
+/// serde stops at the first error, so a bad enum would hide a bad value
+/// next to it. After each error the offending key is taken out and the
+/// section deserialized again, until it succeeds or an error can no longer
+/// be attributed to a key of its own (a required key that was taken out).
 fn parse_section<T: DeserializeOwned>(
     value: &serde_json::Value,
     name: &str,
     problems: &mut Vec<ConfigProblem>,
 ) -> Option<T> {
-    match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            let path = e.path().to_string();
-            let inner = e.into_inner().to_string();
-            // serde names an unknown or missing field in the message, not the path.
-            let field = ["unknown field `", "missing field `"].iter().find_map(|m| {
-                let rest = &inner[inner.find(m)? + m.len()..];
-                Some(rest[..rest.find('`')?].to_string())
-            });
-            let mut key = name.to_string();
-            if path != "." {
-                key = format!("{key}.{path}");
+    let mut value = value.clone();
+    let mut removed: Vec<Vec<String>> = Vec::new();
+    let mut failed = false;
+    // Bounded: every round removes one key.
+    for _ in 0..64 {
+        match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(v) => return if failed { None } else { Some(v) },
+            Err(e) => {
+                let segments: Vec<String> = e
+                    .path()
+                    .iter()
+                    .filter_map(|s| match s {
+                        serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                        serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                let path = e.path().to_string();
+                let inner = e.into_inner().to_string();
+                // serde names an unknown or missing field in the message, not the path.
+                let field = ["unknown field `", "missing field `"].iter().find_map(|m| {
+                    let rest = &inner[inner.find(m)? + m.len()..];
+                    Some(rest[..rest.find('`')?].to_string())
+                });
+                let mut full = segments.clone();
+                if let Some(f) = field.as_ref().filter(|f| segments.last() != Some(*f)) {
+                    full.push(f.clone());
+                }
+                if inner.starts_with("missing field") && removed.contains(&full) {
+                    // Reported already, as the bad value that was taken out.
+                    return None;
+                }
+                let mut key = name.to_string();
+                if path != "." {
+                    key = format!("{key}.{path}");
+                }
+                if let Some(f) = field.filter(|f| !key.ends_with(&format!(".{f}"))) {
+                    key = format!("{key}.{f}");
+                }
+                problems.push(ConfigProblem {
+                    key,
+                    message: inner,
+                });
+                failed = true;
+                if full.is_empty() || !remove_path(&mut value, &full) {
+                    return None;
+                }
+                removed.push(full);
             }
-            if let Some(f) = field.filter(|f| !key.ends_with(&format!(".{f}"))) {
-                key = format!("{key}.{f}");
-            }
-            problems.push(ConfigProblem {
-                key,
-                message: inner,
-            });
-            None
         }
+    }
+    None
+}
+
+/// Removes the value at `path` (object keys and array indexes); false when
+/// there is nothing there to remove.
+fn remove_path(value: &mut serde_json::Value, path: &[String]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut v = value;
+    for seg in parents {
+        v = match v {
+            serde_json::Value::Object(m) => match m.get_mut(seg) {
+                Some(x) => x,
+                None => return false,
+            },
+            serde_json::Value::Array(a) => {
+                match seg.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                    Some(x) => x,
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+    }
+    match v {
+        serde_json::Value::Object(m) => m.remove(last).is_some(),
+        serde_json::Value::Array(a) => match last.parse::<usize>() {
+            Ok(i) if i < a.len() => {
+                a.remove(i);
+                true
+            }
+            _ => false,
+        },
+        _ => false,
     }
 }
 
@@ -1116,5 +1202,68 @@ topic = "word-counts"
             );
         let c = load(&text, &[]).unwrap();
         assert_eq!(c.keyed_uid(), "aggregate-sum-amount-by-user");
+    }
+
+    #[test]
+    fn every_bad_value_in_one_section_is_reported() {
+        // A bad enum used to hide the bad duration next to it.
+        let text = VALID.replace(
+            "interval = \"1s\"",
+            "interval = \"soon\"\nmode = \"sometimes\"\nretained = \"two\"",
+        );
+        let e = load(&text, &[]).unwrap_err();
+        let mut k = keys(&e);
+        k.sort();
+        assert_eq!(
+            k,
+            vec![
+                "checkpoint.interval",
+                "checkpoint.mode",
+                "checkpoint.retained"
+            ],
+            "{e}"
+        );
+        // A bad required value: reported once, not again as missing.
+        let text = VALID.replace("topics = [\"words\"]", "topics = 3\nformat = \"xml\"");
+        let e = load(&text, &[]).unwrap_err();
+        let mut k = keys(&e);
+        k.sort();
+        assert_eq!(k, vec!["source.format", "source.topics"], "{e}");
+    }
+
+    #[test]
+    fn unaligned_checkpoints_with_transactions_are_refused_naming_both_keys() {
+        let text = VALID
+            .replace(
+                "interval = \"1s\"",
+                "interval = \"1s\"\nmode = \"at-least-once\"",
+            )
+            .replace(
+                "topic = \"word-counts\"",
+                "topic = \"word-counts\"\ndelivery = \"exactly-once\"",
+            );
+        let e = load(&text, &[]).unwrap_err();
+        assert_eq!(keys(&e), vec!["checkpoint.mode"], "{e}");
+        assert!(e.to_string().contains("sink.delivery"), "{e}");
+        // Each alone is fine.
+        let alo = VALID.replace(
+            "interval = \"1s\"",
+            "interval = \"1s\"\nmode = \"at-least-once\"",
+        );
+        assert!(load(&alo, &[]).is_ok());
+    }
+
+    #[test]
+    fn properties_weir_owns_are_refused() {
+        let text = VALID.replace(
+            "\"socket.timeout.ms\" = \"30000\"",
+            "\"auto.offset.reset\" = \"latest\"\n\"linger.ms\" = \"50\"",
+        );
+        let e = load(&text, &[]).unwrap_err();
+        assert_eq!(
+            keys(&e),
+            vec!["kafka.properties.\"auto.offset.reset\""],
+            "{e}"
+        );
     }
 }

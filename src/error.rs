@@ -1,6 +1,14 @@
 //! Errors that carry what a person needs to act on them.
+//!
+//! Each variant's message says what failed and where; the underlying error
+//! (I/O, RocksDB, librdkafka) stays typed as its `source()`, and is not
+//! repeated in the message. [`Report`] prints the whole chain once, which
+//! is what logs and the exit message use.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
+
+use rdkafka::error::KafkaError;
 
 /// Everything that can stop a job attempt.
 #[derive(Debug, thiserror::Error)]
@@ -8,25 +16,38 @@ pub enum WeirError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
 
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
 
-    #[error("RocksDB ({context}): {source}")]
+    #[error("RocksDB ({context})")]
     State {
         context: String,
         #[source]
         source: rocksdb::Error,
     },
 
-    #[error("Kafka ({context}): {source}")]
+    /// A stored state value or key that cannot be decoded: restarting would
+    /// hit it again, so the job stops with where it is.
+    #[error(
+        "corrupt state in operator {uid:?}, key group {key_group}, key {key:?} ({location}): {reason}"
+    )]
+    CorruptState {
+        uid: String,
+        key_group: u32,
+        key: String,
+        location: String,
+        reason: String,
+    },
+
+    #[error("Kafka ({context})")]
     Kafka {
         context: String,
         #[source]
-        source: rdkafka::error::KafkaError,
+        source: Box<KafkaError>,
     },
 
     #[error("bad record at {topic}/{partition}@{offset}: {reason}")]
@@ -37,6 +58,20 @@ pub enum WeirError {
         reason: String,
     },
 
+    /// An output record the producer refuses for its size; with
+    /// `on_bad_record = "fail"` the job stops, since a replay would make it
+    /// again.
+    #[error(
+        "output record for key {key:?} to topic {topic:?} is {bytes} bytes, over the producer's \
+         message.max.bytes; raise message.max.bytes (and the topic's max.message.bytes) or set \
+         source.on_bad_record to \"skip\" or \"dead-letter\""
+    )]
+    OutputTooLarge {
+        topic: String,
+        key: String,
+        bytes: usize,
+    },
+
     #[error("source topic {topic:?} does not exist or has no partitions")]
     MissingTopic { topic: String },
 
@@ -45,11 +80,27 @@ pub enum WeirError {
 
     #[error(
         "producer with transactional.id {transactional_id:?} was fenced: another weir instance \
-         with the same job and transactional id took over ({detail})"
+         with the same job and transactional id took over ({context})"
     )]
     Fenced {
         transactional_id: String,
-        detail: String,
+        context: String,
+        #[source]
+        source: Box<KafkaError>,
+    },
+
+    /// The broker or librdkafka aborted the open transaction (for instance
+    /// it outlived `transaction.timeout.ms` while the process was paused):
+    /// the epochs since the last checkpoint are replayed after a restart.
+    #[error(
+        "the Kafka transaction of transactional.id {transactional_id:?} must be aborted ({context}); \
+         its output is replayed from the last checkpoint"
+    )]
+    TransactionAborted {
+        transactional_id: String,
+        context: String,
+        #[source]
+        source: Box<KafkaError>,
     },
 
     #[error("checkpoint {checkpoint_id} failed: {reason}")]
@@ -62,6 +113,13 @@ pub enum WeirError {
     /// failure, which is the one to report.
     #[error("task {task} stopped: {reason}")]
     PeerGone { task: String, reason: String },
+
+    /// Tasks that did not stop within the bound after their attempt was
+    /// cancelled. Their threads may still hold RocksDB and Kafka clients,
+    /// so an in-process restart is unsafe: the process exits and its
+    /// supervisor starts a clean one.
+    #[error("tasks did not stop within {waited_ms} ms after the attempt was cancelled: {tasks:?}")]
+    Stuck { tasks: Vec<String>, waited_ms: u64 },
 
     #[error("lock {path}: {reason}")]
     Locked { path: PathBuf, reason: String },
@@ -84,10 +142,10 @@ impl WeirError {
         }
     }
 
-    pub fn kafka(context: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
+    pub fn kafka(context: impl Into<String>, source: KafkaError) -> Self {
         Self::Kafka {
             context: context.into(),
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -103,10 +161,66 @@ impl WeirError {
             self,
             Self::Config(_)
                 | Self::BadRecord { .. }
+                | Self::OutputTooLarge { .. }
+                | Self::CorruptState { .. }
                 | Self::MissingTopic { .. }
                 | Self::Recovery(_)
                 | Self::Fenced { .. }
+                | Self::Stuck { .. }
                 | Self::Locked { .. }
         )
+    }
+
+    /// The whole cause chain on one line.
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+}
+
+/// Prints an error and each of its causes once, joined by ": ".
+pub struct Report<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::RDKafkaErrorCode;
+
+    #[test]
+    fn a_report_names_each_cause_once() {
+        let e = WeirError::kafka(
+            "commit_transaction",
+            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+        );
+        let text = e.report().to_string();
+        let cause =
+            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge).to_string();
+        assert_eq!(text.matches(&cause).count(), 1, "{text}");
+        assert!(text.starts_with("Kafka (commit_transaction): "), "{text}");
+        // The cause stays typed.
+        let source = std::error::Error::source(&e).unwrap();
+        assert!(
+            source.downcast_ref::<Box<KafkaError>>().is_some()
+                || source.downcast_ref::<KafkaError>().is_some()
+        );
+
+        let io = WeirError::io(
+            Path::new("/x/chk-1"),
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        let text = io.report().to_string();
+        assert_eq!(text.matches("/x/chk-1").count(), 1, "{text}");
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
     }
 }

@@ -98,12 +98,21 @@ async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> 
         return denied;
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
-    if state
-        .savepoints
-        .send(SavepointRequest { reply: tx })
-        .is_err()
-    {
-        return (StatusCode::SERVICE_UNAVAILABLE, "job is not running\n").into_response();
+    // The queue is bounded (`runtime::SAVEPOINT_QUEUE`): when it is full the
+    // caller hears so now instead of waiting behind requests that would
+    // time out anyway.
+    match state.savepoints.try_send(SavepointRequest { reply: tx }) {
+        Ok(()) => {}
+        Err(crossbeam_channel::TrySendError::Full(_)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(serde_json::json!({ "error": "busy: a savepoint is already queued; retry later" })),
+            )
+                .into_response();
+        }
+        Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, "job is not running\n").into_response();
+        }
     }
     match tokio::time::timeout(state.savepoint_timeout, rx).await {
         Ok(Ok(Ok(path))) => Json(serde_json::json!({ "path": path })).into_response(),
@@ -133,7 +142,8 @@ mod tests {
         Arc<AdminState>,
         crossbeam_channel::Receiver<SavepointRequest>,
     ) {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (shared, tx) = crate::runtime::JobShared::new();
+        let rx = shared.savepoints.clone();
         (
             Arc::new(AdminState {
                 metrics: Arc::new(Metrics::new()),
@@ -217,5 +227,25 @@ mod tests {
         let (status, body) = call(&s, "POST", "/savepoints", None).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body, r#"{"path":"/sp/savepoint-1"}"#);
+    }
+
+    #[tokio::test]
+    async fn a_busy_savepoint_queue_answers_503_at_once() {
+        let (s, rx) = state(None);
+        // Nobody serves the queue: the first request waits in it (and times
+        // out after savepoint_timeout), the next one finds it full.
+        let first = {
+            let s = s.clone();
+            tokio::spawn(async move { call(&s, "POST", "/savepoints", None).await })
+        };
+        while rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let started = std::time::Instant::now();
+        let (status, body) = call(&s, "POST", "/savepoints", None).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("busy"), "{body}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        drop(first);
     }
 }

@@ -88,4 +88,17 @@ pub struct StateHandle {
     /// Relative to the checkpoint folder.
     pub path: String,
     pub size_bytes: u64,
+    /// Every file of the snapshot with its size, checked before a restore
+    /// so that a missing or truncated file is named, not discovered by
+    /// RocksDB halfway through. Empty in checkpoints of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<SnapshotFile>,
+}
+
+/// One file of a state snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotFile {
+    /// Relative to the snapshot folder.
+    pub name: String,
+    pub size_bytes: u64,
 }

@@ -6,5 +6,5 @@ pub mod recovery;
 pub mod retention;
 pub mod store;
 
-pub use metadata::{CheckpointMetadata, PartitionOffset, StateHandle, Topology};
+pub use metadata::{CheckpointMetadata, PartitionOffset, SnapshotFile, StateHandle, Topology};
 pub use store::CheckpointStore;

@@ -70,7 +70,41 @@ impl CheckpointStore {
             Err(e) => return Err(WeirError::io(&dir, e)),
         }
         create_private_dir(&dir.join("state"))?;
+        // The new entries are durable in their parents.
+        sync_dir(&dir)?;
+        sync_dir(&self.root)?;
         Ok(Some(dir))
+    }
+
+    /// Where a subtask's snapshot of checkpoint `id` goes. Creates
+    /// `state/<uid>/` inside the claimed folder, never the folder itself:
+    /// if the Coordinator removed it (the checkpoint was cancelled), this
+    /// fails and nothing re-creates it.
+    pub fn snapshot_target(&self, id: u64, uid: &str, subtask: u32) -> Result<PathBuf> {
+        let state = self.folder(id).join("state");
+        let operator = state.join(uid);
+        match fs::DirBuilder::new().mode(0o700).create(&operator) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(WeirError::Checkpoint {
+                    checkpoint_id: id,
+                    reason: format!(
+                        "{} is gone (the checkpoint was cancelled); not snapshotting into it",
+                        self.folder(id).display()
+                    ),
+                })
+            }
+            Err(e) => return Err(WeirError::io(&operator, e)),
+        }
+        Ok(operator.join(subtask.to_string()))
+    }
+
+    /// Makes every file and folder of checkpoint `id` durable (fsync), so
+    /// that `_metadata`, written next, never names state a power cut could
+    /// lose. Files that are already durable (hard-linked SSTs) cost little.
+    pub fn sync_checkpoint(&self, id: u64) -> Result<()> {
+        sync_tree(&self.folder(id))
     }
 
     /// Writes `_metadata` atomically: temp file, fsync, rename, fsync folder.
@@ -152,7 +186,11 @@ impl CheckpointStore {
         };
         let contents = match checked {
             Ok(m) => FolderContents::Valid(Box::new(m)),
-            Err(reason) if !path.join(METADATA).exists() => FolderContents::Unfinished(reason),
+            // Never prepared, unless its transaction committed: then a lost
+            // `_metadata` is damage, not a checkpoint in flight.
+            Err(reason) if !path.join(METADATA).exists() && !committed_marker => {
+                FolderContents::Unfinished(reason)
+            }
             Err(reason) => FolderContents::Invalid(reason),
         };
         FolderFacts {
@@ -216,6 +254,28 @@ fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointM
                 dir.display()
             ));
         }
+        for file in &handle.files {
+            let at = dir.join(&file.name);
+            match fs::metadata(&at) {
+                Ok(m) if m.len() == file.size_bytes => {}
+                Ok(m) => return Err(format!(
+                    "state file {} of {} subtask {} has {} bytes, {} when the checkpoint was taken",
+                    at.display(),
+                    handle.uid,
+                    handle.subtask,
+                    m.len(),
+                    file.size_bytes
+                )),
+                Err(e) => {
+                    return Err(format!(
+                        "state file {} of {} subtask {} is missing or unreadable: {e}",
+                        at.display(),
+                        handle.uid,
+                        handle.subtask
+                    ))
+                }
+            }
+        }
     }
     Ok(meta)
 }
@@ -246,11 +306,13 @@ pub fn link_or_copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Copies a complete checkpoint folder (a savepoint), `_metadata` last so
-/// that a copy cut short is never mistaken for a usable one.
+/// Copies a complete checkpoint folder (a savepoint) into `<to>.partial`,
+/// makes every file durable, then renames it into place, so that a copy
+/// cut short is never mistaken for a usable one.
 pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
     let tmp = to.with_extension("partial");
     link_or_copy_dir(from, &tmp)?;
+    sync_tree(&tmp)?;
     fs::rename(&tmp, to).map_err(|e| WeirError::io(to, e))?;
     if let Some(parent) = to.parent() {
         sync_dir(parent)?;
@@ -258,10 +320,72 @@ pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+/// Removes `*.partial` folders in `dir`: savepoint copies a crash cut short.
+/// Returns the folders removed.
+pub fn remove_partial_copies(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(WeirError::io(dir, e)),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| WeirError::io(dir, e))?.path();
+        if path.is_dir() && path.extension().is_some_and(|e| e == "partial") {
+            fs::remove_dir_all(&path).map_err(|e| WeirError::io(&path, e))?;
+            removed.push(path);
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(removed)
+}
+
+/// fsyncs a folder, so that the entries created in it survive a power cut.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(test)]
+    synced::record(dir);
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| WeirError::io(dir, e))
+}
+
+/// fsyncs every file under `dir`, then every folder bottom-up, `dir` last.
+pub fn sync_tree(dir: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir).map_err(|e| WeirError::io(dir, e))? {
+        let entry = entry.map_err(|e| WeirError::io(dir, e))?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(|e| WeirError::io(&path, e))?;
+        if kind.is_dir() {
+            sync_tree(&path)?;
+        } else if kind.is_file() {
+            #[cfg(test)]
+            synced::record(&path);
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| WeirError::io(&path, e))?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Which paths this thread fsynced, for the durability tests.
+#[cfg(test)]
+pub(crate) mod synced {
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    thread_local!(static SYNCED: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) });
+
+    pub fn record(p: &Path) {
+        SYNCED.with(|s| s.borrow_mut().push(p.to_path_buf()));
+    }
+
+    /// Returns and forgets what was fsynced so far.
+    pub fn take() -> Vec<PathBuf> {
+        SYNCED.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    }
 }
 
 /// Bytes of regular files under `path` (hard links counted once per name).
@@ -352,6 +476,7 @@ mod tests {
             key_groups: (0, 64),
             path: CheckpointStore::state_path("word-count", 0),
             size_bytes: 0,
+            files: vec![],
         });
         store.write_metadata(&m).unwrap();
         let facts = store.scan().unwrap();
@@ -381,5 +506,109 @@ mod tests {
                 & 0o777,
             0o600
         );
+    }
+
+    #[test]
+    fn every_new_folder_and_file_is_fsynced_before_metadata_names_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(tmp.path().join("job"));
+        synced::take();
+        let dir = store.claim(7).unwrap().unwrap();
+        let after_claim = synced::take();
+        assert!(
+            after_claim.contains(&store.root().to_path_buf()),
+            "{after_claim:?}"
+        );
+        assert!(after_claim.contains(&dir), "{after_claim:?}");
+        // A subtask's snapshot lands in state/<uid>/<n>.
+        let target = store.snapshot_target(7, "wc", 0).unwrap();
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("000001.sst"), b"x").unwrap();
+        store.sync_checkpoint(7).unwrap();
+        let synced_now = synced::take();
+        for p in [
+            target.join("000001.sst"),
+            target.clone(),
+            dir.join("state/wc"),
+            dir.join("state"),
+            dir.clone(),
+        ] {
+            assert!(synced_now.contains(&p), "{p:?} not fsynced: {synced_now:?}");
+        }
+        store.write_metadata(&meta(7)).unwrap();
+        assert!(synced::take().contains(&dir));
+        store.mark_committed(7).unwrap();
+        assert!(synced::take().contains(&dir));
+    }
+
+    #[test]
+    fn a_snapshot_never_recreates_a_removed_checkpoint_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(tmp.path().join("job"));
+        store.claim(3).unwrap().unwrap();
+        store.delete(3).unwrap(); // the Coordinator cancelled it
+        let e = store.snapshot_target(3, "wc", 1).unwrap_err();
+        assert!(e.to_string().contains("cancelled"), "{e}");
+        assert!(!store.folder(3).exists());
+    }
+
+    #[test]
+    fn savepoint_copies_are_fsynced_and_partial_ones_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let from = tmp.path().join("chk-1");
+        fs::create_dir_all(from.join("state/wc/0")).unwrap();
+        fs::write(from.join("state/wc/0/CURRENT"), b"x").unwrap();
+        fs::write(from.join(METADATA), b"{}").unwrap();
+        let sp = tmp.path().join("savepoints");
+        fs::create_dir_all(sp.join("savepoint-1.partial")).unwrap();
+        synced::take();
+        copy_checkpoint(&from, &sp.join("savepoint-2")).unwrap();
+        let synced_now = synced::take();
+        assert!(synced_now.contains(&sp.join("savepoint-2.partial/state/wc/0/CURRENT")));
+        assert!(synced_now.contains(&sp));
+        let removed = remove_partial_copies(&sp).unwrap();
+        assert_eq!(removed, vec![sp.join("savepoint-1.partial")]);
+        assert!(sp.join("savepoint-2").is_dir());
+    }
+
+    #[test]
+    fn a_missing_or_truncated_state_file_makes_the_folder_invalid_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(tmp.path().to_path_buf());
+        store.claim(9).unwrap();
+        let target = store.snapshot_target(9, "wc", 0).unwrap();
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("CURRENT"), b"MANIFEST-000001\n").unwrap();
+        fs::write(target.join("000012.sst"), vec![7u8; 100]).unwrap();
+        let mut m = meta(9);
+        m.state.push(crate::checkpoint::metadata::StateHandle {
+            uid: "wc".into(),
+            subtask: 0,
+            key_groups: (0, 128),
+            path: CheckpointStore::state_path("wc", 0),
+            size_bytes: 116,
+            files: vec![
+                crate::checkpoint::SnapshotFile {
+                    name: "000012.sst".into(),
+                    size_bytes: 100,
+                },
+                crate::checkpoint::SnapshotFile {
+                    name: "CURRENT".into(),
+                    size_bytes: 16,
+                },
+            ],
+        });
+        store.write_metadata(&m).unwrap();
+        assert_eq!(reason(&store.scan().unwrap()[0]), "valid");
+        fs::write(target.join("000012.sst"), vec![7u8; 50]).unwrap();
+        let r = reason(&store.scan().unwrap()[0]).to_string();
+        assert!(r.contains("000012.sst") && r.contains("50 bytes"), "{r}");
+        fs::remove_file(target.join("000012.sst")).unwrap();
+        let r = reason(&store.scan().unwrap()[0]).to_string();
+        assert!(r.contains("000012.sst") && r.contains("missing"), "{r}");
+        assert!(matches!(
+            store.scan().unwrap()[0].contents,
+            FolderContents::Invalid(_)
+        ));
     }
 }

@@ -32,17 +32,30 @@ fn parse_marker(s: &str) -> Option<u64> {
     s.strip_prefix("weir-checkpoint=")?.parse().ok()
 }
 
-/// `bootstrap.servers` plus every `[kafka.properties]` entry.
-pub fn base_config(c: &Config) -> ClientConfig {
+/// `bootstrap.servers`, weir's own `defaults`, then every
+/// `[kafka.properties]` entry, so that a user's value always wins over a
+/// default of weir's. The properties weir must own are refused at
+/// validation (`config::RESERVED_PROPERTIES`) and set by the callers after
+/// this.
+pub fn client_config(c: &Config, defaults: &[(&str, &str)]) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &c.kafka.bootstrap_servers);
+    for (k, v) in defaults {
+        cc.set(*k, *v);
+    }
     for (k, v) in &c.kafka.properties {
-        // Producer-only settings make librdkafka warn on consumers.
+        // Producer-only settings make librdkafka warn on consumers; the
+        // producer sets this one itself.
         if k != "transaction.timeout.ms" {
             cc.set(k, v);
         }
     }
     cc
+}
+
+/// `bootstrap.servers` plus every `[kafka.properties]` entry.
+pub fn base_config(c: &Config) -> ClientConfig {
+    client_config(c, &[])
 }
 
 /// A consumer that reads by explicit assignment: weir's checkpoints, not
@@ -78,9 +91,11 @@ pub fn create_source_consumer(
     c: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<BaseConsumer<SourceContext>> {
-    consumer_config(c)
-        .set("statistics.interval.ms", "1000")
-        .create_with_context(SourceContext { metrics })
+    let mut cc = consumer_config(c);
+    if !c.kafka.properties.contains_key("statistics.interval.ms") {
+        cc.set("statistics.interval.ms", "1000");
+    }
+    cc.create_with_context(SourceContext { metrics })
         .map_err(|e| WeirError::kafka("create consumer", e))
 }
 

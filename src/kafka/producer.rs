@@ -4,17 +4,21 @@
 //! barrier. With `"exactly-once"` it is transactional: transaction N holds
 //! exactly the output of epoch N, and the Coordinator commits it together
 //! with the source offsets of checkpoint N (`send_offsets_to_transaction`),
-//! which makes the Kafka commit the commit point of the checkpoint.
+//! which makes the Kafka commit the commit point of the checkpoint
+//! (docs/checkpoint-protocol.md). [`SinkProducer`] is the Kafka
+//! implementation of [`crate::runtime::commit::CommitPoint`].
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::TopicPartitionList;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Delivery, DEFAULT_TRANSACTION_TIMEOUT_MS};
 use crate::error::{Result, WeirError};
@@ -26,7 +30,7 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 /// thread, the sink checks it at the next barrier.
 #[derive(Default)]
 pub struct SinkContext {
-    first_error: Mutex<Option<String>>,
+    first_error: Mutex<Option<(String, KafkaError)>>,
 }
 
 impl ClientContext for SinkContext {}
@@ -38,53 +42,84 @@ impl ProducerContext for SinkContext {
         if let Err((e, m)) = result {
             let mut slot = self.first_error.lock().expect("delivery error lock");
             if slot.is_none() {
-                *slot = Some(format!(
-                    "delivery to {}/{} failed: {e}",
-                    m.topic(),
-                    m.partition()
+                *slot = Some((
+                    format!("delivery to {}/{}", m.topic(), m.partition()),
+                    e.clone(),
                 ));
             }
         }
     }
 }
 
+/// Why a record was not enqueued.
+#[derive(Debug)]
+pub enum SendError {
+    /// Larger than `message.max.bytes`: the record's own fault, handled by
+    /// the bad-record policy.
+    TooLarge {
+        bytes: usize,
+    },
+    /// The attempt was cancelled while librdkafka's queue was full.
+    Cancelled,
+    Failed(WeirError),
+}
+
+impl From<WeirError> for SendError {
+    fn from(e: WeirError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// The producer's configuration: weir's defaults, then the user's
+/// `[kafka.properties]` (which win), then what weir must own.
+pub fn producer_config(c: &Config) -> ClientConfig {
+    // Compression is left to [kafka.properties] ("compression.type"):
+    // it costs CPU per record that not every deployment wants to pay.
+    // Delivery reports only for failures: the sink only looks at those,
+    // and a report per record costs a core's share at high rates.
+    let mut cc = super::client_config(
+        c,
+        &[("linger.ms", "5"), ("delivery.report.only.error", "true")],
+    );
+    cc.set("enable.idempotence", "true");
+    if c.sink.delivery == Delivery::ExactlyOnce {
+        let timeout = c
+            .kafka
+            .properties
+            .get("transaction.timeout.ms")
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_TRANSACTION_TIMEOUT_MS.to_string());
+        cc.set("transactional.id", c.transactional_id())
+            .set("transaction.timeout.ms", timeout);
+    }
+    cc
+}
+
 /// The sink producer.
 pub struct SinkProducer {
     inner: ThreadedProducer<SinkContext>,
     transactional_id: Option<String>,
+    /// When the open transaction began (exactly-once).
+    txn_started: Mutex<Option<Instant>>,
+    cancel: CancellationToken,
 }
 
 impl SinkProducer {
     /// Creates the producer. A transactional one runs `init_transactions`,
     /// which fences any older instance with the same transactional id and
-    /// aborts the transaction it left open.
-    pub fn create(c: &Config) -> Result<Self> {
-        let mut cc = super::base_config(c);
-        // Compression is left to [kafka.properties] ("compression.type"):
-        // it costs CPU per record that not every deployment wants to pay.
-        // Delivery reports only for failures: the sink only looks at those,
-        // and a report per record costs a core's share at high rates.
-        cc.set("enable.idempotence", "true")
-            .set("linger.ms", "5")
-            .set("delivery.report.only.error", "true");
+    /// aborts the transaction it left open. Sends blocked on a full queue
+    /// give up once `cancel` fires.
+    pub fn create(c: &Config, cancel: CancellationToken) -> Result<Self> {
         let transactional_id =
             (c.sink.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
-        if let Some(id) = &transactional_id {
-            let timeout = c
-                .kafka
-                .properties
-                .get("transaction.timeout.ms")
-                .cloned()
-                .unwrap_or_else(|| DEFAULT_TRANSACTION_TIMEOUT_MS.to_string());
-            cc.set("transactional.id", id)
-                .set("transaction.timeout.ms", timeout);
-        }
-        let inner: ThreadedProducer<SinkContext> =
-            cc.create_with_context(SinkContext::default())
-                .map_err(|e| WeirError::kafka("create producer", e))?;
+        let inner: ThreadedProducer<SinkContext> = producer_config(c)
+            .create_with_context(SinkContext::default())
+            .map_err(|e| WeirError::kafka("create producer", e))?;
         let p = Self {
             inner,
             transactional_id,
+            txn_started: Mutex::new(None),
+            cancel,
         };
         if p.transactional_id.is_some() {
             p.inner
@@ -98,14 +133,23 @@ impl SinkProducer {
         self.transactional_id.is_some()
     }
 
-    /// Enqueues one record; waits while librdkafka's queue is full.
+    /// How long the open transaction has been open.
+    pub fn transaction_age(&self) -> Option<Duration> {
+        self.txn_started
+            .lock()
+            .expect("txn lock")
+            .map(|t| t.elapsed())
+    }
+
+    /// Enqueues one record; waits while librdkafka's queue is full, until
+    /// the attempt is cancelled.
     pub fn send(
         &self,
         topic: &str,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: Option<OwnedHeaders>,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), SendError> {
         let mut record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic);
         record.key = key;
         record.payload = value;
@@ -114,12 +158,20 @@ impl SinkProducer {
             match self.inner.send(record) {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    if self.cancel.is_cancelled() {
+                        return Err(SendError::Cancelled);
+                    }
                     record = r;
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                    return Err(SendError::TooLarge {
+                        bytes: key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len),
+                    })
+                }
                 Err((e, _)) => {
                     self.check()?;
-                    return Err(self.txn_error(&format!("produce to {topic:?}"), e));
+                    return Err(self.txn_error(&format!("produce to {topic:?}"), e).into());
                 }
             }
         }
@@ -128,9 +180,26 @@ impl SinkProducer {
     /// Fails if any delivery failed or the producer hit a fatal error.
     pub fn check(&self) -> Result<()> {
         if let Some((code, reason)) = self.inner.client().fatal_error() {
-            return Err(self.classify(&format!("producer fatal error {code:?}: {reason}"), code));
+            // librdkafka raises fatal errors for idempotent and transactional
+            // producers only; this producer is unusable, the code says why.
+            let context = format!("producer fatal error: {reason}");
+            let source = KafkaError::MessageProduction(code);
+            return Err(
+                if matches!(
+                    code,
+                    RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced
+                ) {
+                    WeirError::Fenced {
+                        transactional_id: self.transactional_id.clone().unwrap_or_default(),
+                        context,
+                        source: Box::new(source),
+                    }
+                } else {
+                    WeirError::kafka(context, source)
+                },
+            );
         }
-        if let Some(e) = self
+        if let Some((context, e)) = self
             .inner
             .context()
             .first_error
@@ -138,10 +207,7 @@ impl SinkProducer {
             .expect("lock")
             .clone()
         {
-            return Err(WeirError::Task {
-                task: "sink".into(),
-                reason: e,
-            });
+            return Err(self.txn_error(&context, e));
         }
         Ok(())
     }
@@ -154,55 +220,138 @@ impl SinkProducer {
         self.check()
     }
 
+    /// Records enqueued but not yet acknowledged by the broker.
+    pub fn in_flight(&self) -> i32 {
+        self.inner.in_flight_count()
+    }
+
     pub fn begin_transaction(&self) -> Result<()> {
         self.inner
             .begin_transaction()
-            .map_err(|e| self.txn_error("begin_transaction", e))
+            .map_err(|e| self.txn_error("begin_transaction", e))?;
+        *self.txn_started.lock().expect("txn lock") = Some(Instant::now());
+        Ok(())
     }
 
     pub fn abort_transaction(&self) -> Result<()> {
-        self.inner
+        let result = self
+            .inner
             .abort_transaction(Duration::from_secs(10))
-            .map_err(|e| self.txn_error("abort_transaction", e))
+            .map_err(|e| self.txn_error("abort_transaction", e));
+        *self.txn_started.lock().expect("txn lock") = None;
+        result
     }
 
-    /// Adds the offsets to the open transaction and commits it.
+    /// Adds the offsets to the open transaction and commits it. Calls that
+    /// librdkafka reports as retriable are retried until [`TXN_TIMEOUT`].
     pub fn commit_transaction(
         &self,
         offsets: &TopicPartitionList,
         group: &ConsumerGroupMetadata,
     ) -> Result<()> {
         self.check()?;
+        let deadline = Instant::now() + TXN_TIMEOUT;
         if offsets.count() > 0 {
-            self.inner
-                .send_offsets_to_transaction(offsets, group, TXN_TIMEOUT)
-                .map_err(|e| self.txn_error("send_offsets_to_transaction", e))?;
+            self.retrying("send_offsets_to_transaction", deadline, |p| {
+                p.inner
+                    .send_offsets_to_transaction(offsets, group, TXN_TIMEOUT)
+            })?;
         }
-        self.inner
-            .commit_transaction(TXN_TIMEOUT)
-            .map_err(|e| self.txn_error("commit_transaction", e))
+        self.retrying("commit_transaction", deadline, |p| {
+            p.inner.commit_transaction(TXN_TIMEOUT)
+        })?;
+        *self.txn_started.lock().expect("txn lock") = None;
+        Ok(())
     }
 
+    fn retrying(
+        &self,
+        what: &str,
+        deadline: Instant,
+        mut call: impl FnMut(&Self) -> rdkafka::error::KafkaResult<()>,
+    ) -> Result<()> {
+        loop {
+            match call(self) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable() && !e.is_fatal() && Instant::now() < deadline =>
+                {
+                    tracing::warn!(call = what, error = %e, "retriable transaction error; retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(self.txn_error(what, e)),
+            }
+        }
+    }
+
+    /// Classifies a producer error with librdkafka's own flags: a fatal
+    /// error that says the producer was fenced stops the process (a newer
+    /// instance owns the transactional id); an error that requires
+    /// aborting the transaction (the broker aborted it, e.g. after
+    /// `transaction.timeout.ms`) and any other error restart the attempt,
+    /// which creates a new producer.
     fn txn_error(&self, what: &str, e: KafkaError) -> WeirError {
-        match e.rdkafka_error_code() {
-            Some(code) => self.classify(&format!("{what}: {e}"), code),
-            None => WeirError::kafka(what, e),
+        let transactional_id = self.transactional_id.clone().unwrap_or_default();
+        let fenced_code = matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
+        );
+        match &e {
+            KafkaError::Transaction(rd) if rd.is_fatal() && fenced_code => WeirError::Fenced {
+                transactional_id,
+                context: what.to_string(),
+                source: Box::new(e),
+            },
+            KafkaError::Transaction(rd) if rd.txn_requires_abort() => {
+                WeirError::TransactionAborted {
+                    transactional_id,
+                    context: what.to_string(),
+                    source: Box::new(e),
+                }
+            }
+            _ => WeirError::kafka(what, e),
         }
     }
+}
 
-    fn classify(&self, detail: &str, code: RDKafkaErrorCode) -> WeirError {
-        match code {
-            RDKafkaErrorCode::Fenced
-            | RDKafkaErrorCode::ProducerFenced
-            | RDKafkaErrorCode::InvalidProducerEpoch
-            | RDKafkaErrorCode::TransactionCoordinatorFenced => WeirError::Fenced {
-                transactional_id: self.transactional_id.clone().unwrap_or_default(),
-                detail: detail.to_string(),
-            },
-            _ => WeirError::Task {
-                task: "sink".into(),
-                reason: detail.to_string(),
-            },
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_properties_win_over_weir_defaults_but_not_over_what_weir_owns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        std::fs::write(
+            &path,
+            r#"
+[job]
+name = "wc"
+[kafka]
+bootstrap_servers = "127.0.0.1:9092"
+group_id = "g"
+[kafka.properties]
+"linger.ms" = "50"
+"delivery.report.only.error" = "false"
+[checkpoint]
+dir = "/tmp/c"
+[state]
+dir = "/tmp/s"
+[source]
+topics = ["in"]
+[pipeline]
+kind = "word-count"
+[sink]
+topic = "out"
+delivery = "exactly-once"
+"#,
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        let cc = producer_config(&c);
+        assert_eq!(cc.get("linger.ms"), Some("50"));
+        assert_eq!(cc.get("delivery.report.only.error"), Some("false"));
+        assert_eq!(cc.get("enable.idempotence"), Some("true"));
+        assert_eq!(cc.get("transactional.id"), Some("wc-0"));
     }
 }

@@ -33,6 +33,9 @@ pub struct BarrierAligner {
     arrived: Vec<bool>,
     finished: Vec<bool>,
     pending: Option<Barrier>,
+    /// Barriers of this checkpoint and older ones were cancelled: ignored
+    /// when they still arrive.
+    cancelled_up_to: u64,
 }
 
 impl BarrierAligner {
@@ -42,6 +45,7 @@ impl BarrierAligner {
             arrived: vec![false; inputs],
             finished: vec![false; inputs],
             pending: None,
+            cancelled_up_to: 0,
         }
     }
 
@@ -65,6 +69,22 @@ impl BarrierAligner {
         self.pending.map(|b| b.checkpoint_id)
     }
 
+    /// The Coordinator cancelled `checkpoint_id`: a pending alignment of it
+    /// (or of an older one) ends, every input is readable again, and its
+    /// barriers still in the channels are dropped when they arrive.
+    /// Returns true if an alignment was in progress.
+    pub fn cancel(&mut self, checkpoint_id: u64) -> bool {
+        self.cancelled_up_to = self.cancelled_up_to.max(checkpoint_id);
+        match self.pending {
+            Some(p) if p.checkpoint_id <= checkpoint_id => {
+                self.pending = None;
+                self.arrived.iter_mut().for_each(|a| *a = false);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Records barrier arrival; returns the barrier once it has arrived on
     /// every live input (time to snapshot and forward it).
     pub fn on_barrier(
@@ -74,6 +94,9 @@ impl BarrierAligner {
     ) -> Result<Option<Barrier>, AlignmentError> {
         if self.finished[input] {
             return Err(AlignmentError::AfterEndOfStream { input });
+        }
+        if barrier.checkpoint_id <= self.cancelled_up_to {
+            return Ok(None);
         }
         match self.pending {
             Some(p) if p.checkpoint_id == barrier.checkpoint_id => {
@@ -323,5 +346,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, vec![Rec("b1"), Snapshot(2), Rec("b2")]);
+    }
+
+    #[test]
+    fn a_cancelled_alignment_unblocks_its_inputs_and_drops_late_barriers() {
+        let mut a = BarrierAligner::new(2, CheckpointMode::ExactlyOnce);
+        assert_eq!(a.on_barrier(0, b(5)), Ok(None));
+        assert!(a.is_blocked(0));
+        // Input 1 is stuck; the Coordinator times checkpoint 5 out.
+        assert!(a.cancel(5));
+        assert!(!a.is_blocked(0), "input 0 is readable again");
+        assert_eq!(a.pending(), None);
+        // Input 0 goes on to barrier 6 while input 1 still delivers 5.
+        assert_eq!(a.on_barrier(0, b(6)), Ok(None));
+        assert_eq!(a.on_barrier(1, b(5)), Ok(None), "late barrier 5 is dropped");
+        assert!(!a.is_blocked(1));
+        assert_eq!(a.on_barrier(1, b(6)), Ok(Some(b(6))));
+        // Cancelling a checkpoint that is not being aligned changes nothing.
+        assert!(!a.cancel(3));
     }
 }

@@ -1,9 +1,8 @@
 //! The Coordinator: triggers checkpoints, collects acks, prepares and
 //! completes them, and with a transactional sink makes the Kafka commit the
-//! commit point (DESIGN.md §3, §4). It also turns savepoint requests into
+//! commit point (docs/checkpoint-protocol.md). It also turns savepoint requests into
 //! checkpoints copied where retention never deletes them.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+
+use super::commit::{CommitPoint, Offsets, TransactionBudget};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -28,7 +29,6 @@ use crate::config::Config;
 use crate::element::Barrier;
 use crate::error::{Result, WeirError};
 use crate::kafka::offsets_list;
-use crate::kafka::producer::SinkProducer;
 
 pub struct Coordinator {
     pub config: Arc<Config>,
@@ -37,9 +37,13 @@ pub struct Coordinator {
     pub sources: Vec<Sender<SourceCommand>>,
     pub keyed_parallelism: u32,
     pub acks: Receiver<Ack>,
-    pub producer: Arc<SinkProducer>,
-    /// Client of the consumer group: group metadata for transactions,
-    /// offset commits as a progress hint otherwise.
+    /// Where a prepared checkpoint becomes committed (a Kafka transaction
+    /// with exactly-once delivery).
+    pub commit: Box<dyn CommitPoint>,
+    /// Keeps every transaction within `transaction.timeout.ms`.
+    pub budget: TransactionBudget,
+    /// Client of the consumer group: offset commits as a progress hint
+    /// without transactions.
     pub group: BaseConsumer,
     pub gate: Arc<EpochGate>,
     pub next_id: u64,
@@ -47,6 +51,73 @@ pub struct Coordinator {
     pub cancel: CancellationToken,
     /// Set once this attempt completed a checkpoint (resets the restart budget).
     pub progressed: Arc<AtomicBool>,
+}
+
+/// The acks of one checkpoint as they arrive: source offsets, state
+/// handles, declines and timings. Acks of other (failed) checkpoints are
+/// ignored.
+#[derive(Debug)]
+pub struct AckCollector {
+    pub checkpoint_id: u64,
+    pub expected: usize,
+    pub acked: usize,
+    pub offsets: Offsets,
+    pub state: Vec<StateHandle>,
+    /// Subtasks that could not snapshot, with why.
+    pub declined: Vec<String>,
+    pub alignment_ms: u64,
+    pub snapshot_ms: u64,
+}
+
+impl AckCollector {
+    pub fn new(checkpoint_id: u64, expected: usize) -> Self {
+        Self {
+            checkpoint_id,
+            expected,
+            acked: 0,
+            offsets: Offsets::new(),
+            state: Vec::new(),
+            declined: Vec::new(),
+            alignment_ms: 0,
+            snapshot_ms: 0,
+        }
+    }
+
+    pub fn on_ack(&mut self, ack: Ack) {
+        if ack.checkpoint_id() != self.checkpoint_id {
+            return; // a late ack of a failed checkpoint
+        }
+        match ack {
+            Ack::Source { offsets, .. } => {
+                self.offsets.extend(
+                    offsets
+                        .into_iter()
+                        .map(|p| ((p.topic, p.partition), p.offset)),
+                );
+            }
+            Ack::Keyed {
+                subtask,
+                handle,
+                alignment_ms,
+                sync_ms,
+                ..
+            } => {
+                self.alignment_ms = self.alignment_ms.max(alignment_ms);
+                self.snapshot_ms = self.snapshot_ms.max(sync_ms);
+                match handle {
+                    Ok(h) => self.state.push(h),
+                    Err(reason) => self
+                        .declined
+                        .push(format!("keyed subtask {subtask}: {reason}")),
+                }
+            }
+        }
+        self.acked += 1;
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.acked >= self.expected
+    }
 }
 
 /// How a checkpoint ended, with its timings.
@@ -106,7 +177,7 @@ impl Coordinator {
                 Ok(id) => (id, self.checkpoint(id, trigger_time_ms, then_stop)?),
                 // The checkpoint directory cannot be written: processing
                 // goes on, the checkpoint counts as failed.
-                Err(e) => (self.next_id - 1, Outcome::failed(e.to_string())),
+                Err(e) => (self.next_id - 1, Outcome::failed(e.report().to_string())),
             };
             last_end = Instant::now();
             let mut stats = CheckpointStats {
@@ -156,12 +227,32 @@ impl Coordinator {
                 tolerable_failures = self.config.checkpoint.tolerable_failures,
                 "checkpoint failed"
             );
+            // The cancel notice first: subtasks still aligning N unblock their
+            // inputs and never snapshot N, so nothing re-creates the folder.
+            self.gate.cancel(id);
             if let Err(e) = self.store.delete(id) {
-                warn!(checkpoint_id = id, error = %e, "removing the failed checkpoint's folder failed");
+                warn!(checkpoint_id = id, error = %e.report(), "removing the failed checkpoint's folder failed");
             }
             // Sinks go on; with transactions, epoch N's output stays in the
-            // open transaction for the next checkpoint.
+            // open transaction for the next checkpoint, if that one can
+            // still commit it before transaction.timeout.ms.
             self.gate.release(id);
+            if let Some(age) = self.commit.transaction_age() {
+                if !self.budget.allows_another_checkpoint(age) {
+                    return Err(WeirError::Checkpoint {
+                        checkpoint_id: id,
+                        reason: format!(
+                            "the open Kafka transaction is {} ms old; another checkpoint (interval {} ms + \
+                             timeout {} ms) could not commit it within transaction.timeout.ms ({} ms), so \
+                             the attempt restarts from the last checkpoint and aborts it (last failure: {reason})",
+                            age.as_millis(),
+                            self.budget.interval.as_millis(),
+                            self.budget.checkpoint_timeout.as_millis(),
+                            self.budget.transaction_timeout.as_millis(),
+                        ),
+                    });
+                }
+            }
             if then_stop || consecutive_failures > self.config.checkpoint.tolerable_failures {
                 return Err(WeirError::Checkpoint {
                     checkpoint_id: id,
@@ -204,14 +295,13 @@ impl Coordinator {
                     reason: format!("source subtask {i} is gone"),
                 })?;
         }
-        let expected = self.sources.len() + self.keyed_parallelism as usize;
-        let deadline = started + self.config.checkpoint.timeout;
-        let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
-        let mut state: Vec<StateHandle> = Vec::new();
-        let mut declined = Vec::new();
-        let (mut alignment_ms, mut snapshot_ms) = (0, 0);
-        let mut acked = 0;
-        while acked < expected {
+        let mut round = AckCollector::new(id, self.sources.len() + self.keyed_parallelism as usize);
+        let ack_window = match self.commit.transaction_age() {
+            Some(age) => self.budget.ack_deadline(age),
+            None => self.config.checkpoint.timeout,
+        };
+        let deadline = started + ack_window;
+        while !round.is_complete() {
             if self.cancel.is_cancelled() {
                 return Ok(Outcome {
                     status: Status::Aborted,
@@ -222,30 +312,11 @@ impl Coordinator {
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(100));
             match self.acks.recv_timeout(wait) {
-                Ok(ack) if ack.checkpoint_id() != id => {} // late ack of a failed checkpoint
-                Ok(Ack::Source { offsets: o, .. }) => {
-                    offsets.extend(o.into_iter().map(|p| ((p.topic, p.partition), p.offset)));
-                    acked += 1;
-                }
-                Ok(Ack::Keyed {
-                    subtask,
-                    handle,
-                    alignment_ms: a,
-                    sync_ms,
-                    ..
-                }) => {
-                    alignment_ms = alignment_ms.max(a);
-                    snapshot_ms = snapshot_ms.max(sync_ms);
-                    match handle {
-                        Ok(h) => state.push(h),
-                        Err(reason) => declined.push(format!("keyed subtask {subtask}: {reason}")),
-                    }
-                    acked += 1;
-                }
+                Ok(ack) => round.on_ack(ack),
                 Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => {
                     return Ok(Outcome::failed(format!(
-                        "timed out after {:?} with {acked} of {expected} acks",
-                        self.config.checkpoint.timeout
+                        "timed out after {:?} with {} of {} acks",
+                        ack_window, round.acked, round.expected
                     )));
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -257,6 +328,14 @@ impl Coordinator {
                 }
             }
         }
+        let AckCollector {
+            offsets,
+            mut state,
+            declined,
+            alignment_ms,
+            snapshot_ms,
+            ..
+        } = round;
         let with_timings = |o: Outcome| Outcome {
             alignment_ms,
             snapshot_ms,
@@ -283,27 +362,30 @@ impl Coordinator {
                 .collect(),
             state,
         };
-        if let Err(e) = self.store.write_metadata(&meta) {
+        // Every snapshot file and folder is durable before `_metadata`
+        // says the checkpoint exists.
+        if let Err(e) = self
+            .store
+            .sync_checkpoint(id)
+            .and_then(|()| self.store.write_metadata(&meta))
+        {
             return Ok(with_timings(Outcome::failed(format!(
-                "writing _metadata: {e}"
+                "writing _metadata: {}",
+                e.report()
             ))));
         }
         crate::crash_point!("after-metadata-before-commit");
         let commit_started = Instant::now();
-        if self.producer.is_transactional() {
-            let group = self.group.group_metadata().ok_or_else(|| WeirError::Task {
-                task: "coordinator".into(),
-                reason: "consumer group metadata unavailable".into(),
-            })?;
+        if self.commit.is_transactional() {
             // Output of epoch N and the offsets of checkpoint N become
             // visible together, or not at all.
-            self.producer
-                .commit_transaction(&offsets_list(&offsets, id)?, &group)?;
+            self.commit.prepare()?;
+            self.commit.commit(id, &offsets)?;
             self.shared.metrics.transactions_committed.inc();
             crate::crash_point!("after-commit-before-mark");
             self.store.mark_committed(id)?;
             if !then_stop {
-                self.producer.begin_transaction()?;
+                self.commit.begin()?;
             }
             self.gate.release(id);
         } else {
@@ -314,7 +396,7 @@ impl Coordinator {
                     .group
                     .commit(&offsets_list(&offsets, id)?, CommitMode::Async)
                 {
-                    warn!(checkpoint_id = id, error = %e, "committing offsets to the group (a progress hint) failed");
+                    warn!(checkpoint_id = id, error = %crate::error::Report(&e), "committing offsets to the group (a progress hint) failed");
                 }
             }
         }
@@ -371,7 +453,7 @@ impl Coordinator {
             .config
             .savepoint_dir()
             .join(format!("savepoint-{id:010}-{}", now_ms()));
-        copy_checkpoint(&self.store.folder(id), &dir).map_err(|e| e.to_string())?;
+        copy_checkpoint(&self.store.folder(id), &dir).map_err(|e| e.report().to_string())?;
         info!(checkpoint_id = id, path = %dir.display(), "savepoint written");
         Ok(dir.display().to_string())
     }
@@ -392,7 +474,7 @@ impl Coordinator {
             .collect();
         for id in to_prune(&retained, self.config.checkpoint.retained) {
             if let Err(e) = self.store.delete(id) {
-                warn!(checkpoint_id = id, error = %e, "pruning an old checkpoint failed");
+                warn!(checkpoint_id = id, error = %e.report(), "pruning an old checkpoint failed");
             }
         }
     }

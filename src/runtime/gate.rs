@@ -13,6 +13,10 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct EpochGate {
     released: AtomicU64,
+    /// The highest checkpoint the Coordinator gave up on (timed out or
+    /// failed): the cancel notice, as Flink's CancelCheckpointMarker, but
+    /// out of band so that it reaches a subtask whose inputs are blocked.
+    cancelled: AtomicU64,
     lock: Mutex<()>,
     changed: Condvar,
 }
@@ -28,6 +32,17 @@ impl EpochGate {
     /// The highest checkpoint whose commit (or abort) released the sinks.
     pub fn released(&self) -> u64 {
         self.released.load(Ordering::Acquire)
+    }
+
+    /// Cancels checkpoint `checkpoint_id` (and every older one): subtasks
+    /// aligning it unblock their inputs and never snapshot it.
+    pub fn cancel(&self, checkpoint_id: u64) {
+        self.cancelled.fetch_max(checkpoint_id, Ordering::AcqRel);
+    }
+
+    /// The highest cancelled checkpoint.
+    pub fn cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::Acquire)
     }
 
     pub fn release(&self, checkpoint_id: u64) {

@@ -18,6 +18,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::commit::{KafkaCommitPoint, TransactionBudget};
 use super::coordinator::Coordinator;
 use super::gate::EpochGate;
 use super::keyed::KeyedTask;
@@ -27,7 +28,7 @@ use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
 use crate::checkpoint::store::{self, create_private_dir};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
-use crate::config::{Config, Delivery, SOURCE_UID};
+use crate::config::{Config, Delivery, DEFAULT_TRANSACTION_TIMEOUT_MS, SOURCE_UID};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, producer::SinkProducer};
 use crate::operators::Pipeline;
@@ -62,6 +63,9 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
     // one is still alive; there Kafka's fencing (exactly-once) and atomic
     // folder claims keep them apart, which a local lock could not.
     let _state_lock = DirLock::acquire(&config.job_state_dir())?;
+    for removed in store::remove_partial_copies(&config.savepoint_dir())? {
+        warn!(folder = %removed.display(), "removed a savepoint copy that a crash cut short");
+    }
     let mut failures = 0u32;
     let mut backoff = config.restart.backoff;
     let mut restore_from = restore_from;
@@ -71,7 +75,10 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
         shared.ready.store(false, Ordering::Relaxed);
         let err = match result {
             Ok(()) => return Ok(()),
-            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) if e.is_fatal() => {
+                error!(error = %e.report(), "weir cannot go on: a restart would not fix this");
+                return Err(e);
+            }
             Err(e) => e,
         };
         if progressed.load(Ordering::Relaxed) {
@@ -81,7 +88,7 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
         }
         failures += 1;
         if failures > config.restart.max_attempts {
-            error!(attempts = failures - 1, error = %err, "restart budget spent; giving up");
+            error!(attempts = failures - 1, error = %err.report(), "restart budget spent; giving up");
             return Err(err);
         }
         shared.metrics.restarts.inc();
@@ -89,7 +96,7 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
             attempt = failures,
             max_attempts = config.restart.max_attempts,
             backoff_ms = backoff.as_millis() as u64,
-            error = %err,
+            error = %err.report(),
             "job failed; restarting from the last checkpoint"
         );
         let until = Instant::now() + backoff;
@@ -201,9 +208,10 @@ fn run_attempt(
     let p = config.job.parallelism;
     let group = kafka::create_consumer(config)?;
     let partitions = kafka::source_partitions(config, &group)?;
+    let cancel = CancellationToken::new();
     // Fence older instances first: their open transaction is aborted and
     // they can no longer commit, so the offsets read next are final.
-    let producer = Arc::new(SinkProducer::create(config)?);
+    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
     let restored = recover(config, &store, &group, &partitions, restore_from)?;
     let restored_id = restored
         .checkpoint
@@ -213,7 +221,6 @@ fn run_attempt(
     if producer.is_transactional() {
         producer.begin_transaction()?;
     }
-    let cancel = CancellationToken::new();
     let pipeline = Pipeline::from_config(config);
     let uid = config.keyed_uid();
 
@@ -263,6 +270,8 @@ fn run_attempt(
             producer: producer.clone(),
             sink_topic: config.sink.topic.clone(),
             dead_letter_topic: config.source.dead_letter_topic.clone(),
+            on_bad_record: config.source.on_bad_record,
+            max_changed_keys: config.state.cache_entries,
             gate: gate.clone(),
             store: store.clone(),
             metrics: shared.metrics.clone(),
@@ -339,6 +348,13 @@ fn run_attempt(
     }
     drop(ack_tx);
 
+    let group_metadata = group.group_metadata();
+    if producer.is_transactional() && group_metadata.is_none() {
+        return Err(WeirError::Task {
+            task: "coordinator".into(),
+            reason: "consumer group metadata unavailable for the transaction".into(),
+        });
+    }
     let coordinator = Coordinator {
         config: config.clone(),
         store,
@@ -346,7 +362,19 @@ fn run_attempt(
         sources: commands,
         keyed_parallelism: p,
         acks: ack_rx,
-        producer: producer.clone(),
+        commit: Box::new(KafkaCommitPoint {
+            producer: producer.clone(),
+            group: group_metadata,
+        }),
+        budget: TransactionBudget {
+            transaction_timeout: Duration::from_millis(
+                config
+                    .transaction_timeout_ms()
+                    .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
+            ),
+            interval: config.checkpoint.interval,
+            checkpoint_timeout: config.checkpoint.timeout,
+        },
         group,
         gate,
         next_id: restored.next_id,
@@ -403,16 +431,30 @@ fn run_attempt(
     shared.ready.store(true, Ordering::Relaxed);
 
     let mut outcome: Result<()> = Ok(());
+    // Once one task has ended, the attempt is ending: the others get
+    // STOP_TIMEOUT to follow.
+    let mut stop_by: Option<Instant> = None;
     for _ in 0..total {
-        let Ok((name, result)) = done_rx.recv() else {
+        let next = match stop_by {
+            None => done_rx.recv().ok(),
+            Some(t) => done_rx
+                .recv_timeout(t.saturating_duration_since(Instant::now()))
+                .ok(),
+        };
+        let Some((name, result)) = next else {
             break;
         };
+        // A failure ends the attempt; so does the Coordinator, which ends
+        // last after a final checkpoint (sources end before its commit).
+        if result.is_err() || name == "coordinator" {
+            stop_by.get_or_insert_with(|| Instant::now() + STOP_TIMEOUT);
+        }
         if let Err(e) = result {
             cancel.cancel();
             if e.is_consequence() {
-                warn!(task = %name, error = %e, "task stopped after another task's failure");
+                warn!(task = %name, error = %e.report(), "task stopped after another task's failure");
             } else {
-                error!(task = %name, error = %e, "task failed; stopping every task of this attempt");
+                error!(task = %name, error = %e.report(), "task failed; stopping every task of this attempt");
             }
             // The cause wins over its consequences, whichever came first.
             let replace = match &outcome {
@@ -425,18 +467,60 @@ fn run_attempt(
         }
     }
     cancel.cancel();
-    for t in threads {
-        let _ = t.join();
+    // Every task watches the token; one that does not stop in time is
+    // stuck (a blocked system call, a bug). Its thread may hold RocksDB and
+    // Kafka clients, so no new attempt may start in this process.
+    let stuck = join_within(
+        threads,
+        &done_rx,
+        stop_by.map_or(STOP_TIMEOUT, |t| {
+            t.saturating_duration_since(Instant::now())
+        }),
+    );
+    if !stuck.is_empty() {
+        for task in &stuck {
+            error!(task = %task, waited_ms = STOP_TIMEOUT.as_millis() as u64, "task did not stop after its attempt was cancelled");
+        }
+        return Err(WeirError::Stuck {
+            tasks: stuck,
+            waited_ms: STOP_TIMEOUT.as_millis() as u64,
+        });
     }
     if outcome.is_err() && producer.is_transactional() {
         // The next attempt's init_transactions would abort it too; doing it
         // now frees read_committed readers sooner.
         match producer.abort_transaction() {
             Ok(()) => shared.metrics.transactions_aborted.inc(),
-            Err(e) => warn!(error = %e, "aborting the open transaction failed"),
+            Err(e) => warn!(error = %e.report(), "aborting the open transaction failed"),
         }
     }
     outcome
+}
+
+/// How long the tasks of a cancelled attempt may take to stop.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Joins the task threads, waiting at most `timeout` in all; returns the
+/// names of those still running. Tasks report on `done` as they end.
+fn join_within(
+    threads: Vec<std::thread::JoinHandle<()>>,
+    done: &crossbeam_channel::Receiver<(String, Result<()>)>,
+    timeout: Duration,
+) -> Vec<String> {
+    let until = Instant::now() + timeout;
+    let mut running: Vec<_> = threads;
+    loop {
+        running.retain(|t| !t.is_finished());
+        if running.is_empty() || Instant::now() >= until {
+            break;
+        }
+        // Wakes up when a task reports, or polls a few times a second.
+        let _ = done.recv_timeout(Duration::from_millis(50));
+    }
+    running
+        .into_iter()
+        .map(|t| t.thread().name().unwrap_or("unnamed").to_string())
+        .collect()
 }
 
 /// An exclusive lock on a directory (`flock` on `<dir>/LOCK.weir`), held for

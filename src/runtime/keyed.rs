@@ -16,10 +16,10 @@ use super::gate::EpochGate;
 use super::{Ack, DeadLetter, Item};
 use crate::admin::metrics::Metrics;
 use crate::checkpoint::{CheckpointStore, StateHandle};
-use crate::config::{CheckpointMode, EmitMode};
+use crate::config::{BadRecordPolicy, CheckpointMode, EmitMode};
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
-use crate::kafka::producer::SinkProducer;
+use crate::kafka::producer::{SendError, SinkProducer};
 use crate::operators::Pipeline;
 use crate::state::{state_key, KeyedState};
 
@@ -44,6 +44,11 @@ pub struct KeyedTask {
     pub producer: Arc<SinkProducer>,
     pub sink_topic: String,
     pub dead_letter_topic: Option<String>,
+    /// What happens to an output record the producer refuses for its size.
+    pub on_bad_record: BadRecordPolicy,
+    /// Past this many changed keys (emit = on-checkpoint), their results are
+    /// emitted before the barrier, so the set stays bounded.
+    pub max_changed_keys: usize,
     pub gate: Arc<EpochGate>,
     pub store: CheckpointStore,
     pub metrics: Arc<Metrics>,
@@ -84,6 +89,13 @@ impl KeyedTask {
                 return Ok(());
             }
             self.release_if_committed(&mut run)?;
+            if let Some(pending) = run.aligner.pending() {
+                let cancelled = self.gate.cancelled();
+                if cancelled >= pending && run.aligner.cancel(cancelled) {
+                    debug!(uid = %self.uid, subtask = self.subtask, checkpoint_id = pending, "alignment cancelled");
+                    run.alignment_started = None;
+                }
+            }
             let readable: Vec<usize> = (0..inputs.len())
                 .filter(|i| run.aligner.is_live(*i) && !run.aligner.is_blocked(*i))
                 .collect();
@@ -158,7 +170,8 @@ impl KeyedTask {
             } => {
                 let acc = self
                     .state
-                    .update(key_group, key.as_bytes(), |a| a.add(value))?;
+                    .update(key_group, key.as_bytes(), |a| a.add(value))
+                    .map_err(|e| self.named(e))?;
                 match self.emit {
                     EmitMode::EveryUpdate => {
                         if run.awaiting.is_some() {
@@ -174,6 +187,12 @@ impl KeyedTask {
                     }
                     EmitMode::OnCheckpoint => {
                         run.changed.insert((key_group, key));
+                        if run.changed.len() >= self.max_changed_keys {
+                            // Emitted now, in this epoch: the set stays
+                            // bounded and the results are the same ones a
+                            // barrier would have emitted, only earlier.
+                            self.emit_changed(run)?;
+                        }
                         Ok(())
                     }
                 }
@@ -218,19 +237,100 @@ impl KeyedTask {
     /// Sends the result in `out_buf` with `key`.
     fn send_result(&self, key: &[u8]) -> Result<()> {
         crate::crash_point!("mid-transaction-produce");
-        self.producer
-            .send(&self.sink_topic, Some(key), Some(&self.out_buf), None)?;
-        self.records_out.inc();
-        Ok(())
+        let sent = self
+            .producer
+            .send(&self.sink_topic, Some(key), Some(&self.out_buf), None);
+        self.sent(sent, key)
+    }
+
+    /// Counts a sent result, or applies `on_bad_record` to one the producer
+    /// refused for its size (a replay would make it again: restarting
+    /// cannot help).
+    fn sent(&self, sent: std::result::Result<(), SendError>, key: &[u8]) -> Result<()> {
+        match sent {
+            Ok(()) => {
+                self.records_out.inc();
+                Ok(())
+            }
+            Err(SendError::Cancelled) => Ok(()),
+            Err(SendError::Failed(e)) => Err(e),
+            Err(SendError::TooLarge { bytes }) => {
+                let shown: String = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
+                let error = WeirError::OutputTooLarge {
+                    topic: self.sink_topic.clone(),
+                    key: shown.clone(),
+                    bytes,
+                };
+                match self.on_bad_record {
+                    BadRecordPolicy::Fail => Err(error),
+                    BadRecordPolicy::Skip => {
+                        self.metrics.bad_records.with_label_values(&["skip"]).inc();
+                        warn!(uid = %self.uid, subtask = self.subtask, key = %shown, bytes, "skipped an output record over message.max.bytes");
+                        Ok(())
+                    }
+                    BadRecordPolicy::DeadLetter => {
+                        self.metrics
+                            .bad_records
+                            .with_label_values(&["dead-letter"])
+                            .inc();
+                        warn!(uid = %self.uid, subtask = self.subtask, key = %shown, bytes, "output record over message.max.bytes described in the dead-letter topic");
+                        let topic = self
+                            .dead_letter_topic
+                            .as_deref()
+                            .expect("dead-letter policy requires a topic (validated)");
+                        let reason = error.to_string();
+                        let headers = OwnedHeaders::new()
+                            .insert(Header {
+                                key: "weir.error",
+                                value: Some(reason.as_str()),
+                            })
+                            .insert(Header {
+                                key: "weir.output.topic",
+                                value: Some(self.sink_topic.as_str()),
+                            });
+                        // The description, not the record: it would not fit either.
+                        match self
+                            .producer
+                            .send(topic, Some(shown.as_bytes()), None, Some(headers))
+                        {
+                            Ok(()) | Err(SendError::Cancelled) => Ok(()),
+                            Err(SendError::Failed(e)) => Err(e),
+                            Err(SendError::TooLarge { .. }) => Err(error),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fills in the operator of a corrupt-state error.
+    fn named(&self, e: WeirError) -> WeirError {
+        match e {
+            WeirError::CorruptState {
+                key_group,
+                key,
+                location,
+                reason,
+                ..
+            } => WeirError::CorruptState {
+                uid: self.uid.clone(),
+                key_group,
+                key,
+                location,
+                reason,
+            },
+            other => other,
+        }
     }
 
     fn produce(&self, out: Output) -> Result<()> {
         crate::crash_point!("mid-transaction-produce");
         match out {
             Output::Result { key, value } => {
-                self.producer
-                    .send(&self.sink_topic, Some(key.as_bytes()), Some(&value), None)?;
-                self.records_out.inc();
+                let sent =
+                    self.producer
+                        .send(&self.sink_topic, Some(key.as_bytes()), Some(&value), None);
+                self.sent(sent, key.as_bytes())?;
             }
             Output::DeadLetter(dl) => {
                 let topic = self
@@ -256,9 +356,47 @@ impl KeyedTask {
                         key: "weir.source.offset",
                         value: Some(offset.as_str()),
                     });
-                self.producer
-                    .send(topic, dl.key.as_deref(), dl.value.as_deref(), Some(headers))?;
+                match self.producer.send(
+                    topic,
+                    dl.key.as_deref(),
+                    dl.value.as_deref(),
+                    Some(headers),
+                ) {
+                    Ok(()) | Err(SendError::Cancelled) => {}
+                    Err(SendError::Failed(e)) => return Err(e),
+                    Err(SendError::TooLarge { bytes }) => {
+                        return Err(WeirError::OutputTooLarge {
+                            topic: topic.to_string(),
+                            key: format!(
+                                "dead letter of {}/{}@{}",
+                                dl.topic, dl.partition, dl.offset
+                            ),
+                            bytes,
+                        })
+                    }
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Emits the current result of every key changed since the last
+    /// emission (emit = on-checkpoint), in key order.
+    fn emit_changed(&mut self, run: &mut Run) -> Result<()> {
+        let mut changed: Vec<(u32, String)> = run.changed.drain().collect();
+        changed.sort_unstable();
+        for (kg, key) in changed {
+            let acc = self
+                .state
+                .get(&state_key(kg, key.as_bytes()))
+                .map_err(|e| self.named(e))?
+                .ok_or_else(|| {
+                    self.failure(format!(
+                        "changed key {key:?} in key group {kg} has no state"
+                    ))
+                })?;
+            let value = self.pipeline.output(&key, &acc);
+            self.emit(run, Output::Result { key, value })?;
         }
         Ok(())
     }
@@ -275,6 +413,12 @@ impl KeyedTask {
             .observe(alignment.as_secs_f64());
         let started = Instant::now();
         let id = barrier.checkpoint_id;
+        if self.gate.cancelled() >= id {
+            // The Coordinator gave up on this checkpoint while it aligned;
+            // its folder is gone and must stay gone.
+            debug!(uid = %self.uid, subtask = self.subtask, checkpoint_id = id, "cancelled checkpoint not snapshotted");
+            return Ok(());
+        }
         // The previous checkpoint completed before this one was triggered,
         // so its release is at most a moment away; output held back for it
         // belongs to epoch N and must be in the producer before the ack.
@@ -287,32 +431,30 @@ impl KeyedTask {
             self.release_if_committed(run)?;
         }
         if self.emit == EmitMode::OnCheckpoint {
-            let mut changed: Vec<(u32, String)> = run.changed.drain().collect();
-            changed.sort_unstable();
-            for (kg, key) in changed {
-                let acc = self
-                    .state
-                    .get(&state_key(kg, key.as_bytes()))?
-                    .expect("a changed key has state");
-                let value = self.pipeline.output(&key, &acc);
-                self.produce(Output::Result { key, value })?;
-            }
+            self.emit_changed(run)?;
         }
         let rel = CheckpointStore::state_path(&self.uid, self.subtask);
         // A snapshot that cannot be written (disk full, permissions) fails
         // this checkpoint, not the job: the Coordinator counts it against
-        // `checkpoint.tolerable_failures`.
-        let handle = match self.state.snapshot(&self.store.folder(id).join(&rel)) {
-            Ok(size_bytes) => Ok(StateHandle {
+        // `checkpoint.tolerable_failures`. The folder is never created here:
+        // if the Coordinator removed it (a cancelled checkpoint), the
+        // snapshot is declined instead.
+        let handle = match self
+            .store
+            .snapshot_target(id, &self.uid, self.subtask)
+            .and_then(|target| self.state.snapshot(&target))
+        {
+            Ok(snapshot) => Ok(StateHandle {
                 uid: self.uid.clone(),
                 subtask: self.subtask,
                 key_groups: self.key_groups,
                 path: rel,
-                size_bytes,
+                size_bytes: snapshot.size_bytes,
+                files: snapshot.files,
             }),
             Err(e) => {
-                warn!(uid = %self.uid, subtask = self.subtask, checkpoint_id = id, error = %e, "snapshot failed");
-                Err(e.to_string())
+                warn!(uid = %self.uid, subtask = self.subtask, checkpoint_id = id, error = %e.report(), "snapshot failed");
+                Err(e.report().to_string())
             }
         };
         crate::crash_point!("after-keyed-snapshot-before-ack");

@@ -8,6 +8,7 @@
 //! by key group; the sink is chained into each keyed subtask.
 
 pub mod alignment;
+pub mod commit;
 pub mod coordinator;
 pub mod gate;
 pub mod job;
@@ -23,6 +24,9 @@ use crate::admin::SavepointRequest;
 
 use crate::checkpoint::{PartitionOffset, StateHandle};
 use crate::element::Barrier;
+
+/// Savepoint requests waiting for a checkpoint; more answer 503 at once.
+pub const SAVEPOINT_QUEUE: usize = 1;
 
 /// Records per batch on a data channel.
 pub const BATCH: usize = 512;
@@ -102,7 +106,7 @@ pub struct JobShared {
 impl JobShared {
     /// A context with fresh metrics, and the sender for savepoint requests.
     pub fn new() -> (Self, crossbeam_channel::Sender<SavepointRequest>) {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx, rx) = crossbeam_channel::bounded(SAVEPOINT_QUEUE);
         (
             Self {
                 metrics: Arc::new(Metrics::new()),

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use rocksdb::{checkpoint::Checkpoint, Options, WriteBatch, WriteOptions, DB};
 use rustc_hash::FxHashMap;
 
-use crate::checkpoint::store::{create_private_dir, dir_size, link_or_copy_dir};
-use crate::checkpoint::StateHandle;
+use crate::checkpoint::store::{create_private_dir, link_or_copy_dir};
+use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::error::{Result, WeirError};
 
 /// The aggregate kept per key. Fixed layout, little endian, 32 bytes.
@@ -117,6 +117,41 @@ fn db_options() -> Options {
     o
 }
 
+/// A snapshot just taken: its files, for `_metadata`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub size_bytes: u64,
+    pub files: Vec<SnapshotFile>,
+}
+
+/// Splits a RocksDB key into key group and key, or says why it cannot be.
+fn split_key(full: &[u8]) -> Option<(u32, &[u8])> {
+    let (kg, key) = full.split_first_chunk::<2>()?;
+    Some((u32::from(u16::from_be_bytes(*kg)), key))
+}
+
+/// The error for a value at `full_key` that cannot be decoded.
+fn corrupt(path: &Path, full_key: &[u8], reason: String) -> WeirError {
+    let (key_group, key) = split_key(full_key).unwrap_or((0, full_key));
+    WeirError::CorruptState {
+        uid: String::new(),
+        key_group,
+        key: String::from_utf8_lossy(&key[..key.len().min(256)]).into_owned(),
+        location: path.display().to_string(),
+        reason,
+    }
+}
+
+/// A read error; RocksDB's corruption errors (bad checksums) are corrupt
+/// state, which no restart can fix.
+fn read_error(path: &Path, full_key: &[u8], e: rocksdb::Error) -> WeirError {
+    if e.kind() == rocksdb::ErrorKind::Corruption {
+        corrupt(path, full_key, e.into_string())
+    } else {
+        WeirError::state(format!("get from {}", path.display()), e)
+    }
+}
+
 /// Builds a RocksDB key: key group prefix, then the key.
 pub fn state_key(key_group: u32, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(2 + key.len());
@@ -185,8 +220,22 @@ impl KeyedState {
                 &lo,
                 rocksdb::Direction::Forward,
             )) {
-                let (k, v) = item.map_err(|e| WeirError::state("read snapshot", e))?;
-                let kg = u32::from(u16::from_be_bytes([k[0], k[1]]));
+                let (k, v) = item.map_err(|e| {
+                    WeirError::state(
+                        format!("read snapshot {}", checkpoint_dir.join(&h.path).display()),
+                        e,
+                    )
+                })?;
+                let Some((kg, _)) = split_key(&k) else {
+                    return Err(WeirError::Recovery(format!(
+                        "state of {} subtask {} in {} holds a key of {} bytes, shorter than its key-group prefix: \
+                         the snapshot is corrupt",
+                        h.uid,
+                        h.subtask,
+                        checkpoint_dir.join(&h.path).display(),
+                        k.len()
+                    )));
+                };
                 if kg >= range.1 {
                     break;
                 }
@@ -235,21 +284,7 @@ impl KeyedState {
             self.cache.clear();
         }
         let full_key = self.scratch.clone();
-        let mut acc = match self
-            .db
-            .get_pinned(&full_key)
-            .map_err(|e| WeirError::state("get", e))?
-        {
-            Some(v) => Accumulator::decode(&v).ok_or_else(|| WeirError::Task {
-                task: format!("state {}", self.path.display()),
-                reason: format!(
-                    "corrupt value for key {:?}: {} bytes, expected 32",
-                    String::from_utf8_lossy(key),
-                    v.len()
-                ),
-            })?,
-            None => Accumulator::default(),
-        };
+        let mut acc = self.read(&full_key)?.unwrap_or_default();
         f(&mut acc);
         self.dirty.push(full_key.clone());
         self.cache.insert(full_key, Cached { acc, dirty: true });
@@ -272,11 +307,32 @@ impl KeyedState {
         if let Some(c) = self.cache.get(key) {
             return Ok(Some(c.acc));
         }
-        Ok(self
+        self.read(key)
+    }
+
+    /// Reads and decodes a stored value.
+    fn read(&self, full_key: &[u8]) -> Result<Option<Accumulator>> {
+        match self
             .db
-            .get_pinned(key)
-            .map_err(|e| WeirError::state("get", e))?
-            .and_then(|v| Accumulator::decode(&v)))
+            .get_pinned(full_key)
+            .map_err(|e| read_error(&self.path, full_key, e))?
+        {
+            None => Ok(None),
+            Some(v) => Accumulator::decode(&v).map(Some).ok_or_else(|| {
+                corrupt(
+                    &self.path,
+                    full_key,
+                    format!("value of {} bytes, expected 32", v.len()),
+                )
+            }),
+        }
+    }
+
+    /// Writes a raw value (tests that need corrupt state).
+    pub fn put_raw(&self, full_key: &[u8], value: &[u8]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put(full_key, value);
+        self.write(batch)
     }
 
     /// Writes every dirty cache entry to RocksDB in one batch.
@@ -295,17 +351,32 @@ impl KeyedState {
     }
 
     /// Writes back the cache and creates a RocksDB checkpoint at `target`
-    /// (flush + hard links: milliseconds, whatever the state size).
-    /// Returns the snapshot's size in bytes.
-    pub fn snapshot(&mut self, target: &Path) -> Result<u64> {
+    /// (flush + hard links: milliseconds, whatever the state size). The
+    /// parent of `target` must exist: a snapshot never creates the
+    /// checkpoint folder it goes into. Returns its files and their sizes.
+    pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
         self.write_back()?;
-        if let Some(parent) = target.parent() {
-            create_private_dir(parent)?;
-        }
         let cp = Checkpoint::new(&self.db).map_err(|e| WeirError::state("checkpoint", e))?;
         cp.create_checkpoint(target)
             .map_err(|e| WeirError::state(format!("checkpoint into {}", target.display()), e))?;
-        Ok(dir_size(target))
+        let mut files = Vec::new();
+        for entry in fs::read_dir(target).map_err(|e| WeirError::io(target, e))? {
+            let entry = entry.map_err(|e| WeirError::io(target, e))?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| WeirError::io(&entry.path(), e))?;
+            if meta.is_file() {
+                files.push(SnapshotFile {
+                    name: entry.file_name().to_string_lossy().into_owned(),
+                    size_bytes: meta.len(),
+                });
+            }
+        }
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Snapshot {
+            size_bytes: files.iter().map(|f| f.size_bytes).sum(),
+            files,
+        })
     }
 }
 
@@ -338,6 +409,7 @@ mod tests {
         add(&mut s, "b", 2);
         add(&mut s, "c", 1); // evicts through the small cache
         let snap = tmp.path().join("chk/state/wc/0");
+        fs::create_dir_all(snap.parent().unwrap()).unwrap();
         s.snapshot(&snap).unwrap();
         add(&mut s, "a", 10); // after the snapshot: must not be restored
         s.write_back().unwrap();
@@ -348,6 +420,7 @@ mod tests {
             key_groups: (0, 8),
             path: "state/wc/0".into(),
             size_bytes: 0,
+            files: vec![],
         };
         let r = KeyedState::restore(
             &tmp.path().join("live"),
@@ -391,6 +464,7 @@ mod tests {
                 }
             }
             let rel = CheckpointStore::state_path("wc", sub);
+            fs::create_dir_all(store.root().join(&rel).parent().unwrap()).unwrap();
             s.snapshot(&store.root().join(&rel)).unwrap();
             handles.push(StateHandle {
                 uid: "wc".into(),
@@ -398,6 +472,7 @@ mod tests {
                 key_groups: range,
                 path: rel,
                 size_bytes: 0,
+                files: vec![],
             });
         }
         let refs: Vec<&StateHandle> = handles.iter().collect();
@@ -427,5 +502,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_corrupt_value_is_an_error_naming_key_group_and_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = KeyedState::open(&tmp.path().join("live"), 10).unwrap();
+        let kg = key_group(b"poison", 8);
+        s.put_raw(&state_key(kg, b"poison"), b"not 32 bytes")
+            .unwrap();
+        let e = s.update(kg, b"poison", |a| a.add(1.0)).unwrap_err();
+        assert!(e.is_fatal(), "a restart would hit it again: {e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("key group {kg}")), "{text}");
+        assert!(text.contains("\"poison\""), "{text}");
+        assert!(text.contains("12 bytes, expected 32"), "{text}");
+        let e = s.get(&state_key(kg, b"poison")).unwrap_err();
+        assert!(matches!(e, WeirError::CorruptState { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_key_shorter_than_its_prefix_fails_a_rescaling_restore() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = KeyedState::open(&tmp.path().join("live"), 10).unwrap();
+        s.put_raw(b"\x01", b"x").unwrap();
+        let target = tmp.path().join("chk/state/wc/0");
+        fs::create_dir_all(target.parent().unwrap()).unwrap();
+        let mut s = s;
+        s.snapshot(&target).unwrap();
+        drop(s);
+        let handle = StateHandle {
+            uid: "wc".into(),
+            subtask: 0,
+            key_groups: (0, 8),
+            path: "state/wc/0".into(),
+            size_bytes: 0,
+            files: vec![],
+        };
+        // Another range than the snapshot's: the keys are read one by one.
+        let e = KeyedState::restore(
+            &tmp.path().join("r"),
+            10,
+            &tmp.path().join("chk"),
+            &[&handle],
+            (0, 4),
+        )
+        .err()
+        .expect("refused");
+        assert!(
+            e.to_string().contains("shorter than its key-group prefix"),
+            "{e}"
+        );
     }
 }

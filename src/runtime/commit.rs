@@ -1,0 +1,137 @@
+//! The sink's side of the two-phase commit, behind a small trait.
+//!
+//! A checkpoint is *prepared* when its `_metadata` is durable; it is
+//! *committed* when the commit point says so. With exactly-once delivery the
+//! commit point is a Kafka transaction holding the epoch's output and the
+//! checkpoint's source offsets (docs/checkpoint-protocol.md). The trait keeps
+//! the Coordinator's protocol independent of Kafka, so that a deterministic
+//! simulation (tests/simulation.rs) can drive the same protocol code
+//! against an in-memory commit point with injected faults.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::consumer::ConsumerGroupMetadata;
+
+use crate::error::{Result, WeirError};
+use crate::kafka::offsets_list;
+use crate::kafka::producer::SinkProducer;
+
+/// Next offset per source partition.
+pub type Offsets = BTreeMap<(String, i32), i64>;
+
+/// begin / write / prepare / commit / abort / recover, as a two-phase
+/// committing sink. `write` is the data path and stays on the concrete
+/// producer (one call per record); the rest is the protocol.
+pub trait CommitPoint: Send + Sync {
+    /// Whether output becomes visible only at commit (exactly-once).
+    fn is_transactional(&self) -> bool;
+    /// Opens the transaction of the next epoch.
+    fn begin(&self) -> Result<()>;
+    /// Phase one: everything of the epoch was written without error.
+    fn prepare(&self) -> Result<()>;
+    /// Phase two: makes the epoch's output and checkpoint `checkpoint_id`'s
+    /// offsets visible together, or fails with neither visible.
+    fn commit(&self, checkpoint_id: u64, offsets: &Offsets) -> Result<()>;
+    /// Drops the open transaction and its output.
+    fn abort(&self) -> Result<()>;
+    /// How long the open transaction has been open.
+    fn transaction_age(&self) -> Option<Duration>;
+}
+
+/// The Kafka commit point: the sink producer's transaction, committed with
+/// the consumer group's metadata so that offsets and output are atomic.
+pub struct KafkaCommitPoint {
+    pub producer: std::sync::Arc<SinkProducer>,
+    /// Present whenever the producer is transactional.
+    pub group: Option<ConsumerGroupMetadata>,
+}
+
+impl CommitPoint for KafkaCommitPoint {
+    fn is_transactional(&self) -> bool {
+        self.producer.is_transactional()
+    }
+
+    fn begin(&self) -> Result<()> {
+        self.producer.begin_transaction()
+    }
+
+    fn prepare(&self) -> Result<()> {
+        self.producer.check()
+    }
+
+    fn commit(&self, checkpoint_id: u64, offsets: &Offsets) -> Result<()> {
+        let group = self.group.as_ref().ok_or_else(|| WeirError::Task {
+            task: "coordinator".into(),
+            reason: "consumer group metadata unavailable for the transaction".into(),
+        })?;
+        self.producer
+            .commit_transaction(&offsets_list(offsets, checkpoint_id)?, group)
+    }
+
+    fn abort(&self) -> Result<()> {
+        self.producer.abort_transaction()
+    }
+
+    fn transaction_age(&self) -> Option<Duration> {
+        self.producer.transaction_age()
+    }
+}
+
+/// The rule that keeps every transaction inside `transaction.timeout.ms`:
+/// a failed checkpoint leaves the transaction open for the next one, but
+/// only while the next one can still commit it in time. Otherwise the
+/// attempt restarts from the last checkpoint (aborting the transaction)
+/// before the broker would abort it on its own.
+#[derive(Debug, Clone, Copy)]
+pub struct TransactionBudget {
+    pub transaction_timeout: Duration,
+    pub interval: Duration,
+    pub checkpoint_timeout: Duration,
+}
+
+impl TransactionBudget {
+    /// Time kept for the commit call itself.
+    pub fn margin(&self) -> Duration {
+        (self.transaction_timeout / 10).min(Duration::from_secs(5))
+    }
+
+    /// Whether a transaction of `age` can live through one more checkpoint
+    /// (wait for the next trigger, the checkpoint, the commit).
+    pub fn allows_another_checkpoint(&self, age: Duration) -> bool {
+        age + self.interval + self.checkpoint_timeout + self.margin() < self.transaction_timeout
+    }
+
+    /// The latest moment, from now, at which a checkpoint triggered now must
+    /// have all its acks, so that its commit still fits.
+    pub fn ack_deadline(&self, age: Duration) -> Duration {
+        self.checkpoint_timeout.min(
+            self.transaction_timeout
+                .saturating_sub(age)
+                .saturating_sub(self.margin()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_stops_before_the_transaction_timeout() {
+        let b = TransactionBudget {
+            transaction_timeout: Duration::from_secs(60),
+            interval: Duration::from_secs(10),
+            checkpoint_timeout: Duration::from_secs(20),
+        };
+        assert_eq!(b.margin(), Duration::from_secs(5));
+        assert!(b.allows_another_checkpoint(Duration::ZERO));
+        assert!(b.allows_another_checkpoint(Duration::from_secs(24)));
+        assert!(!b.allows_another_checkpoint(Duration::from_secs(25)));
+        assert_eq!(b.ack_deadline(Duration::ZERO), Duration::from_secs(20));
+        assert_eq!(
+            b.ack_deadline(Duration::from_secs(40)),
+            Duration::from_secs(15)
+        );
+    }
+}
