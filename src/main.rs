@@ -91,9 +91,9 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
             let listener = match tokio::net::TcpListener::bind(&config.admin.listen).await {
                 Ok(l) => l,
                 Err(e) => {
-                    return Err(format!(
-                        "admin.listen: cannot listen on {}: {e}",
-                        config.admin.listen
+                    return Err(weir::WeirError::io(
+                        std::path::Path::new(&format!("admin.listen {}", config.admin.listen)),
+                        e,
                     ));
                 }
             };
@@ -138,7 +138,6 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
         })
         .await
         .expect("job thread")
-        .map_err(|e| e.to_string())
     });
     match result {
         Ok(()) => {
@@ -146,8 +145,8 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
             ExitCode::SUCCESS
         }
         Err(e) => {
-            error!(error = %e, "weir failed");
-            eprintln!("error: {e}");
+            error!(error = %e.report(), "weir failed");
+            eprintln!("error: {}", e.report());
             ExitCode::FAILURE
         }
     }

@@ -258,14 +258,16 @@ fn check_folder(path: &Path, id: Option<u64>) -> std::result::Result<CheckpointM
             let at = dir.join(&file.name);
             match fs::metadata(&at) {
                 Ok(m) if m.len() == file.size_bytes => {}
-                Ok(m) => return Err(format!(
+                Ok(m) => {
+                    return Err(format!(
                     "state file {} of {} subtask {} has {} bytes, {} when the checkpoint was taken",
                     at.display(),
                     handle.uid,
                     handle.subtask,
                     m.len(),
                     file.size_bytes
-                )),
+                ))
+                }
                 Err(e) => {
                     return Err(format!(
                         "state file {} of {} subtask {} is missing or unreadable: {e}",
