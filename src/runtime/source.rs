@@ -174,6 +174,9 @@ impl SourceTask {
     /// Records the offsets, broadcasts the barrier, acks. Returns false when
     /// the barrier ends the job.
     fn on_trigger(&mut self, barrier: Barrier) -> Result<bool> {
+        // Failure injection for alignment tests (`--features failpoints`):
+        // a source that is slow to forward its barrier.
+        fail::fail_point!("source-before-barrier");
         let offsets = self
             .positions
             .iter()
