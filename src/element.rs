@@ -21,6 +21,12 @@ pub struct Barrier {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Element<T> {
     Records(Vec<T>),
+    /// Event time has advanced to this watermark (ms) on this channel: no
+    /// later record on it has a smaller timestamp (late ones aside).
+    Watermark(i64),
+    /// The channel's source went idle (true) or active again (false); an
+    /// idle channel does not hold back the watermark of its readers.
+    Idle(bool),
     Barrier(Barrier),
     EndOfStream,
 }

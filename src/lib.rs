@@ -11,6 +11,8 @@
 //! - [`operators`]: the built-in pipelines.
 //! - [`admin`]: the HTTP endpoint: health, readiness, metrics, checkpoint history, savepoints.
 //! - [`cli`]: the `weir` command's subcommands.
+//! - [`time`]: event time: timestamps, per-partition watermarks, the watermark valve.
+//! - [`window`]: window assignment and session merging.
 //! - [`testkit`]: broker helpers and an independent reader for tests and benchmarks.
 
 pub mod admin;
@@ -24,6 +26,8 @@ pub mod operators;
 pub mod runtime;
 pub mod state;
 pub mod testkit;
+pub mod time;
+pub mod window;
 
 pub use config::Config;
 pub use error::{Result, WeirError};

@@ -580,10 +580,11 @@ impl WeirProcess {
 }
 
 /// The admin endpoint's address in a weir log ("admin endpoint listening
-/// listen=ADDR"), if it is there.
+/// listen=ADDR"), if it is there: the last one, since a log appended to by
+/// restarted processes names each of their addresses.
 pub fn admin_addr_in(log: &str) -> Option<String> {
     log.lines()
-        .find(|l| l.contains("admin endpoint listening"))
+        .rfind(|l| l.contains("admin endpoint listening"))
         .and_then(|l| l.split("listen=").nth(1))
         .and_then(|r| r.split_whitespace().next())
         .map(|a| a.trim_matches('"').to_string())

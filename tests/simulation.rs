@@ -497,6 +497,7 @@ impl Sim {
                     topic: TOPIC.into(),
                     partition: s as i32,
                     offset: src.next as i64,
+                    max_timestamp: None,
                 }],
             });
             return Ok(());
@@ -606,7 +607,9 @@ impl Sim {
                     }
                 }
             }
-            Element::EndOfStream => unreachable!("the simulation never stops its sources"),
+            Element::Watermark(_) | Element::Idle(_) | Element::EndOfStream => {
+                unreachable!("the simulation sends records and barriers only")
+            }
         }
         Ok(())
     }
@@ -679,6 +682,7 @@ impl Sim {
                         topic: t.clone(),
                         partition: *p,
                         offset: *o,
+                        max_timestamp: None,
                     })
                     .collect(),
                 state: flight.round.state.clone(),

@@ -32,6 +32,14 @@ pub struct Metrics {
     pub restarts: IntCounter,
     pub transactions_committed: IntCounter,
     pub transactions_aborted: IntCounter,
+    /// Event-time watermark (ms) per keyed subtask.
+    pub watermark: IntGaugeVec,
+    /// Event-time watermark (ms) per source partition.
+    pub source_watermark: IntGaugeVec,
+    /// Records later than every window that could take them, per policy.
+    pub late_records: IntCounterVec,
+    /// Windows open (not yet fired and expired) per keyed subtask.
+    pub open_windows: IntGaugeVec,
 }
 
 fn seconds_histogram(name: &str, help: &str) -> Histogram {
@@ -138,6 +146,38 @@ impl Metrics {
                 "Kafka transactions aborted (exactly-once)",
             )
             .expect("metric"),
+            watermark: IntGaugeVec::new(
+                Opts::new(
+                    "weir_watermark_ms",
+                    "Event-time watermark of a keyed subtask (Unix ms)",
+                ),
+                &["operator", "subtask"],
+            )
+            .expect("metric"),
+            source_watermark: IntGaugeVec::new(
+                Opts::new(
+                    "weir_source_watermark_ms",
+                    "Event-time watermark of a source partition (Unix ms)",
+                ),
+                &["topic", "partition"],
+            )
+            .expect("metric"),
+            late_records: IntCounterVec::new(
+                Opts::new(
+                    "weir_late_records_total",
+                    "Records no window accepted any more, per on_late policy",
+                ),
+                &["policy"],
+            )
+            .expect("metric"),
+            open_windows: IntGaugeVec::new(
+                Opts::new(
+                    "weir_open_windows",
+                    "Windows held in state (open, or fired and within allowed lateness)",
+                ),
+                &["operator", "subtask"],
+            )
+            .expect("metric"),
             registry,
         };
         let r = &m.registry;
@@ -171,6 +211,13 @@ impl Metrics {
         r.register(Box::new(m.transactions_committed.clone()))
             .expect("register");
         r.register(Box::new(m.transactions_aborted.clone()))
+            .expect("register");
+        r.register(Box::new(m.watermark.clone())).expect("register");
+        r.register(Box::new(m.source_watermark.clone()))
+            .expect("register");
+        r.register(Box::new(m.late_records.clone()))
+            .expect("register");
+        r.register(Box::new(m.open_windows.clone()))
             .expect("register");
         m
     }

@@ -31,6 +31,14 @@ impl CheckpointMetadata {
             .collect()
     }
 
+    /// The max event time per source partition, where one was recorded.
+    pub fn max_timestamps(&self) -> BTreeMap<(String, i32), i64> {
+        self.source_offsets
+            .iter()
+            .filter_map(|o| Some(((o.topic.clone(), o.partition), o.max_timestamp?)))
+            .collect()
+    }
+
     /// Bytes of state referenced by this checkpoint.
     pub fn state_size(&self) -> u64 {
         self.state.iter().map(|s| s.size_bytes).sum()
@@ -76,6 +84,10 @@ pub struct PartitionOffset {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+    /// With event time: the highest event time read from the partition
+    /// before the offset, so its watermark resumes where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_timestamp: Option<i64>,
 }
 
 /// Where one subtask's RocksDB snapshot lives, and which key groups it holds.

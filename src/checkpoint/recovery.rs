@@ -264,11 +264,13 @@ mod tests {
                     topic: "words".into(),
                     partition: 0,
                     offset,
+                    max_timestamp: None,
                 },
                 PartitionOffset {
                     topic: "words".into(),
                     partition: 1,
                     offset: offset * 2,
+                    max_timestamp: None,
                 },
             ],
             state: vec![],

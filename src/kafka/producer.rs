@@ -149,11 +149,13 @@ impl SinkProducer {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: Option<OwnedHeaders>,
+        timestamp: Option<i64>,
     ) -> std::result::Result<(), SendError> {
         let mut record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic);
         record.key = key;
         record.payload = value;
         record.headers = headers;
+        record.timestamp = timestamp;
         loop {
             match self.inner.send(record) {
                 Ok(()) => return Ok(()),

@@ -1,10 +1,16 @@
-//! The built-in pipelines: how a record becomes keyed updates, how an
-//! update changes the accumulator, and what an output record looks like.
+//! The built-in pipelines: how a record becomes keyed updates (the
+//! stateless steps chained into the source), and what an output record
+//! looks like; the keyed operators themselves are [`aggregate`] and
+//! [`window`].
+
+pub mod aggregate;
+pub mod window;
 
 use serde_json::Value;
 
-use crate::config::{AggregateFunction, Config, PipelineKind, RecordFormat};
+use crate::config::{AggregateFunction, Config, PipelineConfig, RecordFormat};
 use crate::state::Accumulator;
+use crate::time::timestamp::{normalize_pointer, TimestampExtractor};
 
 /// A pipeline built from `[pipeline]` and `[source] format`.
 #[derive(Debug, Clone)]
@@ -13,6 +19,7 @@ pub enum Pipeline {
     WordCount { format: RecordFormat },
     /// A function of a JSON number field, per value of a JSON key field.
     Aggregate {
+        /// RFC 6901 pointers.
         key: String,
         field: Option<String>,
         function: AggregateFunction,
@@ -21,45 +28,88 @@ pub enum Pipeline {
 
 impl Pipeline {
     pub fn from_config(c: &Config) -> Self {
-        match c.pipeline.kind {
-            PipelineKind::WordCount => Self::WordCount {
+        match &c.pipeline {
+            PipelineConfig::WordCount { .. } => Self::WordCount {
                 format: c.source.format,
             },
-            PipelineKind::Aggregate => Self::Aggregate {
-                key: c.pipeline.key.clone().unwrap_or_default(),
-                field: c.pipeline.field.clone(),
-                function: c.pipeline.function.unwrap_or(AggregateFunction::Count),
+            PipelineConfig::Aggregate {
+                key,
+                field,
+                function,
+                ..
+            } => Self::Aggregate {
+                key: normalize_pointer(key),
+                field: field.as_deref().map(normalize_pointer),
+                function: *function,
             },
         }
     }
 
-    /// Decodes one record value and calls `emit(key, value)` per update.
-    /// On a bad record nothing is emitted and the reason is returned.
+    /// The name of the result field: the function's name.
+    pub fn result_name(&self) -> &'static str {
+        match self {
+            Self::WordCount { .. } => "count",
+            Self::Aggregate { function, .. } => function.name(),
+        }
+    }
+
+    /// The result of an accumulator as a JSON value.
+    pub fn result_value(&self, acc: &Accumulator) -> Value {
+        match self {
+            Self::WordCount { .. } => acc.count.into(),
+            Self::Aggregate { function, .. } => match function {
+                AggregateFunction::Count => acc.count.into(),
+                AggregateFunction::Sum => acc.sum.into(),
+                AggregateFunction::Min => acc.min.into(),
+                AggregateFunction::Max => acc.max.into(),
+                AggregateFunction::Avg => (acc.sum / acc.count as f64).into(),
+            },
+        }
+    }
+
+    /// Decodes one record value and calls `emit(key, value, timestamp)` per
+    /// update. The timestamp comes from `event_time` (the JSON field or
+    /// `kafka_ts`), or is [`crate::runtime::NO_TIMESTAMP`] without it. On a
+    /// bad record nothing is emitted and the reason is returned.
     pub fn extract(
         &self,
         payload: Option<&[u8]>,
-        mut emit: impl FnMut(String, f64),
+        kafka_ts: Option<i64>,
+        event_time: Option<&TimestampExtractor>,
+        mut emit: impl FnMut(String, f64, i64),
     ) -> Result<(), String> {
         let Some(payload) = payload else {
             return Err("record has no value (null)".into());
         };
+        let no_json_ts = |et: Option<&TimestampExtractor>| match et {
+            None => Ok(crate::runtime::NO_TIMESTAMP),
+            Some(et) => et.extract(None, kafka_ts),
+        };
         match self {
             Self::WordCount { format } => {
                 let decoded;
-                let text = match format {
-                    RecordFormat::Text => std::str::from_utf8(payload)
-                        .map_err(|e| format!("value is not valid UTF-8: {e}"))?,
+                let (text, ts) = match format {
+                    RecordFormat::Text => (
+                        std::str::from_utf8(payload)
+                            .map_err(|e| format!("value is not valid UTF-8: {e}"))?,
+                        no_json_ts(event_time)?,
+                    ),
                     RecordFormat::Json => {
-                        decoded = match serde_json::from_slice::<Value>(payload) {
-                            Ok(Value::String(s)) => s,
-                            Ok(_) => return Err("value is JSON but not a string".into()),
-                            Err(e) => return Err(format!("value is not valid JSON: {e}")),
+                        let v = serde_json::from_slice::<Value>(payload)
+                            .map_err(|e| format!("value is not valid JSON: {e}"))?;
+                        let ts = match event_time {
+                            None => crate::runtime::NO_TIMESTAMP,
+                            Some(et) => et.extract(Some(&v), kafka_ts)?,
                         };
-                        decoded.as_str()
+                        decoded = match v {
+                            Value::String(s) => s,
+                            _ => return Err("value is JSON but not a string".into()),
+                        };
+                        (decoded.as_str(), ts)
                     }
                 };
                 for word in text.split_whitespace() {
-                    emit(word.to_lowercase(), 1.0);
+                    emit(word.to_lowercase(), 1.0, ts);
                 }
                 Ok(())
             }
@@ -70,10 +120,10 @@ impl Pipeline {
             } => {
                 let v: Value = serde_json::from_slice(payload)
                     .map_err(|e| format!("value is not valid JSON: {e}"))?;
-                let Value::Object(obj) = v else {
+                if !v.is_object() {
                     return Err("value is JSON but not an object".into());
-                };
-                let k = match obj.get(key) {
+                }
+                let k = match v.pointer(key) {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Number(n)) => n.to_string(),
                     Some(Value::Bool(b)) => b.to_string(),
@@ -86,7 +136,7 @@ impl Pipeline {
                 };
                 let value = match (function, field) {
                     (AggregateFunction::Count, _) | (_, None) => 1.0,
-                    (_, Some(field)) => match obj.get(field) {
+                    (_, Some(field)) => match v.pointer(field) {
                         Some(Value::Number(n)) => n
                             .as_f64()
                             .ok_or_else(|| format!("field {field:?} is not a finite number"))?,
@@ -96,7 +146,11 @@ impl Pipeline {
                         None => return Err(format!("field {field:?} is missing")),
                     },
                 };
-                emit(k, value);
+                let ts = match event_time {
+                    None => crate::runtime::NO_TIMESTAMP,
+                    Some(et) => et.extract(Some(&v), kafka_ts)?,
+                };
+                emit(k, value, ts);
                 Ok(())
             }
         }
@@ -123,19 +177,7 @@ impl Pipeline {
         } else {
             serde_json::to_writer(&mut *out, key).expect("a string serializes");
         }
-        let (name, value): (&str, Value) = match self {
-            Self::WordCount { .. } => ("count", acc.count.into()),
-            Self::Aggregate { function, .. } => (
-                function.name(),
-                match function {
-                    AggregateFunction::Count => acc.count.into(),
-                    AggregateFunction::Sum => acc.sum.into(),
-                    AggregateFunction::Min => acc.min.into(),
-                    AggregateFunction::Max => acc.max.into(),
-                    AggregateFunction::Avg => (acc.sum / acc.count as f64).into(),
-                },
-            ),
-        };
+        let (name, value) = (self.result_name(), self.result_value(acc));
         out.extend_from_slice(b",\"");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\":");
@@ -158,7 +200,7 @@ mod tests {
 
     fn collect(p: &Pipeline, v: &[u8]) -> Result<Vec<(String, f64)>, String> {
         let mut out = Vec::new();
-        p.extract(Some(v), |k, x| out.push((k, x)))?;
+        p.extract(Some(v), None, None, |k, x, _| out.push((k, x)))?;
         Ok(out)
     }
 
@@ -171,14 +213,17 @@ mod tests {
         let words: Vec<_> = words.into_iter().map(|(k, _)| k).collect();
         assert_eq!(words, vec!["hello", "world", "hello", "ünï"]);
         assert!(collect(&p, &[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
-        assert!(p.extract(None, |_, _| {}).unwrap_err().contains("null"));
+        assert!(p
+            .extract(None, None, None, |_, _, _| {})
+            .unwrap_err()
+            .contains("null"));
     }
 
     #[test]
     fn aggregate_reads_key_and_field() {
         let p = Pipeline::Aggregate {
-            key: "user".into(),
-            field: Some("amount".into()),
+            key: "/user".into(),
+            field: Some("/amount".into()),
             function: AggregateFunction::Sum,
         };
         assert_eq!(
@@ -188,7 +233,7 @@ mod tests {
         assert_eq!(collect(&p, br#"{"user":7,"amount":1}"#).unwrap()[0].0, "7");
         assert!(collect(&p, br#"{"amount":1}"#)
             .unwrap_err()
-            .contains("\"user\" is missing"));
+            .contains("\"/user\" is missing"));
         assert!(collect(&p, br#"{"user":"u","amount":"x"}"#)
             .unwrap_err()
             .contains("not a number"));
@@ -207,14 +252,14 @@ mod tests {
         };
         assert_eq!(wc.output("hello", &acc), br#"{"key":"hello","count":2}"#);
         let sum = Pipeline::Aggregate {
-            key: "user".into(),
-            field: Some("amount".into()),
+            key: "/user".into(),
+            field: Some("/amount".into()),
             function: AggregateFunction::Sum,
         };
         assert_eq!(sum.output("u1", &acc), br#"{"key":"u1","sum":42.5}"#);
         let avg = Pipeline::Aggregate {
-            key: "user".into(),
-            field: Some("amount".into()),
+            key: "/user".into(),
+            field: Some("/amount".into()),
             function: AggregateFunction::Avg,
         };
         assert_eq!(avg.output("u1", &acc), br#"{"key":"u1","avg":21.25}"#);

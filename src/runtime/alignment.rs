@@ -195,6 +195,7 @@ mod tests {
                             out.push(Out::Snapshot(done.checkpoint_id));
                         }
                     }
+                    Element::Watermark(_) | Element::Idle(_) => {}
                     Element::EndOfStream => {
                         if let Some(done) = aligner.on_end_of_stream(i) {
                             out.push(Out::Snapshot(done.checkpoint_id));

@@ -3,6 +3,7 @@
 //! commit point (docs/checkpoint-protocol.md). It also turns savepoint requests into
 //! checkpoints copied where retention never deletes them.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,6 +63,8 @@ pub struct AckCollector {
     pub expected: usize,
     pub acked: usize,
     pub offsets: Offsets,
+    /// With event time: the max event time per partition at the barrier.
+    pub max_timestamps: BTreeMap<(String, i32), i64>,
     pub state: Vec<StateHandle>,
     /// Subtasks that could not snapshot, with why.
     pub declined: Vec<String>,
@@ -76,6 +79,7 @@ impl AckCollector {
             expected,
             acked: 0,
             offsets: Offsets::new(),
+            max_timestamps: BTreeMap::new(),
             state: Vec::new(),
             declined: Vec::new(),
             alignment_ms: 0,
@@ -330,6 +334,7 @@ impl Coordinator {
         }
         let AckCollector {
             offsets,
+            max_timestamps,
             mut state,
             declined,
             alignment_ms,
@@ -358,6 +363,7 @@ impl Coordinator {
                     topic: topic.clone(),
                     partition: *partition,
                     offset: *offset,
+                    max_timestamp: max_timestamps.get(&(topic.clone(), *partition)).copied(),
                 })
                 .collect(),
             state,

@@ -22,18 +22,27 @@ use super::commit::{KafkaCommitPoint, TransactionBudget};
 use super::coordinator::Coordinator;
 use super::gate::EpochGate;
 use super::keyed::KeyedTask;
+use super::output::Output;
+use super::source::EventTime;
 use super::source::{Position, SourceTask};
 use super::{JobShared, CHANNEL_CAPACITY};
 use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
 use crate::checkpoint::store::{self, create_private_dir};
+use crate::checkpoint::StateHandle;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
 use crate::config::{Config, Delivery, DEFAULT_TRANSACTION_TIMEOUT_MS, SOURCE_UID};
+use crate::config::{LatePolicy, WindowConfig, WindowKind};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, producer::SinkProducer};
+use crate::operators::aggregate::AggregateOperator;
+use crate::operators::window::WindowOperator;
 use crate::operators::Pipeline;
 use crate::state::key_groups::range_for_subtask;
-use crate::state::KeyedState;
+use crate::state::{KeyedState, StateValue};
+use crate::time::timestamp::{normalize_pointer, TimestampExtractor};
+use crate::time::watermark::SourceWatermarks;
+use crate::window::assign::WindowSpec;
 
 /// The topology this configuration runs, as recorded in checkpoints.
 pub fn topology(c: &Config) -> Topology {
@@ -236,58 +245,87 @@ fn run_attempt(
     }
     let (ack_tx, ack_rx) = unbounded();
 
-    let mut keyed_tasks = Vec::new();
     let handles: Vec<_> = restored
         .checkpoint
         .iter()
         .flat_map(|(c, _)| c.state.iter().filter(|h| h.uid == uid))
         .collect();
+    let window = config.pipeline.window().cloned();
+    let mut keyed_tasks: Vec<(String, TaskBody)> = Vec::new();
     for (k, inputs) in to_keyed.into_iter().enumerate() {
         let k = k as u32;
         let range = range_for_subtask(k, p, config.job.max_parallelism);
         let path = config.job_state_dir().join(&uid).join(k.to_string());
-        let state = match &restored.checkpoint {
-            Some((_, folder)) => {
-                KeyedState::restore(&path, config.state.cache_entries, folder, &handles, range)?
-            }
-            None => {
-                if path.exists() {
-                    fs::remove_dir_all(&path).map_err(|e| WeirError::io(&path, e))?;
+        let folder = restored.checkpoint.as_ref().map(|(_, f)| f.as_path());
+        let output = Output::new(
+            uid.clone(),
+            k,
+            producer.clone(),
+            config.sink.topic.clone(),
+            config.source.dead_letter_topic.clone(),
+            config.source.on_bad_record,
+            gate.clone(),
+            shared.metrics.clone(),
+            cancel.clone(),
+        );
+        let name = format!("{uid}-{k}");
+        macro_rules! task {
+            ($operator:expr) => {
+                KeyedTask {
+                    subtask: k,
+                    uid: uid.clone(),
+                    key_groups: range,
+                    mode: config.checkpoint.mode,
+                    operator: $operator,
+                    output,
+                    inputs,
+                    acks: ack_tx.clone(),
+                    store: store.clone(),
+                    metrics: shared.metrics.clone(),
+                    cancel: cancel.clone(),
                 }
-                KeyedState::open(&path, config.state.cache_entries)?
+            };
+        }
+        match &window {
+            None => {
+                let state = keyed_state(config, folder, &handles, &path, range)?;
+                let task = task!(AggregateOperator::new(
+                    uid.clone(),
+                    pipeline.clone(),
+                    config.sink.emit,
+                    state,
+                    config.state.cache_entries,
+                ));
+                keyed_tasks.push((name, Box::new(move || task.run())));
             }
-        };
-        keyed_tasks.push(KeyedTask {
-            subtask: k,
-            uid: uid.clone(),
-            key_groups: range,
-            mode: config.checkpoint.mode,
-            emit: config.sink.emit,
-            pipeline: pipeline.clone(),
-            state,
-            inputs,
-            acks: ack_tx.clone(),
-            producer: producer.clone(),
-            sink_topic: config.sink.topic.clone(),
-            dead_letter_topic: config.source.dead_letter_topic.clone(),
-            on_bad_record: config.source.on_bad_record,
-            max_changed_keys: config.state.cache_entries,
-            gate: gate.clone(),
-            store: store.clone(),
-            metrics: shared.metrics.clone(),
-            records_out: shared
-                .metrics
-                .records_out
-                .with_label_values(&[uid.as_str()]),
-            out_buf: Vec::with_capacity(128),
-            cancel: cancel.clone(),
-        });
+            Some(w) => {
+                let state = keyed_state(config, folder, &handles, &path, range)?;
+                let task = task!(WindowOperator::new(
+                    uid.clone(),
+                    k,
+                    range,
+                    pipeline.clone(),
+                    window_spec(w),
+                    w.allowed_lateness.as_millis() as i64,
+                    w.on_late,
+                    w.emit,
+                    state,
+                    shared.metrics.clone(),
+                )?);
+                keyed_tasks.push((name, Box::new(move || task.run())));
+            }
+        }
     }
 
     let restored_offsets: BTreeMap<(String, i32), i64> = restored
         .checkpoint
         .as_ref()
         .map(|(c, _)| c.offsets_map())
+        .unwrap_or_default();
+    let restored_max_ts: BTreeMap<(String, i32), i64> = restored
+        .checkpoint
+        .as_ref()
+        .map(|(c, _)| c.max_timestamps())
         .unwrap_or_default();
     let mut source_tasks = Vec::new();
     let mut commands = Vec::new();
@@ -301,6 +339,22 @@ fn run_attempt(
         let consumer = kafka::create_source_consumer(config, shared.metrics.clone())?;
         let mut tpl = TopicPartitionList::new();
         let mut positions = Vec::new();
+        // Every assigned partition is registered with its restored max
+        // event time before its first record, so a silent one holds the
+        // watermark back (until idle) and a restored one resumes.
+        let mut event_time = config.source.event_time.as_ref().map(|et| EventTime {
+            extractor: TimestampExtractor::new(
+                et.field.as_deref().map(normalize_pointer),
+                et.format,
+            ),
+            watermarks: SourceWatermarks::new(
+                et.max_out_of_orderness.as_millis() as i64,
+                et.idle_timeout.as_millis() as u64,
+            ),
+            keep_origin: window
+                .as_ref()
+                .is_some_and(|w| w.on_late == LatePolicy::DeadLetter),
+        });
         for (topic, partition) in mine {
             let mut next = restored_offsets.get(&(topic.clone(), *partition)).copied();
             let offset = match (next, config.source.start) {
@@ -321,6 +375,14 @@ fn run_attempt(
             };
             tpl.add_partition_offset(topic, *partition, offset)
                 .map_err(|e| WeirError::kafka("build assignment", e))?;
+            if let Some(et) = &mut event_time {
+                et.watermarks.register(
+                    topic,
+                    *partition,
+                    restored_max_ts.get(&(topic.clone(), *partition)).copied(),
+                    super::now_ms(),
+                );
+            }
             positions.push(Position {
                 topic: topic.clone(),
                 partition: *partition,
@@ -344,6 +406,7 @@ fn run_attempt(
             max_parallelism: config.job.max_parallelism,
             metrics: shared.metrics.clone(),
             cancel: cancel.clone(),
+            event_time,
         });
     }
     drop(ack_tx);
@@ -420,11 +483,8 @@ fn run_attempt(
     for t in source_tasks {
         spawn(format!("source-{}", t.subtask), Box::new(move || t.run()));
     }
-    for t in keyed_tasks {
-        spawn(
-            format!("{}-{}", t.uid, t.subtask),
-            Box::new(move || t.run()),
-        );
+    for (name, run) in keyed_tasks {
+        spawn(name, run);
     }
     spawn("coordinator".into(), Box::new(move || coordinator.run()));
     drop(done_tx);
@@ -495,6 +555,48 @@ fn run_attempt(
         }
     }
     outcome
+}
+
+/// A task's body, run on its own thread.
+type TaskBody = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Opens a keyed subtask's state, restored from `folder` when there is a
+/// checkpoint, else empty (removing whatever a previous attempt left).
+fn keyed_state<V: StateValue>(
+    config: &Config,
+    folder: Option<&Path>,
+    handles: &[&StateHandle],
+    path: &Path,
+    range: (u32, u32),
+) -> Result<KeyedState<V>> {
+    match folder {
+        Some(folder) => {
+            KeyedState::restore(path, config.state.cache_entries, folder, handles, range)
+        }
+        None => {
+            if path.exists() {
+                fs::remove_dir_all(path).map_err(|e| WeirError::io(path, e))?;
+            }
+            KeyedState::open(path, config.state.cache_entries)
+        }
+    }
+}
+
+/// The window assignment `[pipeline.window]` describes (validated).
+pub fn window_spec(w: &WindowConfig) -> WindowSpec {
+    let ms = |d: Option<Duration>| d.unwrap_or_default().as_millis() as i64;
+    match w.kind {
+        WindowKind::Tumbling => WindowSpec::Tumbling {
+            size: ms(w.size),
+            offset: ms(w.offset),
+        },
+        WindowKind::Hopping => WindowSpec::Hopping {
+            size: ms(w.size),
+            slide: ms(w.slide),
+            offset: ms(w.offset),
+        },
+        WindowKind::Session => WindowSpec::Session { gap: ms(w.gap) },
+    }
 }
 
 /// How long the tasks of a cancelled attempt may take to stop.

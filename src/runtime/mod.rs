@@ -13,6 +13,8 @@ pub mod coordinator;
 pub mod gate;
 pub mod job;
 pub mod keyed;
+pub mod operator;
+pub mod output;
 pub mod source;
 
 use std::sync::atomic::AtomicBool;
@@ -36,15 +38,28 @@ pub const CHANNEL_CAPACITY: usize = 8;
 /// What travels from sources to keyed subtasks.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    Update {
-        key_group: u32,
-        key: String,
-        value: f64,
-    },
+    Update(Update),
     /// A bad record for the dead-letter topic. It travels the data path so
     /// that it is written in the transaction of its epoch.
     DeadLetter(Box<DeadLetter>),
 }
+
+/// One keyed update: a value for a key at an event time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub key_group: u32,
+    pub key: String,
+    pub value: f64,
+    /// Event time (ms since the Unix epoch); [`NO_TIMESTAMP`] without
+    /// `[source.event_time]`.
+    pub timestamp: i64,
+    /// The input record, kept only when a late record must be able to go
+    /// to the dead-letter topic (`on_late = "dead-letter"`).
+    pub origin: Option<Box<DeadLetter>>,
+}
+
+/// The timestamp of updates of a job without event time.
+pub const NO_TIMESTAMP: i64 = i64::MIN;
 
 /// The original record and where it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +70,8 @@ pub struct DeadLetter {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+    /// More headers, e.g. the window and watermark of a late record.
+    pub headers: Vec<(String, String)>,
 }
 
 /// Coordinator → source subtask.

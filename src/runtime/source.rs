@@ -12,7 +12,7 @@ use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{Ack, DeadLetter, Item, SourceCommand, BATCH};
+use super::{Ack, DeadLetter, Item, SourceCommand, Update, BATCH};
 use crate::admin::metrics::Metrics;
 use crate::checkpoint::PartitionOffset;
 use crate::config::{BadRecordPolicy, SOURCE_UID};
@@ -21,6 +21,21 @@ use crate::error::{Result, WeirError};
 use crate::kafka::SourceContext;
 use crate::operators::Pipeline;
 use crate::state::key_groups::{key_group, subtask_for_key_group};
+use crate::time::timestamp::TimestampExtractor;
+use crate::time::watermark::{SourceWatermarks, WatermarkUpdate};
+
+/// Event time at a source subtask: how to read a record's timestamp and
+/// the watermarks of its partitions.
+pub struct EventTime {
+    pub extractor: TimestampExtractor,
+    pub watermarks: SourceWatermarks,
+    /// Keep the input record with each update, for late records that go
+    /// to the dead-letter topic.
+    pub keep_origin: bool,
+}
+
+/// How often idleness and watermarks are looked at without records.
+const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A partition this subtask owns and the next offset to read, once known.
 #[derive(Debug, Clone)]
@@ -42,6 +57,7 @@ pub struct SourceTask {
     pub max_parallelism: u32,
     pub metrics: Arc<Metrics>,
     pub cancel: CancellationToken,
+    pub event_time: Option<EventTime>,
 }
 
 /// Partial batches are sent at least this often when input trickles in.
@@ -55,9 +71,11 @@ impl SourceTask {
         let mut buffers: Vec<Vec<Item>> = (0..self.outputs.len())
             .map(|_| Vec::with_capacity(BATCH))
             .collect();
-        let mut scratch: Vec<(String, f64)> = Vec::new();
+        let mut scratch: Vec<(String, f64, i64)> = Vec::new();
         let mut last_flush = Instant::now();
+        let mut last_watermark = Instant::now();
         let parallelism = self.outputs.len() as u32;
+        let mut now = super::now_ms();
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(());
@@ -74,6 +92,11 @@ impl SourceTask {
                     records_out.inc_by(std::mem::take(&mut routed));
                     self.flush_all(&mut buffers)?;
                     last_flush = Instant::now();
+                    if last_watermark.elapsed() >= WATERMARK_INTERVAL {
+                        now = super::now_ms();
+                        self.emit_watermarks(now, &mut buffers)?;
+                        last_watermark = Instant::now();
+                    }
                     continue;
                 }
                 Some(Err(e)) => {
@@ -93,21 +116,43 @@ impl SourceTask {
             taken += 1;
             let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
             scratch.clear();
-            match self
-                .pipeline
-                .extract(msg.payload(), |k, v| scratch.push((k, v)))
-            {
+            let extracted = self.pipeline.extract(
+                msg.payload(),
+                msg.timestamp().to_millis(),
+                self.event_time.as_ref().map(|e| &e.extractor),
+                |k, v, ts| scratch.push((k, v, ts)),
+            );
+            match extracted {
                 Ok(()) => {
                     routed += scratch.len() as u64;
-                    for (key, value) in scratch.drain(..) {
+                    let keep_origin = self.event_time.as_ref().is_some_and(|e| e.keep_origin);
+                    if let Some(et) = &mut self.event_time {
+                        if let Some(ts) = scratch.iter().map(|s| s.2).max() {
+                            et.watermarks.on_record(topic, partition, ts, now);
+                        }
+                    }
+                    for (key, value, timestamp) in scratch.drain(..) {
                         let kg = key_group(key.as_bytes(), self.max_parallelism);
                         let target =
                             subtask_for_key_group(kg, parallelism, self.max_parallelism) as usize;
-                        buffers[target].push(Item::Update {
+                        let origin = keep_origin.then(|| {
+                            Box::new(DeadLetter {
+                                key: msg.key().map(<[u8]>::to_vec),
+                                value: msg.payload().map(<[u8]>::to_vec),
+                                error: String::new(),
+                                topic: topic.to_string(),
+                                partition,
+                                offset,
+                                headers: Vec::new(),
+                            })
+                        });
+                        buffers[target].push(Item::Update(Update {
                             key_group: kg,
                             key,
                             value,
-                        });
+                            timestamp,
+                            origin,
+                        }));
                         if buffers[target].len() >= BATCH {
                             let batch =
                                 std::mem::replace(&mut buffers[target], Vec::with_capacity(BATCH));
@@ -142,6 +187,7 @@ impl SourceTask {
                             topic: topic.to_string(),
                             partition,
                             offset,
+                            headers: Vec::new(),
                         })));
                     }
                 },
@@ -162,8 +208,46 @@ impl SourceTask {
                     self.flush_all(&mut buffers)?;
                     last_flush = Instant::now();
                 }
+                if self.event_time.is_some() && last_watermark.elapsed() >= WATERMARK_INTERVAL {
+                    now = super::now_ms();
+                    self.emit_watermarks(now, &mut buffers)?;
+                    last_watermark = Instant::now();
+                }
             }
         }
+    }
+
+    /// Sends what the partitions' watermarks call for, after the records
+    /// read so far (a watermark never overtakes a record on a channel).
+    fn emit_watermarks(&mut self, now: u64, buffers: &mut [Vec<Item>]) -> Result<()> {
+        let Some(et) = &mut self.event_time else {
+            return Ok(());
+        };
+        let updates = et.watermarks.poll(now);
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let snapshot = et.watermarks.snapshot();
+        self.flush_all(buffers)?;
+        for u in updates {
+            let element = match u {
+                WatermarkUpdate::Watermark(w) => Element::Watermark(w),
+                WatermarkUpdate::Idle => Element::Idle(true),
+                WatermarkUpdate::Active => Element::Idle(false),
+            };
+            for i in 0..self.outputs.len() {
+                self.send(i, element.clone())?;
+            }
+        }
+        if let Some(et) = &self.event_time {
+            for ((topic, partition), _) in snapshot {
+                self.metrics
+                    .source_watermark
+                    .with_label_values(&[topic.as_str(), &partition.to_string()])
+                    .set(et.watermarks.partition_watermark(&topic, partition));
+            }
+        }
+        Ok(())
     }
 
     fn consumer_fatal(&self) -> Option<(rdkafka::types::RDKafkaErrorCode, String)> {
@@ -177,6 +261,11 @@ impl SourceTask {
         // Failure injection for alignment tests (`--features failpoints`):
         // a source that is slow to forward its barrier.
         fail::fail_point!("source-before-barrier");
+        let max_ts: std::collections::BTreeMap<(String, i32), Option<i64>> = self
+            .event_time
+            .as_ref()
+            .map(|et| et.watermarks.snapshot().into_iter().collect())
+            .unwrap_or_default();
         let offsets = self
             .positions
             .iter()
@@ -185,6 +274,10 @@ impl SourceTask {
                     topic: p.topic.clone(),
                     partition: p.partition,
                     offset,
+                    max_timestamp: max_ts
+                        .get(&(p.topic.clone(), p.partition))
+                        .copied()
+                        .flatten(),
                 })
             })
             .collect();

@@ -1,29 +1,32 @@
-//! Keyed state in RocksDB, one instance per (operator uid, subtask).
-//!
-//! Keys are `key_group (u16, big endian) ++ key bytes`, so a key group is a
-//! contiguous key range that can be copied into another instance when the
-//! parallelism changes. A bounded write-back cache sits in front of RocksDB
-//! (as Kafka Streams' record cache does): a get+put per update caps a core
-//! at a few hundred thousand updates a second, while a `WriteBatch` of
-//! thousands of puts runs at millions. The cache is written back as one
-//! batch when it is full and at every barrier, before the snapshot.
-//!
-//! RocksDB's own WAL is off: durability comes from checkpoints, and the
-//! Checkpoint API flushes the memtable before linking files.
+//! Keyed state: one RocksDB instance per (operator uid, subtask) over bytes
+//! ([`backend`]), typed value state with a write-back cache ([`value`]) and
+//! a timer service ([`timers`]); [`KeyedState`] holds the three for one
+//! subtask. Keys start with the key group (u16, big endian) in every
+//! column family, so a key group is a contiguous range that can be copied
+//! into another instance when the parallelism changes.
 
+pub mod backend;
 pub mod key_groups;
+pub mod timers;
+pub mod value;
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use rocksdb::{checkpoint::Checkpoint, Options, WriteBatch, WriteOptions, DB};
-use rustc_hash::FxHashMap;
-
-use crate::checkpoint::store::{create_private_dir, link_or_copy_dir};
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::error::{Result, WeirError};
+use backend::StateBackend;
+use timers::TimerService;
+use value::ValueState;
 
-/// The aggregate kept per key. Fixed layout, little endian, 32 bytes.
+/// A value kept in state: fixed-size, cheap to copy, with its own encoding.
+pub trait StateValue: Copy + Default + Send + 'static {
+    /// Names the encoding in errors ("32 bytes").
+    const NAME: &'static str;
+    fn encode(&self, out: &mut Vec<u8>);
+    fn decode(bytes: &[u8]) -> Option<Self>;
+}
+
+/// The aggregate kept per key (and per window). Little endian, 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Accumulator {
     pub count: u64,
@@ -51,13 +54,23 @@ impl Accumulator {
         self.max = self.max.max(value);
     }
 
-    fn encode(&self) -> [u8; 32] {
-        let mut b = [0u8; 32];
-        b[0..8].copy_from_slice(&self.count.to_le_bytes());
-        b[8..16].copy_from_slice(&self.sum.to_le_bytes());
-        b[16..24].copy_from_slice(&self.min.to_le_bytes());
-        b[24..32].copy_from_slice(&self.max.to_le_bytes());
-        b
+    /// Folds another accumulator in (merging session windows).
+    pub fn merge(&mut self, other: &Accumulator) {
+        self.count += other.count;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+}
+
+impl StateValue for Accumulator {
+    const NAME: &'static str = "32 bytes";
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.sum.to_le_bytes());
+        out.extend_from_slice(&self.min.to_le_bytes());
+        out.extend_from_slice(&self.max.to_le_bytes());
     }
 
     fn decode(b: &[u8]) -> Option<Self> {
@@ -74,49 +87,6 @@ impl Accumulator {
     }
 }
 
-struct Cached {
-    acc: Accumulator,
-    dirty: bool,
-}
-
-/// One subtask's keyed state.
-pub struct KeyedState {
-    db: DB,
-    path: PathBuf,
-    /// Keyed by the full RocksDB key; Fx hashing, since keys are short and
-    /// not attacker-chosen in a way that matters to a per-subtask cache.
-    cache: FxHashMap<Vec<u8>, Cached>,
-    cache_limit: usize,
-    write_opts: WriteOptions,
-    /// Reused to build keys for lookups, so a cache hit allocates nothing.
-    scratch: Vec<u8>,
-    /// Keys of the dirty cache entries, in the order they became dirty.
-    dirty: Vec<Vec<u8>>,
-}
-
-/// Dirty entries written back at once between barriers.
-const WRITE_BACK_SLICE: usize = 65_536;
-
-fn db_options() -> Options {
-    let mut o = Options::default();
-    o.create_if_missing(true);
-    // Small memtables keep the flush that every snapshot does short: the
-    // rest of an interval's writes were flushed in the background already.
-    o.set_write_buffer_size(4 << 20);
-    o.set_max_write_buffer_number(4);
-    o.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    o.set_max_background_jobs(2);
-    o.set_keep_log_file_num(2);
-    // Most lookups of new keys miss: a bloom filter answers them without
-    // reading data blocks.
-    // Filters and indexes stay in memory (not in the block cache, where a
-    // large state would evict them and every miss would read them again).
-    let mut table = rocksdb::BlockBasedOptions::default();
-    table.set_bloom_filter(10.0, false);
-    o.set_block_based_table_factory(&table);
-    o
-}
-
 /// A snapshot just taken: its files, for `_metadata`.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -124,14 +94,14 @@ pub struct Snapshot {
     pub files: Vec<SnapshotFile>,
 }
 
-/// Splits a RocksDB key into key group and key, or says why it cannot be.
-fn split_key(full: &[u8]) -> Option<(u32, &[u8])> {
+/// Splits a RocksDB key into key group and the rest, or says it cannot be.
+pub fn split_key(full: &[u8]) -> Option<(u32, &[u8])> {
     let (kg, key) = full.split_first_chunk::<2>()?;
     Some((u32::from(u16::from_be_bytes(*kg)), key))
 }
 
 /// The error for a value at `full_key` that cannot be decoded.
-fn corrupt(path: &Path, full_key: &[u8], reason: String) -> WeirError {
+pub(crate) fn corrupt(path: &Path, full_key: &[u8], reason: String) -> WeirError {
     let (key_group, key) = split_key(full_key).unwrap_or((0, full_key));
     WeirError::CorruptState {
         uid: String::new(),
@@ -144,7 +114,7 @@ fn corrupt(path: &Path, full_key: &[u8], reason: String) -> WeirError {
 
 /// A read error; RocksDB's corruption errors (bad checksums) are corrupt
 /// state, which no restart can fix.
-fn read_error(path: &Path, full_key: &[u8], e: rocksdb::Error) -> WeirError {
+pub(crate) fn read_error(path: &Path, full_key: &[u8], e: rocksdb::Error) -> WeirError {
     if e.kind() == rocksdb::ErrorKind::Corruption {
         corrupt(path, full_key, e.into_string())
     } else {
@@ -160,30 +130,24 @@ pub fn state_key(key_group: u32, key: &[u8]) -> Vec<u8> {
     k
 }
 
-impl KeyedState {
+/// One subtask's keyed state: its RocksDB instance, typed values with a
+/// write-back cache, and timers.
+pub struct KeyedState<V = Accumulator> {
+    pub backend: StateBackend,
+    pub values: ValueState<V>,
+    pub timers: TimerService,
+    /// Reused to build keys for lookups, so a cache hit allocates nothing.
+    scratch: Vec<u8>,
+}
+
+impl<V: StateValue> KeyedState<V> {
     /// Opens (creating) the instance at `path`.
     pub fn open(path: &Path, cache_limit: usize) -> Result<Self> {
-        create_private_dir(path)?;
-        let db = DB::open(&db_options(), path)
-            .map_err(|e| WeirError::state(format!("open {}", path.display()), e))?;
-        let mut write_opts = WriteOptions::default();
-        write_opts.disable_wal(true);
-        Ok(Self {
-            db,
-            path: path.to_path_buf(),
-            cache: FxHashMap::default(),
-            cache_limit,
-            write_opts,
-            scratch: Vec::with_capacity(64),
-            dirty: Vec::new(),
-        })
+        Self::from_backend(StateBackend::open(path)?, cache_limit)
     }
 
-    /// Replaces the instance at `path` with the key groups `range` of the
-    /// given snapshots. A snapshot with exactly this range is hard-linked
-    /// (immutable SST files; the small mutable files are copied), so the
-    /// cost does not grow with state size; otherwise the overlapping key
-    /// groups of each snapshot are copied (rescaling).
+    /// The key groups `range` of the given snapshots at `path` (see
+    /// [`StateBackend::restore`]), timers included.
     pub fn restore(
         path: &Path,
         cache_limit: usize,
@@ -191,192 +155,53 @@ impl KeyedState {
         handles: &[&StateHandle],
         range: (u32, u32),
     ) -> Result<Self> {
-        if path.exists() {
-            fs::remove_dir_all(path).map_err(|e| WeirError::io(path, e))?;
-        }
-        let overlapping: Vec<&StateHandle> = handles
-            .iter()
-            .copied()
-            .filter(|h| h.key_groups.0 < range.1 && h.key_groups.1 > range.0)
-            .collect();
-        if let [h] = overlapping[..] {
-            if h.key_groups == range {
-                link_or_copy_dir(&checkpoint_dir.join(&h.path), path)?;
-                return Self::open(path, cache_limit);
-            }
-        }
-        let state = Self::open(path, cache_limit)?;
-        let scratch = path.with_extension("restore-scratch");
-        for h in overlapping {
-            if scratch.exists() {
-                fs::remove_dir_all(&scratch).map_err(|e| WeirError::io(&scratch, e))?;
-            }
-            link_or_copy_dir(&checkpoint_dir.join(&h.path), &scratch)?;
-            let src = DB::open(&db_options(), &scratch)
-                .map_err(|e| WeirError::state(format!("open {}", scratch.display()), e))?;
-            let lo = state_key(range.0, b"");
-            let mut batch = WriteBatch::default();
-            for item in src.iterator(rocksdb::IteratorMode::From(
-                &lo,
-                rocksdb::Direction::Forward,
-            )) {
-                let (k, v) = item.map_err(|e| {
-                    WeirError::state(
-                        format!("read snapshot {}", checkpoint_dir.join(&h.path).display()),
-                        e,
-                    )
-                })?;
-                let Some((kg, _)) = split_key(&k) else {
-                    return Err(WeirError::Recovery(format!(
-                        "state of {} subtask {} in {} holds a key of {} bytes, shorter than its key-group prefix: \
-                         the snapshot is corrupt",
-                        h.uid,
-                        h.subtask,
-                        checkpoint_dir.join(&h.path).display(),
-                        k.len()
-                    )));
-                };
-                if kg >= range.1 {
-                    break;
-                }
-                batch.put(&k, &v);
-                if batch.len() >= 10_000 {
-                    state.write(std::mem::take(&mut batch))?;
-                }
-            }
-            state.write(batch)?;
-            drop(src);
-            fs::remove_dir_all(&scratch).map_err(|e| WeirError::io(&scratch, e))?;
-        }
-        Ok(state)
+        Self::from_backend(
+            StateBackend::restore(path, checkpoint_dir, handles, range)?,
+            cache_limit,
+        )
     }
 
-    fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.db
-            .write_opt(batch, &self.write_opts)
-            .map_err(|e| WeirError::state(format!("write {}", self.path.display()), e))
+    fn from_backend(backend: StateBackend, cache_limit: usize) -> Result<Self> {
+        let timers = TimerService::load(&backend)?;
+        Ok(Self {
+            backend,
+            values: ValueState::new(cache_limit),
+            timers,
+            scratch: Vec::with_capacity(64),
+        })
     }
 
-    /// Applies `f` to the accumulator of `key` in `key_group` and returns
-    /// the new value.
-    pub fn update(
-        &mut self,
-        key_group: u32,
-        key: &[u8],
-        f: impl FnOnce(&mut Accumulator),
-    ) -> Result<Accumulator> {
+    /// Applies `f` to the value of `key` in `key_group` and returns it.
+    pub fn update(&mut self, key_group: u32, key: &[u8], f: impl FnOnce(&mut V)) -> Result<V> {
         self.scratch.clear();
         self.scratch
             .extend_from_slice(&(key_group as u16).to_be_bytes());
         self.scratch.extend_from_slice(key);
-        if let Some(c) = self.cache.get_mut(self.scratch.as_slice()) {
-            f(&mut c.acc);
-            let acc = c.acc;
-            if !c.dirty {
-                c.dirty = true;
-                self.dirty.push(self.scratch.clone());
-                self.write_back_if_due()?;
-            }
-            return Ok(acc);
-        }
-        if self.cache.len() >= self.cache_limit {
-            self.write_back()?;
-            self.cache.clear();
-        }
-        let full_key = self.scratch.clone();
-        let mut acc = self.read(&full_key)?.unwrap_or_default();
-        f(&mut acc);
-        self.dirty.push(full_key.clone());
-        self.cache.insert(full_key, Cached { acc, dirty: true });
-        self.write_back_if_due()?;
-        Ok(acc)
+        self.values.update(&self.backend, &self.scratch, f)
     }
 
-    /// Writes dirty entries back in slices as they accumulate, so that the
-    /// work left for a barrier (and the memtable its snapshot flushes)
-    /// stays small whatever the state size.
-    fn write_back_if_due(&mut self) -> Result<()> {
-        if self.dirty.len() >= WRITE_BACK_SLICE {
-            self.write_back()?;
-        }
-        Ok(())
-    }
-
-    /// The current value of `key` (cache first).
-    pub fn get(&self, key: &[u8]) -> Result<Option<Accumulator>> {
-        if let Some(c) = self.cache.get(key) {
-            return Ok(Some(c.acc));
-        }
-        self.read(key)
-    }
-
-    /// Reads and decodes a stored value.
-    fn read(&self, full_key: &[u8]) -> Result<Option<Accumulator>> {
-        match self
-            .db
-            .get_pinned(full_key)
-            .map_err(|e| read_error(&self.path, full_key, e))?
-        {
-            None => Ok(None),
-            Some(v) => Accumulator::decode(&v).map(Some).ok_or_else(|| {
-                corrupt(
-                    &self.path,
-                    full_key,
-                    format!("value of {} bytes, expected 32", v.len()),
-                )
-            }),
-        }
+    /// The current value at a full key (cache first).
+    pub fn get(&self, full_key: &[u8]) -> Result<Option<V>> {
+        self.values.get(&self.backend, full_key)
     }
 
     /// Writes a raw value (tests that need corrupt state).
     pub fn put_raw(&self, full_key: &[u8], value: &[u8]) -> Result<()> {
-        let mut batch = WriteBatch::default();
+        let mut batch = rocksdb::WriteBatch::default();
         batch.put(full_key, value);
-        self.write(batch)
+        self.backend.write(batch)
     }
 
-    /// Writes every dirty cache entry to RocksDB in one batch.
+    /// Writes every cached change (values and timers) to RocksDB.
     pub fn write_back(&mut self) -> Result<()> {
-        let mut batch = WriteBatch::default();
-        for key in self.dirty.drain(..) {
-            if let Some(c) = self.cache.get_mut(&key) {
-                batch.put(&key, c.acc.encode());
-                c.dirty = false;
-            }
-        }
-        if !batch.is_empty() {
-            self.write(batch)?;
-        }
-        Ok(())
+        self.values.write_back(&self.backend)?;
+        self.timers.write_back(&self.backend)
     }
 
-    /// Writes back the cache and creates a RocksDB checkpoint at `target`
-    /// (flush + hard links: milliseconds, whatever the state size). The
-    /// parent of `target` must exist: a snapshot never creates the
-    /// checkpoint folder it goes into. Returns its files and their sizes.
+    /// Writes back and snapshots into `target` (whose parent must exist).
     pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
         self.write_back()?;
-        let cp = Checkpoint::new(&self.db).map_err(|e| WeirError::state("checkpoint", e))?;
-        cp.create_checkpoint(target)
-            .map_err(|e| WeirError::state(format!("checkpoint into {}", target.display()), e))?;
-        let mut files = Vec::new();
-        for entry in fs::read_dir(target).map_err(|e| WeirError::io(target, e))? {
-            let entry = entry.map_err(|e| WeirError::io(target, e))?;
-            let meta = entry
-                .metadata()
-                .map_err(|e| WeirError::io(&entry.path(), e))?;
-            if meta.is_file() {
-                files.push(SnapshotFile {
-                    name: entry.file_name().to_string_lossy().into_owned(),
-                    size_bytes: meta.len(),
-                });
-            }
-        }
-        files.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Snapshot {
-            size_bytes: files.iter().map(|f| f.size_bytes).sum(),
-            files,
-        })
+        self.backend.snapshot(target)
     }
 }
 
@@ -385,6 +210,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::CheckpointStore;
     use key_groups::{key_group, range_for_subtask};
+    use std::fs;
 
     fn add(state: &mut KeyedState, key: &str, n: u32) {
         let kg = key_group(key.as_bytes(), 8);
@@ -507,7 +333,7 @@ mod tests {
     #[test]
     fn a_corrupt_value_is_an_error_naming_key_group_and_key() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut s = KeyedState::open(&tmp.path().join("live"), 10).unwrap();
+        let mut s: KeyedState = KeyedState::open(&tmp.path().join("live"), 10).unwrap();
         let kg = key_group(b"poison", 8);
         s.put_raw(&state_key(kg, b"poison"), b"not 32 bytes")
             .unwrap();
@@ -524,7 +350,7 @@ mod tests {
     #[test]
     fn a_key_shorter_than_its_prefix_fails_a_rescaling_restore() {
         let tmp = tempfile::tempdir().unwrap();
-        let s = KeyedState::open(&tmp.path().join("live"), 10).unwrap();
+        let s: KeyedState = KeyedState::open(&tmp.path().join("live"), 10).unwrap();
         s.put_raw(b"\x01", b"x").unwrap();
         let target = tmp.path().join("chk/state/wc/0");
         fs::create_dir_all(target.parent().unwrap()).unwrap();
@@ -540,7 +366,7 @@ mod tests {
             files: vec![],
         };
         // Another range than the snapshot's: the keys are read one by one.
-        let e = KeyedState::restore(
+        let e = KeyedState::<Accumulator>::restore(
             &tmp.path().join("r"),
             10,
             &tmp.path().join("chk"),

@@ -1,0 +1,444 @@
+//! The sections of the configuration file, as typed values with their
+//! defaults. Cross-key rules live in `validate`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `[job]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    /// Names the checkpoint folder and, by default, the transactional id.
+    pub name: String,
+    /// Subtasks per operator.
+    #[serde(default = "defaults::parallelism")]
+    pub parallelism: u32,
+    /// Number of key groups; fixed for the life of the job because state is
+    /// partitioned by it.
+    #[serde(default = "defaults::max_parallelism")]
+    pub max_parallelism: u32,
+}
+
+/// `[kafka]`. Its `Debug` hides the values of sensitive properties.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub bootstrap_servers: String,
+    pub group_id: String,
+    /// Passed to librdkafka as is (security.protocol, sasl.*, ssl.*, ...).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let props: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_sensitive(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("group_id", &self.group_id)
+            .field("properties", &props)
+            .finish()
+    }
+}
+
+/// librdkafka properties whose values are secrets: never logged, served or
+/// printed.
+pub fn is_sensitive(property: &str) -> bool {
+    let p = property.to_ascii_lowercase();
+    p.contains("password")
+        || p.contains("secret")
+        || p == "sasl.oauthbearer.config"
+        || p == "ssl.key.pem"
+        || p == "ssl_key"
+        || p == "ssl.keystore.location"
+}
+
+/// `[checkpoint]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    #[serde(with = "humantime_serde", default = "defaults::interval")]
+    pub interval: Duration,
+    pub dir: PathBuf,
+    #[serde(default)]
+    pub mode: CheckpointMode,
+    #[serde(with = "humantime_serde", default = "defaults::checkpoint_timeout")]
+    pub timeout: Duration,
+    #[serde(with = "humantime_serde", default)]
+    pub min_pause: Duration,
+    #[serde(default = "defaults::retained")]
+    pub retained: u32,
+    /// Where `POST /savepoints` writes; retention never deletes savepoints.
+    /// Defaults to `<dir>/<job name>-savepoints`.
+    pub savepoint_dir: Option<PathBuf>,
+    /// Consecutive failed checkpoints tolerated before the job restarts.
+    #[serde(default = "defaults::tolerable_failures")]
+    pub tolerable_failures: u32,
+}
+
+/// `[admin]`: the HTTP endpoint for health, metrics, checkpoint history and
+/// savepoints.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address to listen on; loopback unless changed. "" disables it.
+    #[serde(default = "defaults::admin_listen")]
+    pub listen: String,
+    /// Name of an environment variable holding a bearer token that
+    /// `/metrics`, `/checkpoints` and `/savepoints` then require.
+    pub token_env: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: defaults::admin_listen(),
+            token_env: None,
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing filter such as "info" or "warn,weir=debug"; `RUST_LOG`
+    /// wins when set.
+    pub level: Option<String>,
+}
+
+/// Whether barriers are aligned (exactly-once state) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckpointMode {
+    #[default]
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+/// `[state]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    pub dir: PathBuf,
+    /// Entries of the write-back cache in front of RocksDB, per keyed subtask.
+    #[serde(default = "defaults::cache_entries")]
+    pub cache_entries: usize,
+}
+
+/// `[restart]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartConfig {
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    #[serde(with = "humantime_serde", default = "defaults::backoff")]
+    pub backoff: Duration,
+    #[serde(with = "humantime_serde", default = "defaults::max_backoff")]
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: defaults::max_attempts(),
+            backoff: defaults::backoff(),
+            max_backoff: defaults::max_backoff(),
+        }
+    }
+}
+
+/// `[source]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    pub topics: Vec<String>,
+    #[serde(default)]
+    pub start: StartPosition,
+    #[serde(default)]
+    pub format: RecordFormat,
+    #[serde(default)]
+    pub on_bad_record: BadRecordPolicy,
+    pub dead_letter_topic: Option<String>,
+    pub event_time: Option<EventTimeConfig>,
+}
+
+/// Where a partition without a checkpointed offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartPosition {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// How input record values are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// What happens to a record that cannot be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BadRecordPolicy {
+    #[default]
+    Fail,
+    Skip,
+    DeadLetter,
+}
+
+/// `[pipeline]`: a tagged enum on `kind`, so that keys of one kind cannot
+/// be written for another (they are unknown keys there).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PipelineConfig {
+    /// Split text on whitespace, count per lower-cased word.
+    WordCount {
+        /// Stable operator id of the keyed operator.
+        uid: Option<String>,
+        window: Option<WindowConfig>,
+    },
+    /// A function of a JSON number field, per value of a JSON key field.
+    Aggregate {
+        /// RFC 6901 pointer to the group key (a bare name is a top-level field).
+        key: String,
+        /// Pointer to the number to aggregate (not needed for count).
+        field: Option<String>,
+        function: AggregateFunction,
+        uid: Option<String>,
+        window: Option<WindowConfig>,
+    },
+}
+
+impl PipelineConfig {
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::WordCount { .. } => "word-count",
+            Self::Aggregate { .. } => "aggregate",
+        }
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        match self {
+            Self::WordCount { uid, .. } | Self::Aggregate { uid, .. } => uid.as_deref(),
+        }
+    }
+
+    pub fn window(&self) -> Option<&WindowConfig> {
+        match self {
+            Self::WordCount { window, .. } | Self::Aggregate { window, .. } => window.as_ref(),
+        }
+    }
+}
+
+/// `[pipeline.window]`: windows over event time (docs/event-time.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowConfig {
+    pub kind: WindowKind,
+    #[serde(with = "humantime_serde", default)]
+    pub size: Option<Duration>,
+    #[serde(with = "humantime_serde", default)]
+    pub slide: Option<Duration>,
+    #[serde(with = "humantime_serde", default)]
+    pub offset: Option<Duration>,
+    #[serde(with = "humantime_serde", default)]
+    pub gap: Option<Duration>,
+    /// How long after its end a fired window still takes late records
+    /// (each produces an updated result).
+    #[serde(with = "humantime_serde", default)]
+    pub allowed_lateness: Duration,
+    #[serde(default)]
+    pub on_late: LatePolicy,
+    #[serde(default)]
+    pub emit: WindowEmit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowKind {
+    Tumbling,
+    Hopping,
+    Session,
+}
+
+/// What happens to a record no window accepts any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LatePolicy {
+    /// Counted in `weir_late_records_total` and dropped.
+    #[default]
+    Drop,
+    /// Written to `source.dead_letter_topic` with headers naming the window
+    /// and the watermark.
+    DeadLetter,
+}
+
+/// When a window's result is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowEmit {
+    /// Once, when the watermark passes the window's end (the final result).
+    #[default]
+    OnClose,
+    /// After every record: an upsert stream keyed by key and window.
+    EveryUpdate,
+}
+
+/// `[source.event_time]`: where a record's event time comes from and how
+/// watermarks follow it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventTimeConfig {
+    /// RFC 6901 pointer into the JSON value; none: the Kafka record timestamp.
+    pub field: Option<String>,
+    #[serde(default = "defaults::timestamp_format")]
+    pub format: crate::time::timestamp::TimestampFormat,
+    #[serde(with = "humantime_serde", default)]
+    pub max_out_of_orderness: Duration,
+    /// A partition without records this long stops holding the watermark
+    /// back; "0s" = never.
+    #[serde(with = "humantime_serde", default)]
+    pub idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AggregateFunction {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+impl AggregateFunction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Count => "count",
+            Self::Sum => "sum",
+            Self::Min => "min",
+            Self::Max => "max",
+            Self::Avg => "avg",
+        }
+    }
+}
+
+/// `[sink]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    pub topic: String,
+    #[serde(default)]
+    pub delivery: Delivery,
+    #[serde(default)]
+    pub emit: EmitMode,
+    /// Prefix of the transactional id (exactly-once); defaults to the job name.
+    pub transactional_id_prefix: Option<String>,
+    /// Stable suffix that makes the transactional id of this weir instance.
+    #[serde(default = "defaults::instance")]
+    pub instance: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    #[default]
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmitMode {
+    #[default]
+    EveryUpdate,
+    OnCheckpoint,
+}
+
+pub(crate) mod defaults {
+    pub fn timestamp_format() -> crate::time::timestamp::TimestampFormat {
+        crate::time::timestamp::TimestampFormat::EpochMillis
+    }
+    use std::time::Duration;
+    pub fn parallelism() -> u32 {
+        1
+    }
+    pub fn max_parallelism() -> u32 {
+        128
+    }
+    pub fn interval() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn checkpoint_timeout() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn retained() -> u32 {
+        2
+    }
+    pub fn cache_entries() -> usize {
+        200_000
+    }
+    pub fn max_attempts() -> u32 {
+        10
+    }
+    pub fn backoff() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn max_backoff() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn instance() -> String {
+        "0".to_string()
+    }
+    pub fn tolerable_failures() -> u32 {
+        3
+    }
+    pub fn admin_listen() -> String {
+        "127.0.0.1:9249".to_string()
+    }
+}
+
+/// librdkafka's default `transaction.timeout.ms` is 60 s, which the default
+/// checkpoint timeout alone reaches; weir sets this instead unless the
+/// operator does.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 120_000;
+
+/// Properties weir sets itself; setting them in `[kafka.properties]` would
+/// break the protocol, so validation refuses them.
+pub(crate) const RESERVED_PROPERTIES: &[&str] = &[
+    "bootstrap.servers",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "isolation.level",
+    "transactional.id",
+    "enable.idempotence",
+    // `source.start` owns where a partition without a checkpoint starts.
+    "auto.offset.reset",
+    "enable.partition.eof",
+];
+
+/// The uid of the source operator.
+pub const SOURCE_UID: &str = "kafka-source";

@@ -1,0 +1,295 @@
+//! The output of a keyed subtask: the chained sink. It produces results and
+//! dead letters through the shared producer and, with exactly-once
+//! delivery, holds back output of epoch N+1 until transaction N committed
+//! (the epoch gate, docs/checkpoint-protocol.md). Operators write through
+//! it and never see the producer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::message::{Header, OwnedHeaders};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::gate::EpochGate;
+use super::DeadLetter;
+use crate::admin::metrics::Metrics;
+use crate::config::BadRecordPolicy;
+use crate::error::{Result, WeirError};
+use crate::kafka::producer::{SendError, SinkProducer};
+
+/// Output records held back while the previous transaction commits.
+const MAX_PENDING: usize = 100_000;
+
+/// A record held back by the epoch gate.
+enum Held {
+    Result {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        timestamp: Option<i64>,
+    },
+    DeadLetter(Box<DeadLetter>),
+}
+
+/// The sink chained into a keyed subtask.
+pub struct Output {
+    pub uid: String,
+    pub subtask: u32,
+    pub producer: Arc<SinkProducer>,
+    pub sink_topic: String,
+    pub dead_letter_topic: Option<String>,
+    /// What happens to an output record the producer refuses for its size.
+    pub on_bad_record: BadRecordPolicy,
+    pub gate: Arc<EpochGate>,
+    pub metrics: Arc<Metrics>,
+    /// `weir_records_out_total` of this operator, looked up once.
+    pub records_out: prometheus::IntCounter,
+    pub cancel: CancellationToken,
+    /// Reused buffer for a result's value: operators encode into it and
+    /// call [`Output::send_buf`], so the common path allocates nothing.
+    pub buf: Vec<u8>,
+    /// Exactly-once: the checkpoint whose commit must come before more output.
+    awaiting: Option<u64>,
+    held: Vec<Held>,
+}
+
+impl Output {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        uid: String,
+        subtask: u32,
+        producer: Arc<SinkProducer>,
+        sink_topic: String,
+        dead_letter_topic: Option<String>,
+        on_bad_record: BadRecordPolicy,
+        gate: Arc<EpochGate>,
+        metrics: Arc<Metrics>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let records_out = metrics.records_out.with_label_values(&[uid.as_str()]);
+        Self {
+            uid,
+            subtask,
+            producer,
+            sink_topic,
+            dead_letter_topic,
+            on_bad_record,
+            gate,
+            metrics,
+            records_out,
+            cancel,
+            buf: Vec::with_capacity(128),
+            awaiting: None,
+            held: Vec::new(),
+        }
+    }
+
+    /// Sends the result in [`Output::buf`] under `key` (with a record
+    /// timestamp, for windows), or holds it back while the previous epoch
+    /// is not committed.
+    pub fn send_buf(&mut self, key: &[u8], timestamp: Option<i64>) -> Result<()> {
+        if self.awaiting.is_some() {
+            self.release_if_committed()?;
+        }
+        if self.awaiting.is_none() {
+            crate::crash_point!("mid-transaction-produce");
+            let sent = self.producer.send(
+                &self.sink_topic,
+                Some(key),
+                Some(&self.buf),
+                None,
+                timestamp,
+            );
+            return self.sent(sent, key);
+        }
+        let held = Held::Result {
+            key: key.to_vec(),
+            value: self.buf.clone(),
+            timestamp,
+        };
+        self.hold(held)
+    }
+
+    /// A dead letter, written in the transaction of its epoch.
+    pub fn dead_letter(&mut self, dl: Box<DeadLetter>) -> Result<()> {
+        if self.awaiting.is_some() {
+            self.release_if_committed()?;
+        }
+        if self.awaiting.is_none() {
+            return self.produce(Held::DeadLetter(dl));
+        }
+        self.hold(Held::DeadLetter(dl))
+    }
+
+    fn hold(&mut self, held: Held) -> Result<()> {
+        self.held.push(held);
+        if self.held.len() >= MAX_PENDING {
+            let waiting_for = self.awaiting.expect("holding only while awaiting");
+            while !self.gate.wait(waiting_for, Duration::from_millis(100)) {
+                if self.cancel.is_cancelled() {
+                    return Ok(());
+                }
+            }
+            self.release_if_committed()?;
+        }
+        Ok(())
+    }
+
+    /// Sends what was held back once the awaited epoch is committed (or
+    /// its checkpoint failed, which releases it too).
+    pub fn release_if_committed(&mut self) -> Result<()> {
+        if let Some(n) = self.awaiting {
+            if self.gate.released() >= n {
+                self.awaiting = None;
+                for held in std::mem::take(&mut self.held) {
+                    self.produce(held)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a snapshot: waits for the previous checkpoint's release (it
+    /// completed before this one was triggered, so it is a moment away)
+    /// and sends what was held for it; that output belongs to this epoch.
+    /// False if the attempt was cancelled meanwhile.
+    pub fn drain_before_snapshot(&mut self) -> Result<bool> {
+        if let Some(prev) = self.awaiting {
+            while !self.gate.wait(prev, Duration::from_millis(100)) {
+                if self.cancel.is_cancelled() {
+                    return Ok(false);
+                }
+            }
+            self.release_if_committed()?;
+        }
+        Ok(true)
+    }
+
+    /// After the snapshot of checkpoint `id`: with a transaction, later
+    /// output waits for its commit; without one, everything produced so
+    /// far must be in Kafka before the ack.
+    pub fn after_snapshot(&mut self, id: u64) -> Result<()> {
+        if self.producer.is_transactional() {
+            self.producer.check()?;
+            self.awaiting = Some(id);
+            Ok(())
+        } else {
+            self.producer.flush()
+        }
+    }
+
+    fn produce(&self, held: Held) -> Result<()> {
+        crate::crash_point!("mid-transaction-produce");
+        match held {
+            Held::Result {
+                key,
+                value,
+                timestamp,
+            } => {
+                let sent =
+                    self.producer
+                        .send(&self.sink_topic, Some(&key), Some(&value), None, timestamp);
+                self.sent(sent, &key)
+            }
+            Held::DeadLetter(dl) => {
+                let topic = self
+                    .dead_letter_topic
+                    .as_deref()
+                    .expect("a dead-letter policy requires a topic (validated)");
+                let mut headers = OwnedHeaders::new().insert(Header {
+                    key: "weir.error",
+                    value: Some(dl.error.as_str()),
+                });
+                if !dl.topic.is_empty() {
+                    let partition = dl.partition.to_string();
+                    let offset = dl.offset.to_string();
+                    headers = headers
+                        .insert(Header {
+                            key: "weir.source.topic",
+                            value: Some(dl.topic.as_str()),
+                        })
+                        .insert(Header {
+                            key: "weir.source.partition",
+                            value: Some(partition.as_str()),
+                        })
+                        .insert(Header {
+                            key: "weir.source.offset",
+                            value: Some(offset.as_str()),
+                        });
+                }
+                for (k, v) in &dl.headers {
+                    headers = headers.insert(Header {
+                        key: k.as_str(),
+                        value: Some(v.as_str()),
+                    });
+                }
+                match self.producer.send(
+                    topic,
+                    dl.key.as_deref(),
+                    dl.value.as_deref(),
+                    Some(headers),
+                    None,
+                ) {
+                    Ok(()) | Err(SendError::Cancelled) => Ok(()),
+                    Err(SendError::Failed(e)) => Err(e),
+                    Err(SendError::TooLarge { bytes }) => Err(WeirError::OutputTooLarge {
+                        topic: topic.to_string(),
+                        key: format!("dead letter of {}/{}@{}", dl.topic, dl.partition, dl.offset),
+                        bytes,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Counts a sent result, or applies `on_bad_record` to one the producer
+    /// refused for its size (a replay would make it again: restarting
+    /// cannot help).
+    fn sent(&self, sent: std::result::Result<(), SendError>, key: &[u8]) -> Result<()> {
+        match sent {
+            Ok(()) => {
+                self.records_out.inc();
+                Ok(())
+            }
+            Err(SendError::Cancelled) => Ok(()),
+            Err(SendError::Failed(e)) => Err(e),
+            Err(SendError::TooLarge { bytes }) => {
+                let shown = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
+                let error = WeirError::OutputTooLarge {
+                    topic: self.sink_topic.clone(),
+                    key: shown.clone(),
+                    bytes,
+                };
+                match self.on_bad_record {
+                    BadRecordPolicy::Fail => Err(error),
+                    BadRecordPolicy::Skip => {
+                        self.metrics.bad_records.with_label_values(&["skip"]).inc();
+                        warn!(uid = %self.uid, subtask = self.subtask, key = %shown, bytes, "skipped an output record over message.max.bytes");
+                        Ok(())
+                    }
+                    BadRecordPolicy::DeadLetter => {
+                        self.metrics
+                            .bad_records
+                            .with_label_values(&["dead-letter"])
+                            .inc();
+                        warn!(uid = %self.uid, subtask = self.subtask, key = %shown, bytes, "output record over message.max.bytes described in the dead-letter topic");
+                        // The description, not the record: it would not fit either.
+                        let description = DeadLetter {
+                            key: Some(shown.into_bytes()),
+                            value: None,
+                            error: error.to_string(),
+                            topic: String::new(),
+                            partition: 0,
+                            offset: 0,
+                            headers: vec![("weir.output.topic".into(), self.sink_topic.clone())],
+                        };
+                        match self.produce(Held::DeadLetter(Box::new(description))) {
+                            Err(WeirError::OutputTooLarge { .. }) => Err(error),
+                            other => other,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
