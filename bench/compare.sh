@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/kafka.sh start
-cargo build --release --bins --quiet
+cargo build --release --workspace --bins --quiet
 for peer in kafka-streams flink; do
   (cd "bench/peers/$peer" && mvn -q -B -Dstyle.color=never package dependency:copy-dependencies -DskipTests >&2)
 done

@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/kafka.sh start
-cargo build --release --bins --quiet
+cargo build --release --workspace --bins --quiet
 exec target/release/weir-bench run "$@"

@@ -9,11 +9,11 @@
 //! - [`state`]: keyed state in RocksDB, key groups, snapshot and restore.
 //! - [`kafka`]: consumer and producer configuration, offsets, the sink producer.
 //! - [`operators`]: the built-in pipelines.
+//! - [`observe`]: metrics and checkpoint history (a leaf: the runtime writes, the admin endpoint reads).
 //! - [`admin`]: the HTTP endpoint: health, readiness, metrics, checkpoint history, savepoints.
 //! - [`cli`]: the `weir` command's subcommands.
 //! - [`time`]: event time: timestamps, per-partition watermarks, the watermark valve.
 //! - [`window`]: window assignment and session merging.
-//! - [`testkit`]: broker helpers and an independent reader for tests and benchmarks.
 
 pub mod admin;
 pub mod checkpoint;
@@ -22,10 +22,10 @@ pub mod config;
 pub mod element;
 pub mod error;
 pub mod kafka;
+pub mod observe;
 pub mod operators;
 pub mod runtime;
 pub mod state;
-pub mod testkit;
 pub mod time;
 pub mod window;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use weir::testkit::{
+use weir_testkit::{
     create_topic, last_counts, log_tail, produce, read_topic, topic_pair, unique, word_lines,
     Isolation, JobSpec, OutRecord, Rng, WeirProcess,
 };

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use weir::testkit::{
+use weir_testkit::{
     last_counts, log_tail, produce, read_topic, topic_pair, word_lines, Isolation, JobSpec,
     OutRecord, Rng, WeirProcess,
 };

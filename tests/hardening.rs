@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use weir::testkit::{
+use weir_testkit::{
     last_counts, log_tail, produce, read_topic, topic_pair, word_lines, Isolation, JobSpec,
     WeirProcess,
 };

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use weir::testkit::{
+use weir_testkit::{
     create_topic, http, last_counts, log_tail, produce, read_topic, topic_pair, unique, word_lines,
     Isolation, JobSpec, WeirProcess,
 };

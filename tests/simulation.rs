@@ -39,7 +39,7 @@ use weir::runtime::commit::{CommitPoint, Offsets, TransactionBudget};
 use weir::runtime::coordinator::AckCollector;
 use weir::runtime::gate::EpochGate;
 use weir::runtime::Ack;
-use weir::testkit::Rng;
+use weir_testkit::Rng;
 use weir::{Result, WeirError};
 
 const SOURCES: usize = 2;

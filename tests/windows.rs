@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use weir::testkit::{
+use weir_testkit::{
     http, log_tail, produce, read_topic, topic_pair, unique, Isolation, JobSpec, OutRecord, Rng,
     WeirProcess,
 };
@@ -193,7 +193,7 @@ fn tumbling_counts_are_exact_through_kills_and_late_events_go_to_the_dead_letter
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = topic_pair("tumbling", 4);
     let dlq = unique("tumbling-late");
-    weir::testkit::create_topic(&dlq, 1);
+    weir_testkit::create_topic(&dlq, 1);
     // 200,000 events over 4 partitions, 20 ms of event time apart per
     // partition (about 17 one-minute windows), up to 3 s out of order.
     let mut all = events(seed, 4, 50_000, 20, 3_000, 300);

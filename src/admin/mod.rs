@@ -4,9 +4,6 @@
 //! `/health` and `/ready` are open (for probes); with `[admin] token_env`
 //! set, the other routes require `Authorization: Bearer <token>`.
 
-pub mod history;
-pub mod metrics;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use history::History;
-use metrics::Metrics;
-
-/// A request for a savepoint; the Coordinator answers with its path.
-pub struct SavepointRequest {
-    pub reply: tokio::sync::oneshot::Sender<Result<String, String>>,
-}
+use crate::observe::history::History;
+use crate::observe::metrics::Metrics;
+use crate::runtime::SavepointRequest;
 
 /// What the endpoint reads and whom it asks for savepoints.
 pub struct AdminState {

@@ -15,7 +15,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::admin::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::checkpoint::recovery::GroupOffsets;
 use crate::config::{Config, StartPosition};
 use crate::error::{Result, WeirError};

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use super::aggregate::name_corrupt_state;
 use super::Pipeline;
-use crate::admin::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::config::{LatePolicy, WindowEmit};
 use crate::error::{Result, WeirError};
 use crate::runtime::operator::Operator;

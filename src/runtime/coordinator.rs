@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::gate::EpochGate;
 use super::{now_ms, Ack, JobShared, SourceCommand};
-use crate::admin::history::{CheckpointStats, Status};
+use crate::observe::history::{CheckpointStats, Status};
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
 use crate::checkpoint::retention::{to_prune, Retained};

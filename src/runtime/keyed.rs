@@ -15,7 +15,7 @@ use super::alignment::BarrierAligner;
 use super::operator::Operator;
 use super::output::Output;
 use super::{Ack, Item};
-use crate::admin::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::config::CheckpointMode;
 use crate::element::{Barrier, Element};

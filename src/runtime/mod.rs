@@ -20,9 +20,8 @@ pub mod source;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::admin::history::History;
-use crate::admin::metrics::Metrics;
-use crate::admin::SavepointRequest;
+use crate::observe::history::History;
+use crate::observe::metrics::Metrics;
 
 use crate::checkpoint::{PartitionOffset, StateHandle};
 use crate::element::Barrier;
@@ -137,12 +136,12 @@ impl JobShared {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+pub use crate::observe::now_ms;
+
+/// A request for a savepoint (from the admin endpoint); the Coordinator
+/// answers with its path.
+pub struct SavepointRequest {
+    pub reply: tokio::sync::oneshot::Sender<Result<String, String>>,
 }
 
 /// A named crash point for crash tests (`--features failpoints`, set with

@@ -13,7 +13,7 @@ use tracing::warn;
 
 use super::gate::EpochGate;
 use super::DeadLetter;
-use crate::admin::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::config::BadRecordPolicy;
 use crate::error::{Result, WeirError};
 use crate::kafka::producer::{SendError, SinkProducer};

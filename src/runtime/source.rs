@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::{Ack, DeadLetter, Item, SourceCommand, Update, BATCH};
-use crate::admin::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::checkpoint::PartitionOffset;
 use crate::config::{BadRecordPolicy, SOURCE_UID};
 use crate::element::{Barrier, Element};

@@ -27,7 +27,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
-use weir::testkit::{
+use weir_testkit::{
     bootstrap, create_topic, distinct_lines, http, produce, unique, word_lines, zipf_lines, JobSpec,
 };
 
@@ -113,7 +113,7 @@ struct CostArgs {
 const WORDS_PER_RECORD: usize = 10;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 fn save(kind: &str, value: serde_json::Value) {
@@ -551,6 +551,6 @@ fn checkpoint_cost(args: CostArgs) {
 
 fn admin_addr(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    weir::testkit::admin_addr_in(&text)
+    weir_testkit::admin_addr_in(&text)
         .unwrap_or_else(|| panic!("no admin endpoint in {}", log.display()))
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use weir::testkit::{bootstrap, last_counts, read_topic, unique, Isolation};
+use weir_testkit::{bootstrap, last_counts, read_topic, unique, Isolation};
 
 /// A system's processes, started in their own process group so that CPU,
 /// memory and signals cover all of them (JVM threads, Python workers).

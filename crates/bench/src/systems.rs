@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use weir::testkit::{bootstrap, JobSpec};
+use weir_testkit::{bootstrap, JobSpec};
 
 use crate::measure::ProcessGroup;
 
@@ -22,15 +22,15 @@ impl Ctx {
     /// A run named `<prefix>-...` on `input`, with a fresh output topic,
     /// its folders under `dir`.
     pub fn new(prefix: &str, input: &str, dir: &Path, parallelism: u32) -> Self {
-        let output = weir::testkit::unique(&format!("{prefix}-counts"));
-        weir::testkit::create_topic(&output, 4);
+        let output = weir_testkit::unique(&format!("{prefix}-counts"));
+        weir_testkit::create_topic(&output, 4);
         Self {
-            name: weir::testkit::unique(prefix),
+            name: weir_testkit::unique(prefix),
             input: input.to_string(),
             output,
             dir: dir.to_path_buf(),
             parallelism,
-            repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            repo: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")),
             weir: weir_binary(),
         }
     }

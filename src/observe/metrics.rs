@@ -7,7 +7,7 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::runtime::now_ms;
+use crate::observe::now_ms;
 
 /// Every metric weir exports.
 pub struct Metrics {
