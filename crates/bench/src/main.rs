@@ -18,6 +18,7 @@
 mod measure;
 mod systems;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,27 @@ enum Cmd {
     Recovery(RecoveryArgs),
     /// weir's checkpoint duration and snapshot pause with many keys.
     CheckpointCost(CostArgs),
+    /// A tumbling 10 s event-time count per key: weir, Flink, Kafka Streams.
+    Windowed(WindowedArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct WindowedArgs {
+    /// Input events (JSON with an event-time field).
+    #[arg(long, default_value_t = 1_000_000)]
+    events: usize,
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Interleaved rounds; each system runs once per round.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    #[arg(
+        long,
+        default_value = "weir-windowed,flink-windowed,kafka-streams-windowed"
+    )]
+    systems: String,
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -144,6 +166,7 @@ fn main() {
         Cmd::Compare(a) => compare(a),
         Cmd::Recovery(a) => recovery(a),
         Cmd::CheckpointCost(a) => checkpoint_cost(a),
+        Cmd::Windowed(a) => windowed(a),
     }
 }
 
@@ -553,4 +576,198 @@ fn admin_addr(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     weir_testkit::admin_addr_in(&text)
         .unwrap_or_else(|| panic!("no admin endpoint in {}", log.display()))
+}
+
+/// 2026-11-30T00:00:00Z: event times of the windowed workload start here.
+const WINDOWED_T0: i64 = 1_764_460_800_000;
+const WINDOW_MS: i64 = 10_000;
+
+/// Events for the windowed workload: per partition, event time advances
+/// 1 ms per event with up to 3 s of disorder (inside the 5 s bound, so
+/// nothing is late), uniform keys; then one flush event per partition, 20 s
+/// past the last, so that every window of the real events closes. Returns
+/// the lines and the expected count per (key, window start).
+fn windowed_events(
+    events: usize,
+    keys: u64,
+    partitions: usize,
+) -> (Vec<String>, HashMap<(String, i64), u64>) {
+    let mut rng = weir_testkit::Rng::new(99);
+    let mut lines = Vec::with_capacity(events + partitions);
+    let mut expected = HashMap::new();
+    let per = events / partitions;
+    let mut last = WINDOWED_T0;
+    for i in 0..per {
+        for _ in 0..partitions {
+            let ts = WINDOWED_T0 + i as i64 - rng.below(3_000) as i64;
+            last = last.max(ts);
+            let key = format!("k{:06}", rng.below(keys));
+            lines.push(format!(r#"{{"key":"{key}","ts":{ts},"amount":1}}"#));
+            let start = ts - ts.rem_euclid(WINDOW_MS);
+            *expected.entry((key, start)).or_insert(0) += 1;
+        }
+    }
+    for _ in 0..partitions {
+        lines.push(format!(
+            r#"{{"key":"__flush__","ts":{},"amount":1}}"#,
+            last + 20_000
+        ));
+    }
+    (lines, expected)
+}
+
+/// Checks a windowed output against the expected counts: exactly one
+/// result per (key, window), each equal; the flush key is ignored.
+fn verify_windows(output: &str, expected: &HashMap<(String, i64), u64>) -> Result<(), String> {
+    let records = weir_testkit::read_topic(
+        output,
+        weir_testkit::Isolation::Committed,
+        Duration::from_secs(300),
+        Duration::from_secs(3),
+        |r| r.len() >= expected.len(),
+    );
+    let mut seen: HashMap<(String, i64), u64> = HashMap::new();
+    let mut duplicates = 0;
+    for r in &records {
+        let v: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap_or("null"))
+            .map_err(|e| format!("output is not JSON: {e}"))?;
+        let key = v["key"].as_str().unwrap_or_default().to_string();
+        if key == "__flush__" {
+            continue;
+        }
+        let start = v["window_start"]
+            .as_str()
+            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_millisecond())
+            .ok_or_else(|| format!("bad window_start in {v}"))?;
+        let count = v["count"]
+            .as_u64()
+            .ok_or_else(|| format!("no count in {v}"))?;
+        if seen.insert((key, start), count).is_some() {
+            duplicates += 1;
+        }
+    }
+    let wrong = expected
+        .iter()
+        .filter(|(k, n)| seen.get(*k) != Some(n))
+        .count();
+    let extra = seen.keys().filter(|k| !expected.contains_key(*k)).count();
+    if duplicates + wrong + extra == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{wrong} of {} windows wrong or missing, {extra} unexpected, {duplicates} duplicates",
+            expected.len()
+        ))
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    (min, max)
+}
+
+/// The windowed comparison: every system once per round, rounds
+/// interleaved; medians with min–max, and weir's ratio to the best peer
+/// computed per round.
+fn windowed(args: WindowedArgs) {
+    let (lines, expected) = windowed_events(args.events, args.keys, 4);
+    eprintln!(
+        "{} events, {} keys, {} (key, window) results expected",
+        args.events,
+        args.keys,
+        expected.len()
+    );
+    let (input, ends) = input_topic("windowed-events", 4, &lines);
+    drop(lines);
+    let systems: Vec<System> = args
+        .systems
+        .split(',')
+        .map(|n| System::parse(n).unwrap_or_else(|| panic!("unknown system {n}")))
+        .collect();
+    let mut eps: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut cpu: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut ratios = Vec::new();
+    let mut rows = Vec::new();
+    for round in 0..args.rounds {
+        let mut this_round: HashMap<String, f64> = HashMap::new();
+        for system in &systems {
+            let dir = tempfile::tempdir().unwrap();
+            let ctx = Ctx::new("win", &input, dir.path(), args.parallelism);
+            eprintln!("round {round}: {}", system.name());
+            match measure(system, &ctx, &ends, Duration::from_secs(1800)) {
+                Ok(m) => {
+                    let check = verify_windows(&ctx.output, &expected);
+                    let rate = args.events as f64 / m.seconds;
+                    let cpu_us = m.cpu_seconds / args.events as f64 * 1e6;
+                    eprintln!(
+                        "  {:.2}s, {rate:.0} events/s, {cpu_us:.2} CPU-µs/event, {:.0} MB, {}",
+                        m.seconds,
+                        m.peak_rss_mb,
+                        check
+                            .as_ref()
+                            .map_or_else(|e| e.clone(), |_| "exact".into())
+                    );
+                    rows.push(json!({"round": round, "system": system.name(), "seconds": m.seconds,
+                        "events_per_second": rate, "cpu_us_per_event": cpu_us, "peak_rss_mb": m.peak_rss_mb,
+                        "check": check.clone().err().unwrap_or_else(|| "exact".into())}));
+                    if check.is_ok() {
+                        eps.entry(system.name()).or_default().push(rate);
+                        cpu.entry(system.name()).or_default().push(cpu_us);
+                        this_round.insert(system.name(), rate);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    rows.push(json!({"round": round, "system": system.name(), "error": e}));
+                }
+            }
+        }
+        let best_peer = this_round
+            .iter()
+            .filter(|(n, _)| n.as_str() != "weir")
+            .map(|(_, r)| *r)
+            .fold(0.0, f64::max);
+        if let (Some(w), true) = (this_round.get("weir"), best_peer > 0.0) {
+            ratios.push(w / best_peer);
+        }
+    }
+    println!(
+        "| system | events/s median (min–max) | CPU-µs per event median (min–max) | rounds exact |"
+    );
+    println!("|---|---|---|---|");
+    for system in &systems {
+        let name = system.name();
+        let (Some(r), Some(c)) = (eps.get(&name), cpu.get(&name)) else {
+            println!("| {name} | failed | | 0 |");
+            continue;
+        };
+        let (rmin, rmax) = range(r);
+        let (cmin, cmax) = range(c);
+        println!(
+            "| {name} | {:.0} ({rmin:.0}–{rmax:.0}) | {:.2} ({cmin:.2}–{cmax:.2}) | {} of {} |",
+            median(r.clone()),
+            median(c.clone()),
+            r.len(),
+            args.rounds
+        );
+    }
+    if !ratios.is_empty() {
+        let (lo, hi) = range(&ratios);
+        println!(
+            "\nweir / best peer, events/s, per round: median {:.2}× ({lo:.2}–{hi:.2}×)",
+            median(ratios.clone())
+        );
+    }
+    save(
+        "windowed",
+        json!({"machine": machine(), "events": args.events, "keys": args.keys, "partitions": 4,
+               "parallelism": args.parallelism, "rounds": args.rounds, "results": rows, "ratios": ratios}),
+    );
 }

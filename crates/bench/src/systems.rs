@@ -49,10 +49,17 @@ pub fn weir_binary() -> PathBuf {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum System {
-    Weir { emit: String },
+    Weir {
+        emit: String,
+    },
     KafkaStreams,
     Flink,
     Quix,
+    /// The windowed job (`weir-bench windowed`): a tumbling 10 s event-time
+    /// count per key, exactly-once, in each system.
+    WeirWindowed,
+    KafkaStreamsWindowed,
+    FlinkWindowed,
 }
 
 impl System {
@@ -67,6 +74,9 @@ impl System {
             "kafka-streams" => Self::KafkaStreams,
             "flink" => Self::Flink,
             "quix" => Self::Quix,
+            "weir-windowed" => Self::WeirWindowed,
+            "kafka-streams-windowed" => Self::KafkaStreamsWindowed,
+            "flink-windowed" => Self::FlinkWindowed,
             _ => return None,
         })
     }
@@ -78,13 +88,16 @@ impl System {
             Self::KafkaStreams => "kafka-streams".into(),
             Self::Flink => "flink".into(),
             Self::Quix => "quix-streams".into(),
+            Self::WeirWindowed => "weir".into(),
+            Self::KafkaStreamsWindowed => "kafka-streams".into(),
+            Self::FlinkWindowed => "flink".into(),
         }
     }
 
     /// The consumer group whose committed offsets show its progress.
     pub fn group(&self, ctx: &Ctx) -> String {
         match self {
-            Self::Weir { .. } => format!("weir-{}-{}", ctx.name, ctx.output),
+            Self::Weir { .. } | Self::WeirWindowed => format!("weir-{}-{}", ctx.name, ctx.output),
             _ => ctx.name.clone(),
         }
     }
@@ -121,13 +134,42 @@ impl System {
                     &[("RUST_LOG", "info")],
                 )
             }
-            Self::KafkaStreams => ProcessGroup::start(
+            Self::WeirWindowed => {
+                let spec = JobSpec {
+                    name: ctx.name.clone(),
+                    parallelism: ctx.parallelism,
+                    delivery: "exactly-once".into(),
+                    format: "json".into(),
+                    interval: "1s".into(),
+                    pipeline: "kind = \"aggregate\"\nkey = \"/key\"\nfunction = \"count\"".into(),
+                    extra: "[source.event_time]\nfield = \"/ts\"\nmax_out_of_orderness = \"5s\"\nidle_timeout = \"30s\"\n\
+                            [pipeline.window]\nkind = \"tumbling\"\nsize = \"10s\"\n"
+                        .into(),
+                    ..JobSpec::word_count(&ctx.dir, &ctx.input, &ctx.output)
+                };
+                let config = spec.write();
+                ProcessGroup::start(
+                    &[vec![
+                        s(&ctx.weir),
+                        "run".into(),
+                        "--config".into(),
+                        s(&config),
+                    ]],
+                    &log,
+                    &[("RUST_LOG", "info")],
+                )
+            }
+            Self::KafkaStreams | Self::KafkaStreamsWindowed => ProcessGroup::start(
                 &[vec![
                     "java".into(),
                     "-Xmx2g".into(),
                     "-cp".into(),
                     java_cp("kafka-streams"),
-                    "weirbench.KafkaStreamsWordCount".into(),
+                    if *self == Self::KafkaStreams {
+                        "weirbench.KafkaStreamsWordCount".into()
+                    } else {
+                        "weirbench.KafkaStreamsWindowedCount".into()
+                    },
                     b,
                     ctx.input.clone(),
                     ctx.output.clone(),
@@ -138,7 +180,7 @@ impl System {
                 &log,
                 &[],
             ),
-            Self::Flink => {
+            Self::Flink | Self::FlinkWindowed => {
                 let chk = ctx.dir.join("checkpoints");
                 let mut argv = vec![
                     "java".into(),
@@ -158,7 +200,11 @@ impl System {
                     "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED".into(),
                     "-cp".into(),
                     java_cp("flink"),
-                    "weirbench.FlinkWordCount".into(),
+                    if *self == Self::Flink {
+                        "weirbench.FlinkWordCount".into()
+                    } else {
+                        "weirbench.FlinkWindowedCount".into()
+                    },
                     b,
                     ctx.input.clone(),
                     ctx.output.clone(),
