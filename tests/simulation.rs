@@ -39,8 +39,8 @@ use weir::runtime::commit::{CommitPoint, Offsets, TransactionBudget};
 use weir::runtime::coordinator::AckCollector;
 use weir::runtime::gate::EpochGate;
 use weir::runtime::Ack;
-use weir_testkit::Rng;
 use weir::{Result, WeirError};
+use weir_testkit::Rng;
 
 const SOURCES: usize = 2;
 const KEYED: usize = 2;

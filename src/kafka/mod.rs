@@ -15,10 +15,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::observe::metrics::Metrics;
 use crate::checkpoint::recovery::GroupOffsets;
 use crate::config::{Config, StartPosition};
 use crate::error::{Result, WeirError};
+use crate::observe::metrics::Metrics;
 
 /// Timeout of metadata and offset requests at start-up.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -24,9 +24,9 @@ use serde_json::Value;
 
 use super::aggregate::name_corrupt_state;
 use super::Pipeline;
-use crate::observe::metrics::Metrics;
 use crate::config::{LatePolicy, WindowEmit};
 use crate::error::{Result, WeirError};
+use crate::observe::metrics::Metrics;
 use crate::runtime::operator::Operator;
 use crate::runtime::output::Output;
 use crate::runtime::{DeadLetter, Update};

@@ -18,7 +18,6 @@ use tracing::{info, warn};
 
 use super::gate::EpochGate;
 use super::{now_ms, Ack, JobShared, SourceCommand};
-use crate::observe::history::{CheckpointStats, Status};
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
 use crate::checkpoint::retention::{to_prune, Retained};
@@ -30,6 +29,7 @@ use crate::config::Config;
 use crate::element::Barrier;
 use crate::error::{Result, WeirError};
 use crate::kafka::offsets_list;
+use crate::observe::history::{CheckpointStats, Status};
 
 pub struct Coordinator {
     pub config: Arc<Config>,

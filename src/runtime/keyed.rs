@@ -15,11 +15,11 @@ use super::alignment::BarrierAligner;
 use super::operator::Operator;
 use super::output::Output;
 use super::{Ack, Item};
-use crate::observe::metrics::Metrics;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::config::CheckpointMode;
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
+use crate::observe::metrics::Metrics;
 use crate::time::valve::{ValveOutput, WatermarkValve};
 
 pub struct KeyedTask<O> {

@@ -13,10 +13,10 @@ use tracing::warn;
 
 use super::gate::EpochGate;
 use super::DeadLetter;
-use crate::observe::metrics::Metrics;
 use crate::config::BadRecordPolicy;
 use crate::error::{Result, WeirError};
 use crate::kafka::producer::{SendError, SinkProducer};
+use crate::observe::metrics::Metrics;
 
 /// Output records held back while the previous transaction commits.
 const MAX_PENDING: usize = 100_000;

@@ -13,12 +13,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::{Ack, DeadLetter, Item, SourceCommand, Update, BATCH};
-use crate::observe::metrics::Metrics;
 use crate::checkpoint::PartitionOffset;
 use crate::config::{BadRecordPolicy, SOURCE_UID};
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::kafka::SourceContext;
+use crate::observe::metrics::Metrics;
 use crate::operators::Pipeline;
 use crate::state::key_groups::{key_group, subtask_for_key_group};
 use crate::time::timestamp::TimestampExtractor;
