@@ -764,4 +764,39 @@ topic = "word-counts"
             "{e}"
         );
     }
+
+    #[test]
+    fn window_keys_are_checked_against_the_kind() {
+        let windowed = |window: &str| {
+            VALID.replace(
+                "topics = [\"words\"]",
+                "topics = [\"words\"]\nformat = \"json\"",
+            ) + "[source.event_time]\n[pipeline.window]\n"
+                + window
+        };
+        assert!(load(&windowed("kind = \"tumbling\"\nsize = \"1m\"\n"), &[]).is_ok());
+        let e = load(
+            &windowed("kind = \"hopping\"\nsize = \"1h\"\nslide = \"1ms\"\n"),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), vec!["pipeline.window.slide"], "{e}");
+        let e = load(&windowed("kind = \"session\"\nsize = \"1m\"\n"), &[]).unwrap_err();
+        let mut k = keys(&e);
+        k.sort();
+        assert_eq!(
+            k,
+            vec!["pipeline.window.gap", "pipeline.window.size"],
+            "{e}"
+        );
+        let e = load(
+            &windowed("kind = \"tumbling\"\nsize = \"1m\"\n").replace(
+                "[source.event_time]\n",
+                "[source.event_time]\nfield = \"/ts\"\n",
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), vec!["source.event_time.field"], "{e}");
+    }
 }

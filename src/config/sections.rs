@@ -302,7 +302,8 @@ pub enum WindowEmit {
     /// Once, when the watermark passes the window's end (the final result).
     #[default]
     OnClose,
-    /// After every record: an upsert stream keyed by key and window.
+    /// After every record: a stream of updated results per key and window
+    /// (the Kafka key is the group key; the value names the window).
     EveryUpdate,
 }
 

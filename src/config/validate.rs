@@ -156,7 +156,14 @@ impl Config {
             }
         }
         if let Some(et) = &self.source.event_time {
-            if et.field.is_some() && self.source.format != RecordFormat::Json {
+            if et.field.is_some() && matches!(self.pipeline, PipelineConfig::WordCount { .. }) {
+                bad(
+                    "source.event_time.field",
+                    "does not apply to word-count, whose records are text or JSON strings; leave it \
+                     out to use the Kafka record timestamp"
+                        .into(),
+                );
+            } else if et.field.is_some() && self.source.format != RecordFormat::Json {
                 bad(
                     "source.event_time.field",
                     "needs source.format = \"json\"; leave it out to use the Kafka record timestamp"
@@ -338,6 +345,11 @@ impl Config {
                 unwanted(bad, "size", w.size, "session");
                 unwanted(bad, "slide", w.slide, "session");
                 unwanted(bad, "offset", w.offset, "session");
+            }
+        }
+        if let Err(reason) = crate::runtime::job::window_spec(w).validate() {
+            if w.kind == WindowKind::Hopping {
+                bad("pipeline.window.slide", reason);
             }
         }
         if w.on_late == LatePolicy::DeadLetter && self.source.dead_letter_topic.is_none() {

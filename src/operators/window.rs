@@ -242,12 +242,8 @@ impl WindowOperator {
         for (k, v) in self
             .state
             .values
-            .scan_prefix(&self.state.backend, &prefix)?
+            .scan_prefix(&self.state.backend, &prefix, len)?
         {
-            // Longer keys that share the prefix are other keys.
-            if k.len() != len {
-                continue;
-            }
             let start = unflip(&k[len - 8..]).expect("8 bytes");
             out.push(OpenWindow {
                 window: Window { start, end: v.end },

@@ -139,11 +139,10 @@ impl<O: Operator> KeyedTask<O> {
                     if let Some(b) = run.aligner.on_end_of_stream(input) {
                         self.checkpoint(&mut run, b)?;
                     }
-                    for out in run.valve.on_end(input) {
-                        if let ValveOutput::Watermark(w) = out {
-                            self.advance(w, &watermark_gauge)?;
-                        }
-                    }
+                    // An input ends only when the job stops after its final
+                    // checkpoint: nothing may fire after that snapshot (it
+                    // would be output outside any checkpointed epoch).
+                    let _ = run.valve.on_end(input);
                     if run.aligner.all_finished() {
                         return Ok(());
                     }

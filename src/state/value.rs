@@ -111,15 +111,25 @@ impl<V: StateValue> ValueState<V> {
         read(backend, full_key)
     }
 
-    /// Values whose full key starts with `prefix`, cache included, in key
-    /// order (for reading one key's namespaces, e.g. its open windows).
-    pub fn scan_prefix(&self, backend: &StateBackend, prefix: &[u8]) -> Result<Vec<(Vec<u8>, V)>> {
+    /// Values whose full key starts with `prefix` and is `key_len` bytes
+    /// long, cache included, in key order (one key's namespaces, e.g. its
+    /// open windows: longer keys that share the prefix belong to other keys
+    /// and other entries, and are not decoded).
+    pub fn scan_prefix(
+        &self,
+        backend: &StateBackend,
+        prefix: &[u8],
+        key_len: usize,
+    ) -> Result<Vec<(Vec<u8>, V)>> {
         let mut out = std::collections::BTreeMap::new();
         let db = backend.db();
         for item in db.prefix_iterator_cf(backend.cf(VALUES), prefix) {
             let (k, v) = item.map_err(|e| read_error(backend.path(), prefix, e))?;
             if !k.starts_with(prefix) {
                 break;
+            }
+            if k.len() != key_len {
+                continue;
             }
             let value = V::decode(&v).ok_or_else(|| {
                 corrupt(
@@ -131,7 +141,7 @@ impl<V: StateValue> ValueState<V> {
             out.insert(k.to_vec(), Some(value));
         }
         for (k, c) in &self.cache {
-            if k.starts_with(prefix) {
+            if k.starts_with(prefix) && k.len() == key_len {
                 out.insert(k.clone(), c.value);
             }
         }
