@@ -78,15 +78,31 @@ pub enum WeirError {
     #[error("recovery refused: {0}")]
     Recovery(String),
 
+    /// librdkafka reports the producer fenced. With Kafka 4 that is also
+    /// how a transaction the broker aborted after `transaction.timeout.ms`
+    /// shows, so this alone is restartable: before the restart, the job
+    /// checks whether another instance took over (`runtime::ownership`).
     #[error(
-        "producer with transactional.id {transactional_id:?} was fenced: another weir instance \
-         with the same job and transactional id took over ({context})"
+        "the broker fenced the producer of transactional.id {transactional_id:?} ({context}): it \
+         aborted the transaction after transaction.timeout.ms, or another instance took over; \
+         the restart checks which"
     )]
-    Fenced {
+    ProducerFenced {
         transactional_id: String,
         context: String,
         #[source]
         source: Box<KafkaError>,
+    },
+
+    /// Another instance of this job with the same transactional id took
+    /// over: this process must not go on.
+    #[error(
+        "producer with transactional.id {transactional_id:?} was fenced: another weir instance \
+         with the same job and transactional id took over ({evidence})"
+    )]
+    Fenced {
+        transactional_id: String,
+        evidence: String,
     },
 
     /// The broker or librdkafka aborted the open transaction (for instance

@@ -113,4 +113,7 @@ pub struct SnapshotFile {
     /// Relative to the snapshot folder.
     pub name: String,
     pub size_bytes: u64,
+    /// CRC-32 of the contents, verified before a restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32: Option<u32>,
 }

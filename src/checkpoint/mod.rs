@@ -1,6 +1,7 @@
 //! Checkpoints: what `_metadata` holds, the folder layout on disk, the
 //! recovery decision and retention.
 
+pub mod checksum;
 pub mod metadata;
 pub mod recovery;
 pub mod retention;

@@ -593,10 +593,12 @@ mod tests {
                 crate::checkpoint::SnapshotFile {
                     name: "000012.sst".into(),
                     size_bytes: 100,
+                    crc32: None,
                 },
                 crate::checkpoint::SnapshotFile {
                     name: "CURRENT".into(),
                     size_bytes: 16,
+                    crc32: None,
                 },
             ],
         });

@@ -191,7 +191,7 @@ impl SinkProducer {
                     code,
                     RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced
                 ) {
-                    WeirError::Fenced {
+                    WeirError::ProducerFenced {
                         transactional_id: self.transactional_id.clone().unwrap_or_default(),
                         context,
                         source: Box::new(source),
@@ -287,11 +287,12 @@ impl SinkProducer {
     }
 
     /// Classifies a producer error with librdkafka's own flags: a fatal
-    /// error that says the producer was fenced stops the process (a newer
-    /// instance owns the transactional id); an error that requires
-    /// aborting the transaction (the broker aborted it, e.g. after
-    /// `transaction.timeout.ms`) and any other error restart the attempt,
-    /// which creates a new producer.
+    /// error that says the producer was fenced (a newer instance took over,
+    /// or the broker aborted the transaction after `transaction.timeout.ms`:
+    /// Kafka 4 reports both alike), an error that requires aborting the
+    /// transaction, and any other error. All restart the attempt, which
+    /// creates a new producer; the restart first checks whether another
+    /// instance owns the job now (`runtime::ownership`).
     fn txn_error(&self, what: &str, e: KafkaError) -> WeirError {
         let transactional_id = self.transactional_id.clone().unwrap_or_default();
         let fenced_code = matches!(
@@ -299,11 +300,13 @@ impl SinkProducer {
             Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
         );
         match &e {
-            KafkaError::Transaction(rd) if rd.is_fatal() && fenced_code => WeirError::Fenced {
-                transactional_id,
-                context: what.to_string(),
-                source: Box::new(e),
-            },
+            KafkaError::Transaction(rd) if rd.is_fatal() && fenced_code => {
+                WeirError::ProducerFenced {
+                    transactional_id,
+                    context: what.to_string(),
+                    source: Box::new(e),
+                }
+            }
             KafkaError::Transaction(rd) if rd.txn_requires_abort() => {
                 WeirError::TransactionAborted {
                     transactional_id,

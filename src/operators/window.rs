@@ -137,6 +137,8 @@ pub struct WindowOperator {
     /// Per key group, the watermark reached before the restore.
     restored: FxHashMap<u32, i64>,
     open_windows: prometheus::IntGauge,
+    /// Formatted window bounds.
+    bounds: FxHashMap<i64, String>,
 }
 
 impl WindowOperator {
@@ -192,6 +194,7 @@ impl WindowOperator {
             watermark: MIN_WATERMARK,
             restored,
             open_windows,
+            bounds: FxHashMap::default(),
         })
     }
 
@@ -254,15 +257,33 @@ impl WindowOperator {
         Ok(out)
     }
 
-    fn emit_result(&self, key: &str, w: Window, acc: &Accumulator, out: &mut Output) -> Result<()> {
+    /// RFC 3339 of a window bound, formatted once per bound: many keys
+    /// share each window.
+    fn bound(&mut self, ms: i64) -> &str {
+        if self.bounds.len() > 4096 {
+            self.bounds.clear();
+        }
+        self.bounds
+            .entry(ms)
+            .or_insert_with(|| rfc3339_millis(ms))
+            .as_str()
+    }
+
+    fn emit_result(
+        &mut self,
+        key: &str,
+        w: Window,
+        acc: &Accumulator,
+        out: &mut Output,
+    ) -> Result<()> {
         let buf = &mut out.buf;
         buf.clear();
         buf.extend_from_slice(b"{\"key\":");
         serde_json::to_writer(&mut *buf, key).expect("a string serializes");
         buf.extend_from_slice(b",\"window_start\":\"");
-        buf.extend_from_slice(rfc3339_millis(w.start).as_bytes());
+        buf.extend_from_slice(self.bound(w.start).as_bytes());
         buf.extend_from_slice(b"\",\"window_end\":\"");
-        buf.extend_from_slice(rfc3339_millis(w.end).as_bytes());
+        buf.extend_from_slice(self.bound(w.end).as_bytes());
         buf.extend_from_slice(b"\",\"");
         buf.extend_from_slice(self.pipeline.result_name().as_bytes());
         buf.extend_from_slice(b"\":");
@@ -338,16 +359,19 @@ impl WindowOperator {
         let key = u.key.as_bytes();
         let wk = window_key(kg, key, w.start);
         let value = u.value;
+        let (updated, existed) =
+            self.state
+                .values
+                .update_existed(&self.state.backend, &wk, |v| {
+                    if let Some(b) = base {
+                        v.acc = b;
+                    }
+                    v.end = w.end;
+                    v.acc.add(value);
+                })?;
         // A merged session is new: the sessions it absorbed were removed
         // with their timers, even one that had the same start.
-        let existed = base.is_none() && self.state.get(&wk)?.is_some();
-        let updated = self.state.values.update(&self.state.backend, &wk, |v| {
-            if let Some(b) = base {
-                v.acc = b;
-            }
-            v.end = w.end;
-            v.acc.add(value);
-        })?;
+        let existed = existed && base.is_none();
         let watermark = self.watermark_of(kg);
         let fired = self.fired(w, watermark);
         if !existed {

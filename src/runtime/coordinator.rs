@@ -52,6 +52,7 @@ pub struct Coordinator {
     pub cancel: CancellationToken,
     /// Set once this attempt completed a checkpoint (resets the restart budget).
     pub progressed: Arc<AtomicBool>,
+    pub checksums: crate::checkpoint::checksum::ChecksumCache,
 }
 
 /// The acks of one checkpoint as they arrive: source offsets, state
@@ -350,7 +351,7 @@ impl Coordinator {
             return Ok(with_timings(Outcome::failed(declined.join("; "))));
         }
         state.sort_by_key(|h| h.subtask);
-        let meta = CheckpointMetadata {
+        let mut meta = CheckpointMetadata {
             format_version: FORMAT_VERSION,
             job: self.config.job.name.clone(),
             checkpoint_id: id,
@@ -368,6 +369,17 @@ impl Coordinator {
                 .collect(),
             state,
         };
+        // Checksums of the snapshot files (each SST is read once: later
+        // checkpoints share it by hard link), verified before a restore.
+        let folder = self.store.folder(id);
+        for h in meta.state.iter_mut() {
+            if let Err(e) = self.checksums.fill(&folder, h) {
+                return Ok(with_timings(Outcome::failed(format!(
+                    "checksums of {} subtask {}: {e}",
+                    h.uid, h.subtask
+                ))));
+            }
+        }
         // Every snapshot file and folder is durable before `_metadata`
         // says the checkpoint exists.
         if let Err(e) = self

@@ -75,6 +75,15 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
     for removed in store::remove_partial_copies(&config.savepoint_dir())? {
         warn!(folder = %removed.display(), "removed a savepoint copy that a crash cut short");
     }
+    // Claimed before this process fences anyone, checked before each
+    // restart: see `ownership`.
+    let ownership = match config.sink.delivery {
+        Delivery::ExactlyOnce => Some(super::ownership::Ownership::claim(
+            &config.job_checkpoint_dir(),
+            &config.transactional_id(),
+        )?),
+        Delivery::AtLeastOnce => None,
+    };
     let mut failures = 0u32;
     let mut backoff = config.restart.backoff;
     let mut restore_from = restore_from;
@@ -90,6 +99,13 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
             }
             Err(e) => e,
         };
+        if let Some(o) = &ownership {
+            // A restart would fence whoever took over; stop instead.
+            if let Err(fenced) = o.check() {
+                error!(error = %fenced.report(), cause = %err.report(), "another instance owns this job now; exiting");
+                return Err(fenced);
+            }
+        }
         if progressed.load(Ordering::Relaxed) {
             // The attempt completed checkpoints: a new failure, not a loop.
             failures = 0;
@@ -185,18 +201,30 @@ fn recover(
         store.delete(id)?;
     }
     let next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
-    let checkpoint = checkpoint.map(|c| {
-        let folder = restore_from
-            .clone()
-            .unwrap_or_else(|| store.folder(c.checkpoint_id));
-        info!(
-            checkpoint_id = c.checkpoint_id,
-            folder = %folder.display(),
-            offsets = ?c.offsets_map(),
-            "restoring checkpoint"
-        );
-        (c, folder)
-    });
+    let checkpoint = match checkpoint {
+        None => None,
+        Some(c) => {
+            let folder = restore_from
+                .clone()
+                .unwrap_or_else(|| store.folder(c.checkpoint_id));
+            // Never restore state that changed after it was checkpointed,
+            // and never fall back to empty state instead.
+            crate::checkpoint::checksum::verify(&c, &folder).map_err(|reason| {
+                WeirError::Recovery(format!(
+                    "checkpoint {} cannot be restored: {reason}. Restore an earlier checkpoint or a \
+                     savepoint with --restore-from",
+                    c.checkpoint_id
+                ))
+            })?;
+            info!(
+                checkpoint_id = c.checkpoint_id,
+                folder = %folder.display(),
+                offsets = ?c.offsets_map(),
+                "restoring checkpoint"
+            );
+            Some((c, folder))
+        }
+    };
     if checkpoint.is_none() {
         info!("no checkpoint to restore: fresh start");
     }
@@ -444,6 +472,7 @@ fn run_attempt(
         shared: shared.clone(),
         cancel: cancel.clone(),
         progressed: progressed.clone(),
+        checksums: Default::default(),
     };
 
     info!(
@@ -551,7 +580,11 @@ fn run_attempt(
         // now frees read_committed readers sooner.
         match producer.abort_transaction() {
             Ok(()) => shared.metrics.transactions_aborted.inc(),
-            Err(e) => warn!(error = %e.report(), "aborting the open transaction failed"),
+            Err(e) => warn!(
+                error = %e.report(),
+                "the open transaction could not be aborted (the broker may have aborted it already); \
+                 the next attempt's init_transactions aborts it in any case"
+            ),
         }
     }
     outcome

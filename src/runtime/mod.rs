@@ -15,6 +15,7 @@ pub mod job;
 pub mod keyed;
 pub mod operator;
 pub mod output;
+pub mod ownership;
 pub mod source;
 
 use std::sync::atomic::AtomicBool;

@@ -178,6 +178,7 @@ impl StateBackend {
                 files.push(SnapshotFile {
                     name: entry.file_name().to_string_lossy().into_owned(),
                     size_bytes: meta.len(),
+                    crc32: None,
                 });
             }
         }

@@ -49,7 +49,19 @@ impl<V: StateValue> ValueState<V> {
         full_key: &[u8],
         f: impl FnOnce(&mut V),
     ) -> Result<V> {
+        self.update_existed(backend, full_key, f).map(|(v, _)| v)
+    }
+
+    /// As [`ValueState::update`], and whether a value was there before
+    /// (one lookup, where a `get` then an `update` would make two).
+    pub fn update_existed(
+        &mut self,
+        backend: &StateBackend,
+        full_key: &[u8],
+        f: impl FnOnce(&mut V),
+    ) -> Result<(V, bool)> {
         if let Some(c) = self.cache.get_mut(full_key) {
+            let existed = c.value.is_some();
             let v = c.value.get_or_insert_with(V::default);
             f(v);
             let v = *v;
@@ -58,12 +70,14 @@ impl<V: StateValue> ValueState<V> {
                 self.dirty.push(full_key.to_vec());
                 self.write_back_if_due(backend)?;
             }
-            return Ok(v);
+            return Ok((v, existed));
         }
-        let mut v = read(backend, full_key)?.unwrap_or_default();
+        let stored = read(backend, full_key)?;
+        let existed = stored.is_some();
+        let mut v = stored.unwrap_or_default();
         f(&mut v);
         self.insert(backend, full_key.to_vec(), Some(v))?;
-        Ok(v)
+        Ok((v, existed))
     }
 
     /// Stores `value` at `full_key`.

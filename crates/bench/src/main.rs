@@ -578,28 +578,32 @@ fn admin_addr(log: &Path) -> String {
         .unwrap_or_else(|| panic!("no admin endpoint in {}", log.display()))
 }
 
-/// 2026-11-30T00:00:00Z: event times of the windowed workload start here.
-const WINDOWED_T0: i64 = 1_764_460_800_000;
 const WINDOW_MS: i64 = 10_000;
+
+/// Expected count per (key, window start).
+type WindowCounts = HashMap<(String, i64), u64>;
 
 /// Events for the windowed workload: per partition, event time advances
 /// 1 ms per event with up to 3 s of disorder (inside the 5 s bound, so
-/// nothing is late), uniform keys; then one flush event per partition, 20 s
-/// past the last, so that every window of the real events closes. Returns
-/// the lines and the expected count per (key, window start).
+/// nothing is late), uniform keys, starting an hour ago (the broker keeps
+/// records by timestamp and refuses ones far in the future). Returns the
+/// lines, the expected count per (key, window start), the event-time span
+/// and the last event time.
 fn windowed_events(
     events: usize,
     keys: u64,
     partitions: usize,
-) -> (Vec<String>, HashMap<(String, i64), u64>) {
+) -> (Vec<String>, WindowCounts, i64, i64) {
+    let now = weir::observe::now_ms() as i64;
+    let t0 = now - 3_600_000 - (now - 3_600_000).rem_euclid(WINDOW_MS);
     let mut rng = weir_testkit::Rng::new(99);
     let mut lines = Vec::with_capacity(events + partitions);
     let mut expected = HashMap::new();
     let per = events / partitions;
-    let mut last = WINDOWED_T0;
+    let mut last = t0;
     for i in 0..per {
         for _ in 0..partitions {
-            let ts = WINDOWED_T0 + i as i64 - rng.below(3_000) as i64;
+            let ts = t0 + i as i64 - rng.below(3_000) as i64;
             last = last.max(ts);
             let key = format!("k{:06}", rng.below(keys));
             lines.push(format!(r#"{{"key":"{key}","ts":{ts},"amount":1}}"#));
@@ -607,13 +611,80 @@ fn windowed_events(
             *expected.entry((key, start)).or_insert(0) += 1;
         }
     }
-    for _ in 0..partitions {
-        lines.push(format!(
-            r#"{{"key":"__flush__","ts":{},"amount":1}}"#,
-            last + 20_000
-        ));
+    (lines, expected, last - t0 + 3_000, last)
+}
+
+/// Flush events, produced once a system has read all input, far enough
+/// ahead that every window closes, in every partition and (for Kafka
+/// Streams, whose time is per task) under keys that its murmur2
+/// partitioner spreads over all four repartition partitions.
+fn flush_lines(after: i64) -> Vec<String> {
+    let mut lines = Vec::new();
+    for key in ["__flush__0", "__flush__1", "__flush__4", "__flush__6"] {
+        for _ in 0..4 {
+            lines.push(format!(r#"{{"key":"{key}","ts":{after},"amount":1}}"#));
+        }
     }
-    (lines, expected)
+    lines
+}
+
+/// Runs a windowed system: start, wait until its group committed the
+/// input, produce the flush events, wait until the output settles. Time
+/// and CPU are those of the last output write.
+fn measure_windowed(
+    system: &System,
+    ctx: &Ctx,
+    ends: &[(i32, i64)],
+    flush: &[String],
+    timeout: Duration,
+) -> Result<Measured, String> {
+    let group = system.group(ctx);
+    let started = Instant::now();
+    let mut pg = system.launch(ctx, false);
+    let client = measure::consumer(&group);
+    let total: i64 = ends.iter().map(|(_, e)| e).sum();
+    let mut flushed = false;
+    let mut last_end = -1i64;
+    let mut last_change = Instant::now();
+    let mut cpu_at_change = 0.0;
+    loop {
+        if !flushed && measure::committed_total_with(&client, &ctx.input, ends) >= total {
+            produce(&ctx.input, 4, flush);
+            flushed = true;
+        }
+        let end: i64 = measure::end_offsets_with(&client, &ctx.output)
+            .iter()
+            .map(|(_, e)| e)
+            .sum();
+        if end != last_end {
+            last_end = end;
+            last_change = Instant::now();
+            cpu_at_change = pg.cpu_seconds();
+        }
+        if flushed && end > 0 && last_change.elapsed() >= SETTLE {
+            break;
+        }
+        if pg.any_exited() {
+            pg.kill();
+            return Err(format!("{} exited early", system.name()));
+        }
+        if started.elapsed() > timeout {
+            pg.kill();
+            return Err(format!(
+                "{} did not finish within {timeout:?}",
+                system.name()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seconds = last_change.duration_since(started).as_secs_f64();
+    let peak_rss_mb = pg.peak_rss_mb();
+    pg.stop(Duration::from_secs(60));
+    Ok(Measured {
+        seconds,
+        cpu_seconds: cpu_at_change,
+        peak_rss_mb,
+    })
 }
 
 /// Checks a windowed output against the expected counts: exactly one
@@ -632,7 +703,7 @@ fn verify_windows(output: &str, expected: &HashMap<(String, i64), u64>) -> Resul
         let v: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap_or("null"))
             .map_err(|e| format!("output is not JSON: {e}"))?;
         let key = v["key"].as_str().unwrap_or_default().to_string();
-        if key == "__flush__" {
+        if key.starts_with("__flush__") {
             continue;
         }
         let start = v["window_start"]
@@ -677,7 +748,13 @@ fn range(v: &[f64]) -> (f64, f64) {
 /// interleaved; medians with min–max, and weir's ratio to the best peer
 /// computed per round.
 fn windowed(args: WindowedArgs) {
-    let (lines, expected) = windowed_events(args.events, args.keys, 4);
+    let (lines, expected, span, last) = windowed_events(args.events, args.keys, 4);
+    // Kafka Streams closes windows by stream time, the largest timestamp
+    // any partition of a task has shown; on a backlog the partitions are
+    // read unevenly, so its grace must cover the whole event-time span or
+    // it drops events of slower partitions as late.
+    let grace_ms = span + 10_000;
+    let flush = flush_lines(last + grace_ms + 20_000);
     eprintln!(
         "{} events, {} keys, {} (key, window) results expected",
         args.events,
@@ -699,9 +776,10 @@ fn windowed(args: WindowedArgs) {
         let mut this_round: HashMap<String, f64> = HashMap::new();
         for system in &systems {
             let dir = tempfile::tempdir().unwrap();
-            let ctx = Ctx::new("win", &input, dir.path(), args.parallelism);
+            let mut ctx = Ctx::new("win", &input, dir.path(), args.parallelism);
+            ctx.grace_ms = Some(grace_ms);
             eprintln!("round {round}: {}", system.name());
-            match measure(system, &ctx, &ends, Duration::from_secs(1800)) {
+            match measure_windowed(system, &ctx, &ends, &flush, Duration::from_secs(1800)) {
                 Ok(m) => {
                     let check = verify_windows(&ctx.output, &expected);
                     let rate = args.events as f64 / m.seconds;

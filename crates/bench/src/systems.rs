@@ -16,6 +16,9 @@ pub struct Ctx {
     pub parallelism: u32,
     pub repo: PathBuf,
     pub weir: PathBuf,
+    /// Kafka Streams' grace for the windowed job (its only way to wait
+    /// for slower partitions), in ms.
+    pub grace_ms: Option<i64>,
 }
 
 impl Ctx {
@@ -32,6 +35,7 @@ impl Ctx {
             parallelism,
             repo: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")),
             weir: weir_binary(),
+            grace_ms: None,
         }
     }
 }
@@ -160,23 +164,27 @@ impl System {
                 )
             }
             Self::KafkaStreams | Self::KafkaStreamsWindowed => ProcessGroup::start(
-                &[vec![
-                    "java".into(),
-                    "-Xmx2g".into(),
-                    "-cp".into(),
-                    java_cp("kafka-streams"),
-                    if *self == Self::KafkaStreams {
-                        "weirbench.KafkaStreamsWordCount".into()
-                    } else {
-                        "weirbench.KafkaStreamsWindowedCount".into()
-                    },
-                    b,
-                    ctx.input.clone(),
-                    ctx.output.clone(),
-                    ctx.name.clone(),
-                    s(&ctx.dir.join("state")),
-                    ctx.parallelism.to_string(),
-                ]],
+                &[[
+                    vec![
+                        "java".into(),
+                        "-Xmx2g".into(),
+                        "-cp".into(),
+                        java_cp("kafka-streams"),
+                        if *self == Self::KafkaStreams {
+                            "weirbench.KafkaStreamsWordCount".into()
+                        } else {
+                            "weirbench.KafkaStreamsWindowedCount".into()
+                        },
+                        b,
+                        ctx.input.clone(),
+                        ctx.output.clone(),
+                        ctx.name.clone(),
+                        s(&ctx.dir.join("state")),
+                        ctx.parallelism.to_string(),
+                    ],
+                    ctx.grace_ms.map(|g| g.to_string()).into_iter().collect(),
+                ]
+                .concat()],
                 &log,
                 &[],
             ),
