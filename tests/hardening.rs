@@ -232,3 +232,49 @@ fn an_output_record_over_message_max_bytes_stops_the_job_under_fail() {
         log_tail(&log)
     );
 }
+
+#[test]
+fn past_the_changed_key_bound_on_checkpoint_results_are_emitted_before_the_barrier() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair("changed-bound", 2);
+    // 5,000 distinct words in one long epoch, with room for 100 changed keys.
+    let lines: Vec<String> = (0..500)
+        .map(|i| {
+            (0..10)
+                .map(|j| format!("w{}", i * 10 + j))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    produce(&input, 2, &lines);
+    let spec = JobSpec {
+        emit: "on-checkpoint".into(),
+        interval: "10m".into(),
+        extra: String::new(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    }
+    .toml()
+    .replace("[state]\n", "[state]\ncache_entries = 100\n");
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, spec).unwrap();
+    let mut w = WeirProcess::start(weir(), &config, &[]);
+    // No checkpoint for 10 minutes, yet every word's result is out: the
+    // changed-key set was emitted each time it reached its bound.
+    let records = read_topic(
+        &output,
+        Isolation::Uncommitted,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        |r| last_counts(r).len() >= 4_800,
+    );
+    let counts = last_counts(&records);
+    assert!(
+        counts.len() >= 4_800,
+        "{} words out: {}",
+        counts.len(),
+        log_tail(&w.log_text())
+    );
+    assert!(counts.values().all(|c| *c == 1));
+    assert!(!w.log_text().contains("checkpoint completed"));
+    w.kill9();
+}

@@ -359,4 +359,50 @@ delivery = "exactly-once"
         assert_eq!(cc.get("enable.idempotence"), Some("true"));
         assert_eq!(cc.get("transactional.id"), Some("wc-0"));
     }
+
+    #[test]
+    fn a_send_blocked_on_a_full_queue_gives_up_when_the_attempt_is_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        // No broker answers on port 1: nothing leaves librdkafka's queue.
+        std::fs::write(
+            &path,
+            r#"
+[job]
+name = "wc"
+[kafka]
+bootstrap_servers = "127.0.0.1:1"
+group_id = "g"
+[kafka.properties]
+"queue.buffering.max.messages" = "1"
+[checkpoint]
+dir = "/tmp/c"
+[state]
+dir = "/tmp/s"
+[source]
+topics = ["in"]
+[pipeline]
+kind = "word-count"
+[sink]
+topic = "out"
+"#,
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        let cancel = CancellationToken::new();
+        let p = SinkProducer::create(&c, cancel.clone()).unwrap();
+        p.send("out", Some(b"k"), Some(b"v"), None, None).unwrap();
+        let canceller = {
+            let cancel = cancel.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                cancel.cancel();
+            })
+        };
+        let started = std::time::Instant::now();
+        let second = p.send("out", Some(b"k"), Some(b"v"), None, None);
+        assert!(matches!(second, Err(SendError::Cancelled)), "{second:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        canceller.join().unwrap();
+    }
 }
