@@ -6,6 +6,7 @@
 #   bench/compare.sh [--quick]
 #   bench/compare.sh recovery --keys 1000000,10000000
 #   bench/compare.sh checkpoint-cost --keys 1000000,10000000
+#   bench/compare.sh windowed --events 1000000 --rounds 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -20,6 +21,6 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import quixstreams' 2
   "$venv/bin/pip" install -q 'quixstreams==3.28.1'
 fi
 case "${1:-}" in
-  recovery|checkpoint-cost) exec target/release/weir-bench "$@" ;;
+  recovery|checkpoint-cost|windowed) exec target/release/weir-bench "$@" ;;
   *) exec target/release/weir-bench compare "$@" ;;
 esac

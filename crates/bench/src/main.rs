@@ -636,6 +636,7 @@ fn measure_windowed(
     ctx: &Ctx,
     ends: &[(i32, i64)],
     flush: &[String],
+    results: i64,
     timeout: Duration,
 ) -> Result<Measured, String> {
     let group = system.group(ctx);
@@ -661,7 +662,9 @@ fn measure_windowed(
             last_change = Instant::now();
             cpu_at_change = pg.cpu_seconds();
         }
-        if flushed && end > 0 && last_change.elapsed() >= SETTLE {
+        // Kafka Streams commits its input long before its windows close
+        // and emits in bursts: the output must also hold every result.
+        if flushed && end >= results && last_change.elapsed() >= SETTLE {
             break;
         }
         if pg.any_exited() {
@@ -779,7 +782,14 @@ fn windowed(args: WindowedArgs) {
             let mut ctx = Ctx::new("win", &input, dir.path(), args.parallelism);
             ctx.grace_ms = Some(grace_ms);
             eprintln!("round {round}: {}", system.name());
-            match measure_windowed(system, &ctx, &ends, &flush, Duration::from_secs(1800)) {
+            match measure_windowed(
+                system,
+                &ctx,
+                &ends,
+                &flush,
+                expected.len() as i64,
+                Duration::from_secs(1800),
+            ) {
                 Ok(m) => {
                     let check = verify_windows(&ctx.output, &expected);
                     let rate = args.events as f64 / m.seconds;
