@@ -15,6 +15,7 @@
 //! independent read_committed reader, so no system is timed doing less work.
 //! `bench/wordcount.sh` and `bench/compare.sh` build everything first.
 
+mod limits;
 mod measure;
 mod systems;
 
@@ -23,13 +24,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 use weir_testkit::{
-    bootstrap, create_topic, distinct_lines, http, produce, unique, word_lines, zipf_lines, JobSpec,
+    create_topic, distinct_lines, http, produce, unique, word_lines, zipf_lines, JobSpec,
 };
 
 use measure::{end_offsets, verify, ProcessGroup};
@@ -111,6 +108,9 @@ struct CompareArgs {
     systems: String,
     #[arg(long, default_value_t = 2)]
     parallelism: u32,
+    /// Interleaved rounds; every system and limit runs once per round.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -340,34 +340,10 @@ fn run(args: RunArgs) {
 }
 
 /// Reads every record of `input` with a bare rdkafka consumer: the limit.
-fn bare_consumer(input: &str, ends: &[(i32, i64)]) -> f64 {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique("bench-bare"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for (p, _) in ends {
-        tpl.add_partition_offset(input, *p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let total: i64 = ends.iter().map(|(_, e)| e).sum();
-    let started = Instant::now();
-    let mut n = 0i64;
-    let mut bytes = 0usize;
-    while n < total {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            n += 1;
-            bytes += m.payload().map_or(0, <[u8]>::len);
-        }
-    }
-    std::hint::black_box(bytes);
-    started.elapsed().as_secs_f64()
-}
-
+/// weir against its peers and the two limits, `rounds` times interleaved:
+/// per system the median and range of words/s and CPU per word, and per
+/// round the ratios that the targets are stated in (weir / best peer, weir
+/// / bare consume-produce pipe), of which the median and range.
 fn compare(args: CompareArgs) {
     let words = if args.quick { 1_000_000 } else { 10_000_000 };
     let records = words / WORDS_PER_RECORD;
@@ -375,56 +351,139 @@ fn compare(args: CompareArgs) {
     let (lines, expected) = zipf_lines(42, records, WORDS_PER_RECORD, 100_000, 1.0);
     let (input, ends) = input_topic("compare-words", 4, &lines);
     drop(lines);
-    let bare = bare_consumer(&input, &ends);
-    let limit = words as f64 / bare;
-    eprintln!("bare consumer: {bare:.2}s, {limit:.0} words/s");
-    let mut rows = vec![json!({
-        "system": "bare rdkafka consumer", "seconds": bare, "words_per_second": limit,
-    })];
-    println!("| system | seconds | words/s | of bare consumer | CPU-s per 1M words | peak RSS MB | counts |");
-    println!("|---|---|---|---|---|---|---|");
-    println!("| bare rdkafka consumer | {bare:.2} | {limit:.0} | 100% | | | |");
-    for name in args.systems.split(',') {
-        let system = System::parse(name).unwrap_or_else(|| panic!("unknown system {name}"));
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = Ctx::new("cmp", &input, dir.path(), args.parallelism);
-        let output = ctx.output.clone();
-        eprintln!("running {}", system.name());
-        match measure(&system, &ctx, &ends, Duration::from_secs(1800)) {
-            Ok(m) => {
-                let check = verify(&output, &expected);
-                let wps = words as f64 / m.seconds;
-                println!(
-                    "| {} | {:.2} | {wps:.0} | {:.0}% | {:.2} | {:.0} | {} |",
-                    system.name(),
-                    m.seconds,
-                    100.0 * wps / limit,
-                    m.cpu_seconds / (words as f64 / 1e6),
-                    m.peak_rss_mb,
-                    check
-                        .as_ref()
-                        .map_or_else(|e| e.clone(), |_| "exact".into())
-                );
-                rows.push(json!({
-                    "system": system.name(), "seconds": m.seconds, "words_per_second": wps,
-                    "fraction_of_bare_consumer": wps / limit, "cpu_seconds": m.cpu_seconds,
-                    "cpu_seconds_per_million_words": m.cpu_seconds / (words as f64 / 1e6),
-                    "peak_rss_mb": m.peak_rss_mb, "counts": check.err().unwrap_or_else(|| "exact".into()),
-                }));
+    let systems: Vec<System> = args
+        .systems
+        .split(',')
+        .map(|n| System::parse(n).unwrap_or_else(|| panic!("unknown system {n}")))
+        .collect();
+    let mut rate: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut cpu: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut vs_peer = Vec::new();
+    let mut vs_pipe = Vec::new();
+    let mut rows = Vec::new();
+    let per_m = words as f64 / 1e6;
+    for round in 0..args.rounds {
+        let mut this: HashMap<String, f64> = HashMap::new();
+        let bare =
+            limits::bare_consumer(&input, &ends, Duration::from_secs(10)) * WORDS_PER_RECORD as f64;
+        eprintln!("round {round}: bare consumer {bare:.0} words/s");
+        rate.entry("bare rdkafka consumer".into())
+            .or_default()
+            .push(bare);
+        rows.push(
+            json!({"round": round, "system": "bare rdkafka consumer", "words_per_second": bare}),
+        );
+        for (name, txn) in [
+            ("bare pipe", false),
+            ("bare pipe (transactional, 1 s)", true),
+        ] {
+            let out = unique("bench-pipe-out");
+            create_topic(&out, 4);
+            let run = limits::bare_pipe(&input, &ends, &out, txn);
+            let wps = words as f64 / run.seconds;
+            eprintln!(
+                "round {round}: {name} {wps:.0} words/s, {} records out",
+                run.records_out
+            );
+            rate.entry(name.into()).or_default().push(wps);
+            cpu.entry(name.into())
+                .or_default()
+                .push(run.cpu_seconds / per_m);
+            this.insert(name.into(), wps);
+            rows.push(
+                json!({"round": round, "system": name, "seconds": run.seconds,
+                "words_per_second": wps, "cpu_seconds_per_million_words": run.cpu_seconds / per_m,
+                "records_out": run.records_out}),
+            );
+        }
+        for system in &systems {
+            let dir = tempfile::tempdir().unwrap();
+            let ctx = Ctx::new("cmp", &input, dir.path(), args.parallelism);
+            eprintln!("round {round}: {}", system.name());
+            match measure(system, &ctx, &ends, Duration::from_secs(1800)) {
+                Ok(m) => {
+                    let check = verify(&ctx.output, &expected);
+                    let wps = words as f64 / m.seconds;
+                    eprintln!(
+                        "  {:.2}s, {wps:.0} words/s, {:.2} CPU-s per 1M words, {}",
+                        m.seconds,
+                        m.cpu_seconds / per_m,
+                        check
+                            .as_ref()
+                            .map_or_else(|e| e.clone(), |_| "exact".into())
+                    );
+                    rows.push(json!({"round": round, "system": system.name(), "seconds": m.seconds,
+                        "words_per_second": wps, "cpu_seconds_per_million_words": m.cpu_seconds / per_m,
+                        "peak_rss_mb": m.peak_rss_mb,
+                        "counts": check.clone().err().unwrap_or_else(|| "exact".into())}));
+                    if check.is_ok() {
+                        rate.entry(system.name()).or_default().push(wps);
+                        cpu.entry(system.name())
+                            .or_default()
+                            .push(m.cpu_seconds / per_m);
+                        this.insert(system.name(), wps);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    let log =
+                        std::fs::read_to_string(dir.path().join("system.log")).unwrap_or_default();
+                    eprintln!("{}", &log[log.len().saturating_sub(3000)..]);
+                    rows.push(json!({ "round": round, "system": system.name(), "error": e }));
+                }
             }
-            Err(e) => {
-                println!("| {} | failed: {e} | | | | | |", system.name());
-                let log =
-                    std::fs::read_to_string(dir.path().join("system.log")).unwrap_or_default();
-                eprintln!("{}", &log[log.len().saturating_sub(3000)..]);
-                rows.push(json!({ "system": system.name(), "error": e }));
+        }
+        let best_peer = this
+            .iter()
+            .filter(|(n, _)| !n.starts_with("weir") && !n.starts_with("bare"))
+            .map(|(_, r)| *r)
+            .fold(0.0, f64::max);
+        if let Some(w) = this.get("weir") {
+            if best_peer > 0.0 {
+                vs_peer.push(w / best_peer);
             }
+            if let Some(pipe) = this.get("bare pipe (transactional, 1 s)") {
+                vs_pipe.push(w / pipe);
+            }
+        }
+    }
+    println!(
+        "| system | words/s median (min–max) | CPU-s per 1M words median (min–max) | rounds |"
+    );
+    println!("|---|---|---|---|");
+    let mut names: Vec<&String> = rate.keys().collect();
+    names.sort();
+    for name in names {
+        let r = &rate[name];
+        let (rmin, rmax) = range(r);
+        let c = cpu.get(name).map(|c| {
+            let (cmin, cmax) = range(c);
+            format!("{:.2} ({cmin:.2}–{cmax:.2})", median(c.clone()))
+        });
+        println!(
+            "| {name} | {:.0} ({rmin:.0}–{rmax:.0}) | {} | {} |",
+            median(r.clone()),
+            c.unwrap_or_default(),
+            r.len()
+        );
+    }
+    for (what, v) in [
+        ("weir / best peer", &vs_peer),
+        ("weir / transactional bare pipe", &vs_pipe),
+    ] {
+        if !v.is_empty() {
+            let (lo, hi) = range(v);
+            println!(
+                "\n{what}, words/s per round: median {:.2} ({lo:.2}–{hi:.2})",
+                median(v.clone())
+            );
         }
     }
     save(
         "compare",
         json!({ "machine": machine(), "words": words, "records": records, "partitions": 4,
-                "parallelism": args.parallelism, "results": rows }),
+                "parallelism": args.parallelism, "rounds": args.rounds, "results": rows,
+                "weir_over_best_peer": vs_peer, "weir_over_transactional_pipe": vs_pipe }),
     );
 }
 
@@ -665,6 +724,12 @@ fn measure_windowed(
         // Kafka Streams commits its input long before its windows close
         // and emits in bursts: the output must also hold every result.
         if flushed && end >= results && last_change.elapsed() >= SETTLE {
+            break;
+        }
+        // A system that lost results never reaches the count; a minute
+        // without output after the flush ends its run, and the check that
+        // follows reports what is missing.
+        if flushed && last_change.elapsed() >= Duration::from_secs(60) {
             break;
         }
         if pg.any_exited() {
