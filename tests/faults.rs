@@ -23,8 +23,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use weir_testkit::{
-    bootstrap, distinct_lines, http, last_counts, log_tail, produce, producer, read_topic,
-    topic_pair, unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
+    assert_multiset, bootstrap, distinct_lines, http, last_counts, log_tail, produce, producer,
+    read_topic, topic_pair, unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -100,51 +100,6 @@ fn count_words(lines: &[String]) -> HashMap<String, u64> {
 // ---------------------------------------------------------------------------
 // Output checks
 // ---------------------------------------------------------------------------
-
-fn word_multiset(records: &[OutRecord]) -> HashMap<(String, u64), u64> {
-    let mut m = HashMap::new();
-    for r in records {
-        *m.entry((r.key.clone().unwrap(), r.count())).or_insert(0) += 1;
-    }
-    m
-}
-
-/// {(w, 1), ..., (w, n_w)} for every word, each exactly once.
-fn expected_multiset(counts: &HashMap<String, u64>) -> HashMap<(String, u64), u64> {
-    counts
-        .iter()
-        .flat_map(|(w, n)| (1..=*n).map(move |i| ((w.clone(), i), 1)))
-        .collect()
-}
-
-fn assert_multiset(records: &[OutRecord], expected: &HashMap<String, u64>) {
-    let got = word_multiset(records);
-    let want = expected_multiset(expected);
-    let mut wrong: Vec<String> = want
-        .iter()
-        .filter(|(k, n)| got.get(*k) != Some(n))
-        .map(|(k, n)| {
-            format!(
-                "{k:?}: expected {n}, got {}",
-                got.get(k).copied().unwrap_or(0)
-            )
-        })
-        .collect();
-    wrong.extend(
-        got.iter()
-            .filter(|(k, _)| !want.contains_key(*k))
-            .map(|(k, n)| format!("{k:?}: unexpected x{n}")),
-    );
-    wrong.sort();
-    assert!(
-        wrong.is_empty(),
-        "{} of {} pairs wrong (committed records: {}), e.g. {:?}",
-        wrong.len(),
-        want.len(),
-        records.len(),
-        &wrong[..wrong.len().min(10)]
-    );
-}
 
 /// Each word's counts in output order.
 fn sequences(records: &[OutRecord]) -> HashMap<String, Vec<u64>> {

@@ -628,3 +628,51 @@ impl Drop for WeirProcess {
         }
     }
 }
+
+/// The multiset of (word, count) pairs in word-count output.
+pub fn word_multiset(records: &[OutRecord]) -> HashMap<(String, u64), u64> {
+    let mut m = HashMap::new();
+    for r in records {
+        *m.entry((r.key.clone().unwrap(), r.count())).or_insert(0) += 1;
+    }
+    m
+}
+
+/// {(w, 1), ..., (w, n_w)} for every word, each exactly once.
+pub fn expected_multiset(counts: &HashMap<String, u64>) -> HashMap<(String, u64), u64> {
+    counts
+        .iter()
+        .flat_map(|(w, n)| (1..=*n).map(move |i| ((w.clone(), i), 1)))
+        .collect()
+}
+
+/// Exactly-once every-update word count: the committed output holds each
+/// (w, i), i in 1..=n_w, exactly once, and nothing else.
+pub fn assert_multiset(records: &[OutRecord], expected: &HashMap<String, u64>) {
+    let got = word_multiset(records);
+    let want = expected_multiset(expected);
+    let mut wrong: Vec<String> = want
+        .iter()
+        .filter(|(k, n)| got.get(*k) != Some(n))
+        .map(|(k, n)| {
+            format!(
+                "{k:?}: expected {n}, got {}",
+                got.get(k).copied().unwrap_or(0)
+            )
+        })
+        .collect();
+    wrong.extend(
+        got.iter()
+            .filter(|(k, _)| !want.contains_key(*k))
+            .map(|(k, n)| format!("{k:?}: unexpected x{n}")),
+    );
+    wrong.sort();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} pairs wrong (committed records: {}), e.g. {:?}",
+        wrong.len(),
+        want.len(),
+        records.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+}
