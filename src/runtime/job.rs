@@ -132,6 +132,14 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        // Checked again after the wait: a replacement may have started
+        // meanwhile, and the next attempt's init_transactions would fence it.
+        if let Some(o) = &ownership {
+            if let Err(fenced) = o.check() {
+                error!(error = %fenced.report(), "another instance owns this job now; exiting");
+                return Err(fenced);
+            }
+        }
         backoff = (backoff * 2).min(config.restart.max_backoff);
     }
 }
