@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use weir_testkit::{
-    assert_multiset, last_counts, log_tail, producer, read_topic, topic_pair, word_lines,
-    Isolation, JobSpec, WeirProcess,
+    assert_multiset, last_counts, log_tail, producer, read_topic, send_chunk, topic_pair,
+    word_lines, Isolation, JobSpec, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -54,31 +53,6 @@ fn seed() -> u64 {
         .as_nanos() as u64;
     eprintln!("random seed {s}");
     s
-}
-
-/// Sends `lines` round-robin over 4 partitions and waits for every ack.
-fn send_chunk(
-    p: &ThreadedProducer<DefaultProducerContext>,
-    topic: &str,
-    sent: &mut usize,
-    lines: &[String],
-) {
-    for line in lines {
-        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .payload(line.as_bytes())
-            .partition((*sent % 4) as i32);
-        *sent += 1;
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    p.flush(Duration::from_secs(60)).expect("flush test input");
 }
 
 /// Produces lines in chunks on a background thread. [`Feeder::pause`]

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use weir_testkit::{
     assert_multiset, bootstrap, distinct_lines, http, last_counts, log_tail, produce, producer,
-    read_topic, topic_pair, unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
+    read_topic, send_chunk, topic_pair, unique, word_lines, Isolation, JobSpec, OutRecord, Rng,
+    WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -141,31 +141,6 @@ fn read_committed_until_exact(
 // ---------------------------------------------------------------------------
 // Input
 // ---------------------------------------------------------------------------
-
-/// Sends `lines` round-robin over 4 partitions and waits for every ack.
-fn send_chunk(
-    p: &ThreadedProducer<DefaultProducerContext>,
-    topic: &str,
-    sent: &mut usize,
-    lines: &[String],
-) {
-    for line in lines {
-        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .payload(line.as_bytes())
-            .partition((*sent % 4) as i32);
-        *sent += 1;
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    p.flush(Duration::from_secs(60)).expect("flush test input");
-}
 
 /// Produces lines in chunks on a background thread, so input keeps
 /// arriving while weir fails, restarts or is frozen.

@@ -676,3 +676,30 @@ pub fn assert_multiset(records: &[OutRecord], expected: &HashMap<String, u64>) {
         &wrong[..wrong.len().min(10)]
     );
 }
+
+/// Sends `lines` round-robin over 4 partitions through a producer the
+/// caller keeps open (one per feeder: creating one per chunk costs more
+/// than the chunk), counting what was sent in `sent`.
+pub fn send_chunk(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    sent: &mut usize,
+    lines: &[String],
+) {
+    for line in lines {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+            .payload(line.as_bytes())
+            .partition((*sent % 4) as i32);
+        *sent += 1;
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush test input");
+}
