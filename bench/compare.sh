@@ -21,6 +21,6 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import quixstreams' 2
   "$venv/bin/pip" install -q 'quixstreams==3.28.1'
 fi
 case "${1:-}" in
-  recovery|checkpoint-cost|windowed) exec target/release/weir-bench "$@" ;;
-  *) exec target/release/weir-bench compare "$@" ;;
+  recovery|checkpoint-cost|windowed) exec "${CARGO_TARGET_DIR:-target}"/release/weir-bench "$@" ;;
+  *) exec "${CARGO_TARGET_DIR:-target}"/release/weir-bench compare "$@" ;;
 esac

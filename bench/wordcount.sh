@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/kafka.sh start
 cargo build --release --workspace --bins --quiet
-exec target/release/weir-bench run "$@"
+exec "${CARGO_TARGET_DIR:-target}"/release/weir-bench run "$@"

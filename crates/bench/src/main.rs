@@ -93,6 +93,13 @@ struct RunArgs {
     /// Every combination of delivery × emit × interval (1s, 100ms).
     #[arg(long)]
     matrix: bool,
+    /// Exactly-once and at-least-once every-update at 1s and 100ms, with
+    /// the ratios of issue #10's delivery targets.
+    #[arg(long, conflicts_with = "matrix")]
+    delivery_cost: bool,
+    /// Interleaved rounds; every configuration runs once per round.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -263,80 +270,181 @@ fn run(args: RunArgs) {
     let (lines, expected) = word_lines(7, records, WORDS_PER_RECORD, args.vocabulary);
     let (input, ends) = input_topic("bench-words", args.partitions, &lines);
     drop(lines);
-    let combos: Vec<(String, String, String)> = if args.matrix {
+    let combos: Vec<Combo> = if args.matrix {
         let mut v = Vec::new();
         for d in ["exactly-once", "at-least-once"] {
             for e in ["every-update", "on-checkpoint"] {
                 for i in ["1s", "100ms"] {
-                    v.push((d.to_string(), e.to_string(), i.to_string()));
+                    v.push(Combo::new(d, e, i));
                 }
             }
         }
         v
+    } else if args.delivery_cost {
+        let mut v = Vec::new();
+        for i in ["1s", "100ms"] {
+            for d in ["exactly-once", "at-least-once"] {
+                v.push(Combo::new(d, "every-update", i));
+            }
+        }
+        v
     } else {
-        vec![(
-            args.delivery.clone(),
-            args.emit.clone(),
-            args.interval.clone(),
-        )]
+        vec![Combo::new(&args.delivery, &args.emit, &args.interval)]
     };
     println!(
-        "| delivery | emit | interval | words | seconds | words/s | records/s | CPU-s per 1M words | CPU-s per 1M records | peak RSS MB |"
+        "| round | delivery | emit | interval | words | seconds | words/s | records/s | CPU-s per 1M words | CPU-s per 1M records | peak RSS MB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
-    for (delivery, emit, interval) in combos {
-        let dir = tempfile::tempdir().unwrap();
-        let output = unique("bench-counts");
-        create_topic(&output, args.partitions);
-        let spec = JobSpec {
-            parallelism: args.parallelism,
-            delivery: delivery.clone(),
-            emit: emit.clone(),
-            interval: interval.clone(),
-            ..JobSpec::word_count(dir.path(), &input, &output)
-        };
-        let config = spec.write();
-        let group = format!("weir-{}-{}", spec.name, output);
-        let started = Instant::now();
-        let pg = ProcessGroup::start(
-            &[vec![
-                weir_binary().display().to_string(),
-                "run".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ]],
-            &dir.path().join("weir.log"),
-            &[("RUST_LOG", "warn")],
-        );
-        let client = measure::consumer(&group);
-        let total: i64 = ends.iter().map(|(_, e)| e).sum();
-        while measure::committed_total_with(&client, &input, &ends) < total {
-            std::thread::sleep(Duration::from_millis(20));
+    // Words/s per combination, one entry per round, in round order.
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); combos.len()];
+    let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); combos.len()];
+    for round in 0..args.rounds {
+        for (c, combo) in combos.iter().enumerate() {
+            let m = run_once(&args, combo, &input, &ends, &expected);
+            let words = args.words as f64;
+            let rate = words / m.seconds;
+            let cpu = m.cpu_seconds / (words / 1e6);
+            println!(
+                "| {round} | {} | {} | {} | {} | {:.2} | {rate:.0} | {:.0} | {cpu:.2} | {:.2} | {:.0} |",
+                combo.delivery,
+                combo.emit,
+                combo.interval,
+                args.words,
+                m.seconds,
+                records as f64 / m.seconds,
+                m.cpu_seconds / (records as f64 / 1e6),
+                m.peak_rss_mb,
+            );
+            rates[c].push(rate);
+            cpus[c].push(cpu);
+            results.push(json!({
+                "round": round, "delivery": combo.delivery, "emit": combo.emit,
+                "interval": combo.interval, "words": args.words, "records": records,
+                "seconds": m.seconds, "cpu_seconds": m.cpu_seconds, "peak_rss_mb": m.peak_rss_mb,
+            }));
         }
-        let seconds = started.elapsed().as_secs_f64();
-        let cpu = pg.cpu_seconds();
-        let rss = pg.peak_rss_mb();
-        pg.stop(Duration::from_secs(60));
-        verify(&output, &expected).unwrap_or_else(|e| panic!("{delivery}/{emit}/{interval}: {e}"));
-        let words = args.words as f64;
-        println!(
-            "| {delivery} | {emit} | {interval} | {} | {seconds:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {rss:.0} |",
-            args.words,
-            words / seconds,
-            records as f64 / seconds,
-            cpu / (words / 1e6),
-            cpu / (records as f64 / 1e6),
-        );
-        results.push(json!({
-            "delivery": delivery, "emit": emit, "interval": interval, "words": args.words,
-            "records": records, "seconds": seconds, "cpu_seconds": cpu, "peak_rss_mb": rss,
-        }));
     }
+    if args.rounds > 1 {
+        println!("\n| delivery | emit | interval | words/s median (min–max) | CPU-s per 1M words median (min–max) |");
+        println!("|---|---|---|---|---|");
+        for (c, combo) in combos.iter().enumerate() {
+            let (rmin, rmax) = range(&rates[c]);
+            let (cmin, cmax) = range(&cpus[c]);
+            println!(
+                "| {} | {} | {} | {:.0} ({rmin:.0}–{rmax:.0}) | {:.2} ({cmin:.2}–{cmax:.2}) |",
+                combo.delivery,
+                combo.emit,
+                combo.interval,
+                median(rates[c].clone()),
+                median(cpus[c].clone()),
+            );
+        }
+    }
+    // The delivery targets of issue #10, each a ratio computed per round.
+    let find = |d: &str, i: &str| {
+        combos
+            .iter()
+            .position(|c| c.delivery == d && c.emit == "every-update" && c.interval == i)
+    };
+    let mut ratios = serde_json::Map::new();
+    let mut ratio = |label: &str, a: Option<usize>, b: Option<usize>| {
+        let (Some(a), Some(b)) = (a, b) else { return };
+        let per_round: Vec<f64> = rates[a].iter().zip(&rates[b]).map(|(x, y)| x / y).collect();
+        let (lo, hi) = range(&per_round);
+        println!(
+            "{label}: median {:.3} ({lo:.3}–{hi:.3}) over {} rounds",
+            median(per_round.clone()),
+            per_round.len()
+        );
+        ratios.insert(label.to_string(), json!(per_round));
+    };
+    ratio(
+        "exactly-once / at-least-once words/s at 1s",
+        find("exactly-once", "1s"),
+        find("at-least-once", "1s"),
+    );
+    ratio(
+        "exactly-once / at-least-once words/s at 100ms",
+        find("exactly-once", "100ms"),
+        find("at-least-once", "100ms"),
+    );
+    ratio(
+        "at-least-once 100ms / at-least-once 1s words/s",
+        find("at-least-once", "100ms"),
+        find("at-least-once", "1s"),
+    );
     save(
         "weir-run",
-        json!({ "machine": machine(), "results": results }),
+        json!({ "machine": machine(), "rounds": args.rounds, "results": results, "ratios": ratios }),
     );
+}
+
+/// One configuration of `weir-bench run`.
+struct Combo {
+    delivery: String,
+    emit: String,
+    interval: String,
+}
+
+impl Combo {
+    fn new(delivery: &str, emit: &str, interval: &str) -> Self {
+        Self {
+            delivery: delivery.into(),
+            emit: emit.into(),
+            interval: interval.into(),
+        }
+    }
+}
+
+/// Runs weir's word count once with `combo` over `input` into a new output
+/// topic, until its group committed the whole input; checks the counts.
+fn run_once(
+    args: &RunArgs,
+    combo: &Combo,
+    input: &str,
+    ends: &[(i32, i64)],
+    expected: &HashMap<String, u64>,
+) -> Measured {
+    let dir = tempfile::tempdir().unwrap();
+    let output = unique("bench-counts");
+    create_topic(&output, args.partitions);
+    let spec = JobSpec {
+        parallelism: args.parallelism,
+        delivery: combo.delivery.clone(),
+        emit: combo.emit.clone(),
+        interval: combo.interval.clone(),
+        ..JobSpec::word_count(dir.path(), input, &output)
+    };
+    let config = spec.write();
+    let group = format!("weir-{}-{}", spec.name, output);
+    let started = Instant::now();
+    let pg = ProcessGroup::start(
+        &[vec![
+            weir_binary().display().to_string(),
+            "run".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ]],
+        &dir.path().join("weir.log"),
+        &[("RUST_LOG", "warn")],
+    );
+    let client = measure::consumer(&group);
+    let total: i64 = ends.iter().map(|(_, e)| e).sum();
+    while measure::committed_total_with(&client, input, ends) < total {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = pg.cpu_seconds();
+    let peak_rss_mb = pg.peak_rss_mb();
+    pg.stop(Duration::from_secs(60));
+    verify(&output, expected)
+        .unwrap_or_else(|e| panic!("{}/{}/{}: {e}", combo.delivery, combo.emit, combo.interval));
+    Measured {
+        seconds,
+        cpu_seconds,
+        peak_rss_mb,
+    }
 }
 
 /// Reads every record of `input` with a bare rdkafka consumer: the limit.
@@ -831,8 +939,10 @@ fn windowed(args: WindowedArgs) {
         args.keys,
         expected.len()
     );
-    let (input, ends) = input_topic("windowed-events", 4, &lines);
-    drop(lines);
+    // Each run gets its own copy of the input: the flush events a run
+    // appends would otherwise sit inside the next run's input, and Kafka
+    // Streams, whose stream time is the maximum over partitions, would
+    // drop as late every event it reads after one of them.
     let systems: Vec<System> = args
         .systems
         .split(',')
@@ -845,6 +955,7 @@ fn windowed(args: WindowedArgs) {
     for round in 0..args.rounds {
         let mut this_round: HashMap<String, f64> = HashMap::new();
         for system in &systems {
+            let (input, ends) = input_topic("windowed-events", 4, &lines);
             let dir = tempfile::tempdir().unwrap();
             let mut ctx = Ctx::new("win", &input, dir.path(), args.parallelism);
             ctx.grace_ms = Some(grace_ms);
