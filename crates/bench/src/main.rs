@@ -100,6 +100,11 @@ struct RunArgs {
     /// Interleaved rounds; every configuration runs once per round.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Runs weir under `perf record` (cpu-clock sampling), writing
+    /// `<prefix>-<delivery>-<emit>-<interval>-<round>.data` for
+    /// `bench/profile.sh` to summarise by component.
+    #[arg(long)]
+    perf: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -301,7 +306,17 @@ fn run(args: RunArgs) {
     let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); combos.len()];
     for round in 0..args.rounds {
         for (c, combo) in combos.iter().enumerate() {
-            let m = run_once(&args, combo, &input, &ends, &expected);
+            let perf = args.perf.as_ref().map(|prefix| {
+                let name = format!(
+                    "{}-{}-{}-{}-{round}.data",
+                    prefix.display(),
+                    combo.delivery,
+                    combo.emit,
+                    combo.interval
+                );
+                PathBuf::from(name)
+            });
+            let m = run_once(&args, combo, &input, &ends, &expected, perf.as_deref());
             let words = args.words as f64;
             let rate = words / m.seconds;
             let cpu = m.cpu_seconds / (words / 1e6);
@@ -405,6 +420,7 @@ fn run_once(
     input: &str,
     ends: &[(i32, i64)],
     expected: &HashMap<String, u64>,
+    perf: Option<&Path>,
 ) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let output = unique("bench-counts");
@@ -419,13 +435,24 @@ fn run_once(
     let config = spec.write();
     let group = format!("weir-{}-{}", spec.name, output);
     let started = Instant::now();
+    let mut argv: Vec<String> = match perf {
+        // cpu-clock works in this VM (no hardware counters). Flat samples:
+        // bench/profile.sh attributes each symbol to a component.
+        Some(out) => ["perf", "record", "-e", "cpu-clock", "-F", "999", "-o"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.display().to_string(), "--".into()])
+            .collect(),
+        None => Vec::new(),
+    };
+    argv.extend([
+        weir_binary().display().to_string(),
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ]);
     let pg = ProcessGroup::start(
-        &[vec![
-            weir_binary().display().to_string(),
-            "run".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ]],
+        &[argv],
         &dir.path().join("weir.log"),
         &[("RUST_LOG", "warn")],
     );
@@ -595,9 +622,17 @@ fn compare(args: CompareArgs) {
     );
 }
 
+/// weir's "first record read" log lines in `log`: the `since_start_ms` of each.
+fn first_record_times(log: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    log_field_values(&text, "first record read", "since_start_ms")
+}
+
 fn recovery(args: RecoveryArgs) {
-    println!("| system | keys | restore to first new commit (s) | processed before kill |");
-    println!("|---|---|---|---|");
+    println!(
+        "| system | keys | start to first record read (s) | start to first new commit (s) | processed before kill |"
+    );
+    println!("|---|---|---|---|---|");
     let mut rows = Vec::new();
     for keys in args
         .keys
@@ -630,6 +665,8 @@ fn recovery(args: RecoveryArgs) {
                 eprintln!("{}: finished before the kill; skipped", system.name());
                 continue;
             }
+            let log = ctx.dir.join("system.log");
+            let reads_before = first_record_times(&log).len();
             let started = Instant::now();
             let pg = system.launch(&ctx, true);
             let mut seconds = None;
@@ -641,16 +678,28 @@ fn recovery(args: RecoveryArgs) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             pg.kill();
+            // weir logs when its first source subtask read a record, in
+            // ms since its process started; the peers have no such line.
+            let first_read = (matches!(system, System::Weir { .. }))
+                .then(|| {
+                    first_record_times(&log)
+                        .get(reads_before..)
+                        .and_then(|after| after.iter().min().copied())
+                })
+                .flatten()
+                .map(|ms| ms as f64 / 1000.0);
             let shown = seconds.map_or("no new commit within 30 min".to_string(), |s| {
                 format!("{s:.2}")
             });
+            let shown_read = first_read.map_or("–".to_string(), |s| format!("{s:.3}"));
             println!(
-                "| {} | {keys} | {shown} | {before} of {total} records |",
+                "| {} | {keys} | {shown_read} | {shown} | {before} of {total} records |",
                 system.name()
             );
             rows.push(
                 json!({ "system": system.name(), "keys": keys, "seconds": seconds,
-                              "records_committed_before_kill": before, "records": total }),
+                        "first_record_read_seconds": first_read,
+                        "records_committed_before_kill": before, "records": total }),
             );
         }
     }
@@ -666,9 +715,9 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 
 fn checkpoint_cost(args: CostArgs) {
     println!(
-        "| keys | checkpoints | duration p50 ms | duration p99 ms | alignment p50 ms | alignment p99 ms | snapshot pause p50 ms | snapshot pause p99 ms | state MB |"
+        "| keys | checkpoints | duration p50 ms | duration p99 ms | alignment p50 ms | alignment p99 ms | snapshot pause p50 ms | snapshot pause p99 ms | state MB | peak RSS MB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for keys in args
         .keys
@@ -694,7 +743,32 @@ fn checkpoint_cost(args: CostArgs) {
         std::thread::sleep(Duration::from_secs(5));
         let addr = admin_addr(&ctx.dir.join("system.log"));
         let (_, body) = http(&addr, "GET", "/checkpoints", None);
+        let peak_rss_mb = pg.peak_rss_mb();
         pg.stop(Duration::from_secs(60));
+        // Where the time goes, from weir's own log: the pause split into
+        // cache write-back and RocksDB checkpoint (debug lines, with
+        // WEIR_BENCH_LOG=weir=debug), and the Coordinator's prepare step.
+        let log = std::fs::read_to_string(ctx.dir.join("system.log")).unwrap_or_default();
+        for (message, field) in [
+            ("state snapshot", "write_back_us"),
+            ("state snapshot", "checkpoint_us"),
+            ("checkpoint completed", "prepare_ms"),
+            ("checkpoint completed", "commit_ms"),
+        ] {
+            let mut values = log_field_values(&log, message, field);
+            if values.is_empty() {
+                continue;
+            }
+            values.sort_unstable();
+            eprintln!(
+                "{message} {field}: p50 {} p90 {} p99 {} max {} (n = {})",
+                percentile(&values, 0.5),
+                percentile(&values, 0.9),
+                percentile(&values, 0.99),
+                values[values.len() - 1],
+                values.len()
+            );
+        }
         let history: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
         let done: Vec<&serde_json::Value> = history
             .iter()
@@ -719,7 +793,7 @@ fn checkpoint_cost(args: CostArgs) {
             .last()
             .map_or(0.0, |c| c["state_size_bytes"].as_f64().unwrap() / 1e6);
         println!(
-            "| {keys} | {} | {} | {} | {} | {} | {} | {} | {state_mb:.0} |",
+            "| {keys} | {} | {} | {} | {} | {} | {} | {} | {state_mb:.0} | {peak_rss_mb:.0} |",
             done.len(),
             percentile(&durations, 0.5),
             percentile(&durations, 0.99),
@@ -730,13 +804,27 @@ fn checkpoint_cost(args: CostArgs) {
         );
         rows.push(
             json!({ "keys": keys, "checkpoints": done.len(), "duration_ms": durations,
-                          "alignment_ms": alignments, "snapshot_ms": pauses, "state_mb": state_mb }),
+                          "alignment_ms": alignments, "snapshot_ms": pauses, "state_mb": state_mb,
+                          "peak_rss_mb": peak_rss_mb }),
         );
     }
     save(
         "checkpoint-cost",
         json!({ "machine": machine(), "results": rows }),
     );
+}
+
+/// The values of `field=<integer>` on the log lines carrying `message`.
+fn log_field_values(log: &str, message: &str, field: &str) -> Vec<u64> {
+    let key = format!("{field}=");
+    log.lines()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            let at = l.find(&key)? + key.len();
+            let digits: String = l[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse().ok()
+        })
+        .collect()
 }
 
 fn admin_addr(log: &Path) -> String {

@@ -40,9 +40,18 @@ impl Ctx {
     }
 }
 
-/// The release `weir` next to this benchmark binary.
+/// weir's log filter in benchmarks: `info`, or `$WEIR_BENCH_LOG` (e.g.
+/// `weir=debug` for the snapshot timings).
+fn weir_log_filter() -> String {
+    std::env::var("WEIR_BENCH_LOG").unwrap_or_else(|_| "info".into())
+}
+
+/// The release `weir` next to this benchmark binary, or `$WEIR_BIN` (to
+/// compare two builds with the same harness).
 pub fn weir_binary() -> PathBuf {
-    let bin = std::env::current_exe().unwrap().with_file_name("weir");
+    let bin = std::env::var_os("WEIR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name("weir"));
     assert!(
         bin.exists(),
         "{} not found: cargo build --release --bins",
@@ -135,7 +144,7 @@ impl System {
                         s(&config),
                     ]],
                     &log,
-                    &[("RUST_LOG", "info")],
+                    &[("RUST_LOG", &weir_log_filter())],
                 )
             }
             Self::WeirWindowed => {
@@ -160,7 +169,7 @@ impl System {
                         s(&config),
                     ]],
                     &log,
-                    &[("RUST_LOG", "info")],
+                    &[("RUST_LOG", &weir_log_filter())],
                 )
             }
             Self::KafkaStreams | Self::KafkaStreamsWindowed => ProcessGroup::start(
