@@ -30,6 +30,11 @@ pub enum WeirError {
         source: rocksdb::Error,
     },
 
+    /// RocksDB refused a checkpoint through the C API, whose errors are
+    /// messages only.
+    #[error("RocksDB checkpoint into {}: {message}", target.display())]
+    Snapshot { target: PathBuf, message: String },
+
     /// A stored state value or key that cannot be decoded: restarting would
     /// hit it again, so the job stops with where it is.
     #[error(

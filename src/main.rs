@@ -37,6 +37,7 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
 }
 
 fn main() -> ExitCode {
+    weir::observe::mark_process_start();
     let cli = Cli::parse();
     // Named crash points, only in builds with `--features failpoints`.
     let _failpoints = fail::FailScenario::setup();

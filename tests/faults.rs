@@ -441,13 +441,18 @@ enum Damage {
 }
 
 /// Every `.sst` file under `dir`, recursively.
-fn sst_files(dir: &Path) -> Vec<PathBuf> {
+/// The files under `dir` that hold state data: RocksDB's SST files, the
+/// copied write-ahead logs and weir's changes files (a snapshot flushes no
+/// memtable, so a small state may have no SST yet).
+fn data_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).unwrap().flatten() {
         let p = entry.path();
         if p.is_dir() {
-            out.extend(sst_files(&p));
-        } else if p.extension().is_some_and(|e| e == "sst") {
+            out.extend(data_files(&p));
+        } else if p.extension().is_some_and(|e| e == "sst" || e == "log")
+            || p.file_name().is_some_and(|n| n == "WEIR-CHANGES")
+        {
             out.push(p);
         }
     }
@@ -499,7 +504,7 @@ fn damaged_checkpoint_case(damage: Damage) {
     eprintln!("--- damage: {damage:?}");
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = topic_pair("faults-damaged", 4);
-    // Many distinct words, so that each subtask's state is in SST files.
+    // Many distinct words, so that each subtask's state files are large.
     let mut lines = distinct_lines(20_000, 10);
     lines.extend(word_lines(seed(), 2_000, 10, 500).0);
     let expected = count_words(&lines);
@@ -531,13 +536,13 @@ fn damaged_checkpoint_case(damage: Damage) {
     folders.sort();
     let newest = folders.last().expect("a checkpoint folder").clone();
     let folder_name = newest.file_name().unwrap().to_str().unwrap().to_string();
-    let ssts = sst_files(&newest.join("state"));
+    let files = data_files(&newest.join("state"));
     assert!(
-        !ssts.is_empty(),
-        "no .sst file under {}: the test would damage nothing",
+        !files.is_empty(),
+        "no state data file under {}: the test would damage nothing",
         newest.display()
     );
-    let victim = ssts
+    let victim = files
         .iter()
         .max_by_key(|p| fs::metadata(p).unwrap().len())
         .unwrap()

@@ -29,6 +29,8 @@ pub trait CommitPoint: Send + Sync {
     /// Opens the transaction of the next epoch.
     fn begin(&self) -> Result<()>;
     /// Phase one: everything of the epoch was written without error.
+    /// Without a transaction it is also durable when this returns (the
+    /// producer's queue is flushed): the checkpoint may then complete.
     fn prepare(&self) -> Result<()>;
     /// Phase two: makes the epoch's output and checkpoint `checkpoint_id`'s
     /// offsets visible together, or fails with neither visible.
@@ -57,7 +59,12 @@ impl CommitPoint for KafkaCommitPoint {
     }
 
     fn prepare(&self) -> Result<()> {
-        self.producer.check()
+        if self.producer.is_transactional() {
+            // commit_transaction flushes the epoch's output itself.
+            self.producer.check()
+        } else {
+            self.producer.flush()
+        }
     }
 
     fn commit(&self, checkpoint_id: u64, offsets: &Offsets) -> Result<()> {

@@ -14,7 +14,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 
 use super::commit::{CommitPoint, Offsets, TransactionBudget};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::gate::EpochGate;
 use super::{now_ms, Ack, JobShared, SourceCommand};
@@ -333,6 +333,7 @@ impl Coordinator {
                 }
             }
         }
+        let acks_done = Instant::now();
         let AckCollector {
             offsets,
             max_timestamps,
@@ -349,6 +350,19 @@ impl Coordinator {
         };
         if !declined.is_empty() {
             return Ok(with_timings(Outcome::failed(declined.join("; "))));
+        }
+        if !self.commit.is_transactional() {
+            // At-least-once: the epoch's output must be in Kafka before the
+            // checkpoint that replays from after it exists. Subtasks hold
+            // later output meanwhile (Output::after_snapshot), so this
+            // flush waits only for this epoch's records.
+            let flush_started = Instant::now();
+            self.commit.prepare()?;
+            debug!(
+                checkpoint_id = id,
+                flush_ms = flush_started.elapsed().as_millis() as u64,
+                "output flushed"
+            );
         }
         state.sort_by_key(|h| h.subtask);
         let mut meta = CheckpointMetadata {
@@ -394,6 +408,8 @@ impl Coordinator {
         }
         crate::crash_point!("after-metadata-before-commit");
         let commit_started = Instant::now();
+        // Checksums, fsyncs and `_metadata`, after the last ack.
+        let prepare_ms = commit_started.duration_since(acks_done).as_millis() as u64;
         if self.commit.is_transactional() {
             // Output of epoch N and the offsets of checkpoint N become
             // visible together, or not at all.
@@ -408,6 +424,7 @@ impl Coordinator {
             self.gate.release(id);
         } else {
             self.store.mark_committed(id)?;
+            self.gate.release(id);
             if !offsets.is_empty() {
                 // A progress hint for lag monitoring; checkpoints own the truth.
                 if let Err(e) = self
@@ -431,6 +448,7 @@ impl Coordinator {
             duration_ms = started.elapsed().as_millis() as u64,
             alignment_ms,
             snapshot_ms,
+            prepare_ms,
             commit_ms,
             state_bytes = state_size_bytes,
             records_in = self

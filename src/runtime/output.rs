@@ -1,8 +1,10 @@
 //! The output of a keyed subtask: the chained sink. It produces results and
-//! dead letters through the shared producer and, with exactly-once
-//! delivery, holds back output of epoch N+1 until transaction N committed
-//! (the epoch gate, docs/checkpoint-protocol.md). Operators write through
-//! it and never see the producer.
+//! dead letters through the shared producer and holds back output of epoch
+//! N+1 until checkpoint N completed (the epoch gate,
+//! docs/checkpoint-protocol.md): with exactly-once delivery, until
+//! transaction N committed; with at-least-once, until the Coordinator
+//! flushed the producer. Operators write through it and never see the
+//! producer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +50,7 @@ pub struct Output {
     /// Reused buffer for a result's value: operators encode into it and
     /// call [`Output::send_buf`], so the common path allocates nothing.
     pub buf: Vec<u8>,
-    /// Exactly-once: the checkpoint whose commit must come before more output.
+    /// The checkpoint that must complete before more output.
     awaiting: Option<u64>,
     held: Vec<Held>,
 }
@@ -165,17 +167,15 @@ impl Output {
         Ok(true)
     }
 
-    /// After the snapshot of checkpoint `id`: with a transaction, later
-    /// output waits for its commit; without one, everything produced so
-    /// far must be in Kafka before the ack.
+    /// After the snapshot of checkpoint `id`, later output waits for the
+    /// checkpoint to complete. With a transaction that is its commit;
+    /// without one, the Coordinator flushes the shared producer once every
+    /// subtask has acked, so the subtask never stalls on delivery at a
+    /// barrier and the flush waits only for output of this epoch.
     pub fn after_snapshot(&mut self, id: u64) -> Result<()> {
-        if self.producer.is_transactional() {
-            self.producer.check()?;
-            self.awaiting = Some(id);
-            Ok(())
-        } else {
-            self.producer.flush()
-        }
+        self.producer.check()?;
+        self.awaiting = Some(id);
+        Ok(())
     }
 
     fn produce(&self, held: Held) -> Result<()> {

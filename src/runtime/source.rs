@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{Ack, DeadLetter, Item, SourceCommand, Update, BATCH};
 use crate::checkpoint::PartitionOffset;
@@ -76,6 +76,7 @@ impl SourceTask {
         let mut last_watermark = Instant::now();
         let parallelism = self.outputs.len() as u32;
         let mut now = super::now_ms();
+        let mut first_read = false;
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(());
@@ -115,6 +116,18 @@ impl SourceTask {
             };
             taken += 1;
             let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
+            if !first_read {
+                // Recovery time as users feel it (weir-bench recovery reads it).
+                first_read = true;
+                info!(
+                    subtask = self.subtask,
+                    topic,
+                    partition,
+                    offset,
+                    since_start_ms = crate::observe::since_process_start().as_millis() as u64,
+                    "first record read"
+                );
+            }
             scratch.clear();
             let extracted = self.pipeline.extract(
                 msg.payload(),

@@ -4,15 +4,20 @@
 //! range in each family: a snapshot taken at one parallelism is split or
 //! merged into another by copying ranges (docs/recovery.md).
 //!
-//! RocksDB's own WAL is off: durability comes from checkpoints, and the
-//! Checkpoint API flushes the memtables before linking files.
+//! Durability comes from checkpoints, not from RocksDB: its write-ahead log
+//! is written but never synced. It is there so that a snapshot need not
+//! flush memtables at the barrier: the Checkpoint API hard-links the SST
+//! files and copies the live WAL instead (bounded by `max_total_wal_size`),
+//! and memtables are flushed in the background as they fill. A flush at
+//! every barrier was most of the snapshot pause with large state
+//! (docs/checkpoint-protocol.md, "Snapshot cost").
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use rocksdb::{checkpoint::Checkpoint, ColumnFamily, Options, WriteBatch, WriteOptions, DB};
 
-use super::{split_key, state_key, Snapshot};
+use super::{changes, split_key, state_key, Snapshot};
 use crate::checkpoint::store::{create_private_dir, link_or_copy_dir};
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::error::{Result, WeirError};
@@ -23,6 +28,13 @@ pub const VALUES: &str = "default";
 pub const TIMERS: &str = "timers";
 /// Every column family, in the order they are opened and restored.
 pub const FAMILIES: [&str; 2] = [VALUES, TIMERS];
+
+/// Upper bound of the live WAL, so of what a snapshot copies.
+const MAX_TOTAL_WAL_SIZE: u64 = 16 << 20;
+
+/// A snapshot copies the live WAL when it is smaller than this, and flushes
+/// the memtables otherwise (only if the bound above was overshot).
+const WAL_SIZE_FOR_FLUSH: u64 = 4 * MAX_TOTAL_WAL_SIZE;
 
 fn db_options() -> Options {
     let mut o = Options::default();
@@ -35,6 +47,10 @@ fn db_options() -> Options {
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
     o.set_max_background_jobs(2);
     o.set_keep_log_file_num(2);
+    // The live WAL is what a snapshot copies; past this size RocksDB
+    // flushes the column family holding the oldest data, so a snapshot
+    // never copies more than this.
+    o.set_max_total_wal_size(MAX_TOTAL_WAL_SIZE);
     // Most lookups of new keys miss: a bloom filter answers them without
     // reading data blocks. Filters and indexes stay in memory (not in the
     // block cache, where a large state would evict them).
@@ -57,8 +73,8 @@ impl StateBackend {
         create_private_dir(path)?;
         let db = DB::open_cf(&db_options(), path, FAMILIES)
             .map_err(|e| WeirError::state(format!("open {}", path.display()), e))?;
-        let mut write_opts = WriteOptions::default();
-        write_opts.disable_wal(true);
+        // WAL on, never synced: see the module's doc.
+        let write_opts = WriteOptions::default();
         Ok(Self {
             db,
             path: path.to_path_buf(),
@@ -87,8 +103,15 @@ impl StateBackend {
             .collect();
         if let [h] = overlapping[..] {
             if h.key_groups == range {
-                link_or_copy_dir(&checkpoint_dir.join(&h.path), path)?;
-                return Self::open(path);
+                let from = checkpoint_dir.join(&h.path);
+                link_or_copy_dir(&from, path)?;
+                let copy = path.join(changes::FILE);
+                if copy.exists() {
+                    fs::remove_file(&copy).map_err(|e| WeirError::io(&copy, e))?;
+                }
+                let state = Self::open(path)?;
+                changes::apply(&from, &state, range)?;
+                return Ok(state);
             }
         }
         let state = Self::open(path)?;
@@ -133,6 +156,7 @@ impl StateBackend {
                 state.write(batch)?;
             }
             drop(src);
+            changes::apply(&from, &state, range)?;
             fs::remove_dir_all(&scratch).map_err(|e| WeirError::io(&scratch, e))?;
         }
         Ok(state)
@@ -160,14 +184,20 @@ impl StateBackend {
             .map_err(|e| WeirError::state(format!("write {}", self.path.display()), e))
     }
 
-    /// Creates a RocksDB checkpoint at `target` (flush + hard links:
-    /// milliseconds, whatever the state size). The caller writes back its
+    /// Creates a RocksDB checkpoint at `target`: hard links to the SST
+    /// files and a copy of the live WAL, no memtable flush, so the cost
+    /// grows with neither the state nor the writes since the last
+    /// snapshot beyond `MAX_TOTAL_WAL_SIZE`. The caller writes back its
     /// caches first. The parent of `target` must exist: a snapshot never
     /// creates the checkpoint folder it goes into. Returns its files.
     pub fn snapshot(&self, target: &Path) -> Result<Snapshot> {
         let cp = Checkpoint::new(&self.db).map_err(|e| WeirError::state("checkpoint", e))?;
-        cp.create_checkpoint(target)
-            .map_err(|e| WeirError::state(format!("checkpoint into {}", target.display()), e))?;
+        create_checkpoint(&cp, target, WAL_SIZE_FOR_FLUSH).map_err(|message| {
+            WeirError::Snapshot {
+                target: target.to_path_buf(),
+                message,
+            }
+        })?;
         let mut files = Vec::new();
         for entry in fs::read_dir(target).map_err(|e| WeirError::io(target, e))? {
             let entry = entry.map_err(|e| WeirError::io(target, e))?;
@@ -188,6 +218,45 @@ impl StateBackend {
             files,
         })
     }
+}
+
+/// `Checkpoint::create_checkpoint` with RocksDB's `log_size_for_flush`,
+/// which rust-rocksdb fixes at 0 (always flush). Below that WAL size the
+/// checkpoint copies the WAL instead of flushing the memtables.
+fn create_checkpoint(
+    cp: &Checkpoint<'_>,
+    target: &Path,
+    log_size_for_flush: u64,
+) -> std::result::Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    // rust-rocksdb's Checkpoint holds the C handle as its only field that
+    // is not zero-sized; this fails to compile if that ever changes.
+    const _: () = assert!(
+        std::mem::size_of::<Checkpoint<'static>>()
+            == std::mem::size_of::<*mut librocksdb_sys::rocksdb_checkpoint_t>()
+    );
+    let path = std::ffi::CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| "the path holds a NUL byte".to_string())?;
+    let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
+    // SAFETY: the handle is alive for the borrow of `cp`; `path` outlives
+    // the call; RocksDB sets `err` to a malloc'ed message on failure, which
+    // is copied and freed here.
+    unsafe {
+        let handle =
+            *(cp as *const Checkpoint<'_> as *const *mut librocksdb_sys::rocksdb_checkpoint_t);
+        librocksdb_sys::rocksdb_checkpoint_create(
+            handle,
+            path.as_ptr(),
+            log_size_for_flush,
+            &mut err,
+        );
+        if !err.is_null() {
+            let message = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+            librocksdb_sys::rocksdb_free(err as *mut std::ffi::c_void);
+            return Err(message);
+        }
+    }
+    Ok(())
 }
 
 fn cf<'a>(db: &'a DB, name: &str) -> &'a ColumnFamily {

@@ -6,6 +6,7 @@
 //! into another instance when the parallelism changes.
 
 pub mod backend;
+pub mod changes;
 pub mod key_groups;
 pub mod timers;
 pub mod value;
@@ -130,6 +131,10 @@ pub fn state_key(key_group: u32, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Pending timer changes that a snapshot writes back to RocksDB after it
+/// was taken (below this they ride along in each changes file).
+const TIMER_WRITE_BACK: usize = 16_384;
+
 /// One subtask's keyed state: its RocksDB instance, typed values with a
 /// write-back cache, and timers.
 pub struct KeyedState<V = Accumulator> {
@@ -199,9 +204,43 @@ impl<V: StateValue> KeyedState<V> {
     }
 
     /// Writes back and snapshots into `target` (whose parent must exist).
+    /// The snapshot is the RocksDB checkpoint plus a changes file with
+    /// the cache entries and timer changes not yet written back: nothing is
+    /// written into RocksDB at the barrier ([`changes`]).
     pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
-        self.write_back()?;
-        self.backend.snapshot(target)
+        let started = std::time::Instant::now();
+        let mut snapshot = self.backend.snapshot(target)?;
+        let checkpoint = started.elapsed();
+        let mut changes = changes::ChangesWriter::new();
+        self.values.collect_dirty(&mut changes);
+        self.timers.collect_dirty(&mut changes);
+        let entries = changes.entries();
+        let size = changes.write(target)?;
+        snapshot.files.push(SnapshotFile {
+            name: changes::FILE.into(),
+            size_bytes: size,
+            crc32: None,
+        });
+        snapshot.files.sort_by(|a, b| a.name.cmp(&b.name));
+        snapshot.size_bytes += size;
+        let changes_done = started.elapsed();
+        // Values are written back in slices as they accumulate; timers have
+        // no slices of their own, so a large backlog goes now, after the
+        // snapshot was taken.
+        if self.timers.pending_changes() >= TIMER_WRITE_BACK {
+            self.timers.write_back(&self.backend)?;
+        }
+        tracing::debug!(
+            target_dir = %target.display(),
+            checkpoint_us = checkpoint.as_micros() as u64,
+            changes_us = (changes_done - checkpoint).as_micros() as u64,
+            timers_write_back_us = (started.elapsed() - changes_done).as_micros() as u64,
+            changes = entries,
+            changes_bytes = size,
+            files = snapshot.files.len(),
+            "state snapshot"
+        );
+        Ok(snapshot)
     }
 }
 
@@ -271,6 +310,128 @@ mod tests {
         )
         .unwrap();
         assert_eq!(count(&again, "a"), 3);
+    }
+
+    fn files_with(dir: &Path, extension: &str) -> Vec<(String, u64)> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.path().extension().is_some_and(|x| x == extension))
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, e.metadata().unwrap().len())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_copies_the_wal_instead_of_flushing_memtables() {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = tmp.path().join("live");
+        let mut s = KeyedState::open(&live, 1000).unwrap();
+        for i in 0..500u32 {
+            add(&mut s, &format!("w{i}"), i % 7 + 1);
+        }
+        s.write_back().unwrap();
+        let ssts_before = files_with(&live, "sst");
+        let snap = tmp.path().join("chk/state/wc/0");
+        fs::create_dir_all(snap.parent().unwrap()).unwrap();
+        s.snapshot(&snap).unwrap();
+        // No flush at the barrier: the live instance has the same SSTs, and
+        // the snapshot carries the writes in a copy of the WAL.
+        assert_eq!(files_with(&live, "sst"), ssts_before);
+        let wal = files_with(&snap, "log");
+        assert!(
+            wal.iter().any(|(_, len)| *len > 0),
+            "no WAL in the snapshot: {wal:?}"
+        );
+        add(&mut s, "w1", 100); // after the snapshot: must not be restored
+        s.write_back().unwrap();
+        drop(s);
+        let handle = StateHandle {
+            uid: "wc".into(),
+            subtask: 0,
+            key_groups: (0, 8),
+            path: "state/wc/0".into(),
+            size_bytes: 0,
+            files: vec![],
+        };
+        let r = KeyedState::restore(
+            &tmp.path().join("restored"),
+            2,
+            &tmp.path().join("chk"),
+            &[&handle],
+            (0, 8),
+        )
+        .unwrap();
+        for i in 0..500u32 {
+            assert_eq!(count(&r, &format!("w{i}")), u64::from(i % 7 + 1), "w{i}");
+        }
+    }
+
+    #[test]
+    fn changes_not_yet_written_back_are_in_the_snapshot_and_not_in_rocksdb() {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = tmp.path().join("live");
+        let mut s = KeyedState::open(&live, 1000).unwrap();
+        add(&mut s, "kept", 2);
+        add(&mut s, "gone", 1);
+        s.write_back().unwrap();
+        // Changes after the last write-back: an update, a delete, a new key
+        // and a timer.
+        add(&mut s, "kept", 3);
+        let gone = state_key(key_group(b"gone", 8), b"gone");
+        s.values.remove(&s.backend, &gone).unwrap();
+        add(&mut s, "new", 1);
+        let new_key = state_key(key_group(b"new", 8), b"new");
+        s.timers.register(100, new_key.clone());
+        let snap = tmp.path().join("chk/state/wc/0");
+        fs::create_dir_all(snap.parent().unwrap()).unwrap();
+        let snapshot = s.snapshot(&snap).unwrap();
+        assert!(snapshot.files.iter().any(|f| f.name == changes::FILE));
+        // Nothing was written into RocksDB at the barrier.
+        let stored = |s: &KeyedState, key: &[u8]| {
+            s.backend
+                .db()
+                .get_cf(s.backend.cf(backend::VALUES), key)
+                .unwrap()
+                .map(|v| Accumulator::decode(&v).unwrap().count)
+        };
+        let kept = state_key(key_group(b"kept", 8), b"kept");
+        assert_eq!(stored(&s, &kept), Some(2));
+        assert_eq!(stored(&s, &gone), Some(1));
+        assert_eq!(stored(&s, &new_key), None);
+        // The live instance still sees its own changes.
+        assert_eq!(
+            (count(&s, "kept"), count(&s, "gone"), count(&s, "new")),
+            (5, 0, 1)
+        );
+        drop(s);
+        let handle = StateHandle {
+            uid: "wc".into(),
+            subtask: 0,
+            key_groups: (0, 8),
+            path: "state/wc/0".into(),
+            size_bytes: 0,
+            files: vec![],
+        };
+        let r: KeyedState = KeyedState::restore(
+            &tmp.path().join("restored"),
+            1000,
+            &tmp.path().join("chk"),
+            &[&handle],
+            (0, 8),
+        )
+        .unwrap();
+        assert_eq!(
+            (count(&r, "kept"), count(&r, "gone"), count(&r, "new")),
+            (5, 0, 1)
+        );
+        assert_eq!(r.timers.next_time(), Some(100));
+        assert!(
+            !tmp.path().join("restored").join(changes::FILE).exists(),
+            "the applied changes file is not left in the live instance"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! An in-memory ordered index mirrors the family (loaded at open and
 //! restore), so finding the due timers at a watermark costs a range of that
 //! index, not a RocksDB scan per watermark; changes reach RocksDB at
-//! write-back, before every snapshot. Memory: one entry per pending timer
+//! write-back (after a snapshot, once many are pending) and go into each
+//! snapshot's changes file until then. Memory: one entry per pending timer
 //! (one or two per open window).
 
 use std::collections::BTreeSet;
@@ -16,6 +17,7 @@ use rocksdb::WriteBatch;
 use rustc_hash::FxHashMap;
 
 use super::backend::{StateBackend, TIMERS};
+use super::changes::{self, ChangesWriter};
 use crate::error::{Result, WeirError};
 
 /// A timer: when it fires and what it is for (`key_group | rest`).
@@ -122,6 +124,20 @@ impl TimerService {
 
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// Changes not yet written back.
+    pub fn pending_changes(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Adds the changes since the last write-back to a snapshot's changes
+    /// file; they stay pending.
+    pub fn collect_dirty(&self, out: &mut ChangesWriter) {
+        for ((time, payload), present) in &self.dirty {
+            let key = timer_key(*time, payload);
+            out.entry(changes::TIMERS, &key, present.then_some(&[][..]));
+        }
     }
 
     /// Writes the changes since the last write-back to the timer family.

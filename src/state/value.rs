@@ -2,13 +2,15 @@
 //! bounded write-back cache in front (as Kafka Streams' record cache): a
 //! RocksDB get+put per update caps a core at a few hundred thousand updates
 //! a second, while a `WriteBatch` of thousands of puts runs at millions.
-//! Dirty entries are written back in slices as they accumulate and at
-//! every barrier, before the snapshot.
+//! Dirty entries are written back in slices as they accumulate; a snapshot
+//! does not write them back but copies them into its changes file
+//! ([`super::changes`]).
 
 use rocksdb::WriteBatch;
 use rustc_hash::FxHashMap;
 
 use super::backend::{StateBackend, VALUES};
+use super::changes::{self, ChangesWriter};
 use super::{corrupt, read_error, StateValue};
 use crate::error::Result;
 
@@ -198,6 +200,26 @@ impl<V: StateValue> ValueState<V> {
         // Deleted entries need not stay cached once written.
         self.cache.retain(|_, c| c.value.is_some() || c.dirty);
         backend.write(batch)
+    }
+
+    /// Adds every dirty entry to a snapshot's changes file; they stay dirty.
+    pub fn collect_dirty(&mut self, out: &mut ChangesWriter) {
+        for key in &self.dirty {
+            let Some(c) = self.cache.get(key) else {
+                continue;
+            };
+            if !c.dirty {
+                continue;
+            }
+            match &c.value {
+                Some(v) => {
+                    self.encoded.clear();
+                    v.encode(&mut self.encoded);
+                    out.entry(changes::VALUES, key, Some(&self.encoded));
+                }
+                None => out.entry(changes::VALUES, key, None),
+            }
+        }
     }
 
     /// Entries in the cache (for metrics and tests).

@@ -1,0 +1,198 @@
+//! The changes file of a snapshot: the cache entries not yet written back
+//! to RocksDB when the snapshot was taken.
+//!
+//! A snapshot is the RocksDB checkpoint (hard links and a WAL copy) *plus*
+//! this file, so the barrier no longer writes the write-back cache into
+//! RocksDB: it encodes the dirty entries sequentially into one file, which
+//! costs a fraction of a `WriteBatch` into the memtable and the WAL. The
+//! entries stay dirty in the cache and reach RocksDB with the next
+//! write-back slice. A restore opens the checkpoint and then applies the
+//! file's entries of its key groups (docs/checkpoint-protocol.md,
+//! "Snapshot cost"). The Coordinator fsyncs and checksums it with the
+//! other snapshot files.
+//!
+//! Format: the magic `WEIRCHG1`, then entries of
+//! `family (u8: 0 values, 1 timers) | op (u8: 1 put, 0 delete) |
+//! key length (u32 LE) | key | value length (u32 LE) | value`, keys with
+//! their key-group prefix as in RocksDB.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use rocksdb::WriteBatch;
+
+use super::backend::{StateBackend, FAMILIES};
+use super::split_key;
+use crate::error::{Result, WeirError};
+
+/// The file's name inside a snapshot folder.
+pub const FILE: &str = "WEIR-CHANGES";
+
+const MAGIC: &[u8; 8] = b"WEIRCHG1";
+
+/// Family numbers in the file (indexes into [`FAMILIES`]).
+pub const VALUES: u8 = 0;
+pub const TIMERS: u8 = 1;
+
+/// Collects entries for one changes file.
+pub struct ChangesWriter {
+    buf: Vec<u8>,
+    entries: usize,
+}
+
+impl Default for ChangesWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChangesWriter {
+    pub fn new() -> Self {
+        Self {
+            buf: MAGIC.to_vec(),
+            entries: 0,
+        }
+    }
+
+    /// A put (`Some`) or a delete (`None`) of `key` in `family`.
+    pub fn entry(&mut self, family: u8, key: &[u8], value: Option<&[u8]>) {
+        self.buf.push(family);
+        self.buf.push(u8::from(value.is_some()));
+        self.buf
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(key);
+        let value = value.unwrap_or_default();
+        self.buf
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(value);
+        self.entries += 1;
+    }
+
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// Writes the file into the snapshot folder `dir` (not synced: the
+    /// Coordinator syncs every snapshot file before `_metadata`). Returns
+    /// its size.
+    pub fn write(self, dir: &Path) -> Result<u64> {
+        let path = dir.join(FILE);
+        let mut f = fs::File::create(&path).map_err(|e| WeirError::io(&path, e))?;
+        f.write_all(&self.buf)
+            .map_err(|e| WeirError::io(&path, e))?;
+        Ok(self.buf.len() as u64)
+    }
+}
+
+/// Applies the changes file in snapshot folder `dir`, if there is one, to
+/// `backend`: only keys of key groups in `range`. Returns how many entries
+/// it applied.
+pub fn apply(dir: &Path, backend: &StateBackend, range: (u32, u32)) -> Result<usize> {
+    let path = dir.join(FILE);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(WeirError::io(&path, e)),
+    };
+    let bad = |at: usize, why: &str| {
+        WeirError::Recovery(format!(
+            "changes file {} is damaged at byte {at}: {why}",
+            path.display()
+        ))
+    };
+    if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return Err(bad(0, "it does not start with WEIRCHG1"));
+    }
+    let mut at = MAGIC.len();
+    let take = |at: &mut usize, n: usize| -> Result<&[u8]> {
+        let part = bytes
+            .get(*at..*at + n)
+            .ok_or_else(|| bad(*at, "it ends inside an entry"))?;
+        *at += n;
+        Ok(part)
+    };
+    let mut batch = WriteBatch::default();
+    let mut applied = 0;
+    while at < bytes.len() {
+        let head = take(&mut at, 2)?;
+        let (family, op) = (head[0], head[1]);
+        let family = *FAMILIES
+            .get(usize::from(family))
+            .ok_or_else(|| bad(at - 2, "unknown column family"))?;
+        let key_len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
+        let key = take(&mut at, key_len)?;
+        let value_len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
+        let value = take(&mut at, value_len)?;
+        let (kg, _) = split_key(key).ok_or_else(|| bad(at, "a key shorter than its key group"))?;
+        if kg < range.0 || kg >= range.1 {
+            continue;
+        }
+        let cf = backend.cf(family);
+        match op {
+            1 => batch.put_cf(cf, key, value),
+            0 => batch.delete_cf(cf, key),
+            _ => return Err(bad(at, "unknown operation")),
+        }
+        applied += 1;
+    }
+    backend.write(batch)?;
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::backend::VALUES as VALUES_CF;
+    use crate::state::state_key;
+
+    #[test]
+    fn entries_of_the_range_are_applied_and_others_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = StateBackend::open(&tmp.path().join("db")).unwrap();
+        let mut w = ChangesWriter::new();
+        w.entry(VALUES, &state_key(1, b"a"), Some(b"one"));
+        w.entry(VALUES, &state_key(5, b"b"), Some(b"five"));
+        w.entry(VALUES, &state_key(2, b"gone"), None);
+        w.entry(TIMERS, &state_key(2, b"t"), Some(b""));
+        let snap = tmp.path().join("snap");
+        fs::create_dir(&snap).unwrap();
+        let mut batch = WriteBatch::default();
+        batch.put_cf(backend.cf(VALUES_CF), state_key(2, b"gone"), b"x");
+        backend.write(batch).unwrap();
+        assert_eq!(w.entries(), 4);
+        w.write(&snap).unwrap();
+        assert_eq!(apply(&snap, &backend, (0, 4)).unwrap(), 3);
+        let get = |k: &[u8]| backend.db().get_cf(backend.cf(VALUES_CF), k).unwrap();
+        assert_eq!(get(&state_key(1, b"a")), Some(b"one".to_vec()));
+        assert_eq!(
+            get(&state_key(5, b"b")),
+            None,
+            "key group 5 is outside 0..4"
+        );
+        assert_eq!(get(&state_key(2, b"gone")), None, "deleted");
+        let timer = backend
+            .db()
+            .get_cf(backend.cf(FAMILIES[1]), state_key(2, b"t"))
+            .unwrap();
+        assert_eq!(timer, Some(vec![]));
+    }
+
+    #[test]
+    fn a_missing_file_is_no_changes_and_a_cut_one_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = StateBackend::open(&tmp.path().join("db")).unwrap();
+        assert_eq!(apply(tmp.path(), &backend, (0, 8)).unwrap(), 0);
+        let mut w = ChangesWriter::new();
+        w.entry(VALUES, &state_key(1, b"abc"), Some(b"value"));
+        w.write(tmp.path()).unwrap();
+        let path = tmp.path().join(FILE);
+        let bytes = fs::read(&path).unwrap();
+        fs::write(&path, &bytes[..bytes.len() - 2]).unwrap();
+        let e = apply(tmp.path(), &backend, (0, 8)).unwrap_err().to_string();
+        assert!(
+            e.contains(FILE) && e.contains("ends inside an entry"),
+            "{e}"
+        );
+    }
+}
