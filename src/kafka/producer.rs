@@ -95,9 +95,71 @@ pub fn producer_config(c: &Config) -> ClientConfig {
     cc
 }
 
+/// Records for one topic, gathered for one `rd_kafka_produce_batch` call:
+/// keys and values back to back in one buffer, so that gathering allocates
+/// nothing once the buffers have grown.
+#[derive(Default)]
+pub struct ProduceBatch {
+    data: Vec<u8>,
+    /// Key start, key length, value start, value length, per record.
+    records: Vec<(usize, usize, usize, usize)>,
+}
+
+impl ProduceBatch {
+    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        let k = self.data.len();
+        self.data.extend_from_slice(key);
+        let v = self.data.len();
+        self.data.extend_from_slice(value);
+        self.records.push((k, key.len(), v, value.len()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.records.clear();
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let (k, kl, _, _) = self.records[i];
+        &self.data[k..k + kl]
+    }
+}
+
+/// What became of a batch: how many records were enqueued, and the keys
+/// and sizes of those refused for their size (for the bad-record policy).
+#[derive(Debug, Default)]
+pub struct BatchSent {
+    pub sent: u64,
+    pub too_large: Vec<(Vec<u8>, usize)>,
+}
+
+/// librdkafka's RD_KAFKA_PARTITION_UA (a macro, not in the bindings): the
+/// configured partitioner picks the partition.
+const PARTITION_UA: i32 = -1;
+
+/// A librdkafka topic handle, kept for the producer's life so that a batch
+/// costs no topic lookup by name (rust-rdkafka's per-record `send` makes a
+/// C string and looks the topic up under the client's lock every time).
+struct TopicHandle(*mut rdkafka::bindings::rd_kafka_topic_t);
+
+// SAFETY: librdkafka topic handles may be used from any thread.
+unsafe impl Send for TopicHandle {}
+unsafe impl Sync for TopicHandle {}
+
 /// The sink producer.
 pub struct SinkProducer {
     inner: ThreadedProducer<SinkContext>,
+    /// Topic handles for [`SinkProducer::send_batch`], destroyed before the
+    /// client (see `Drop`).
+    topics: Mutex<Vec<(String, TopicHandle)>>,
     transactional_id: Option<String>,
     /// When the open transaction began (exactly-once).
     txn_started: Mutex<Option<Instant>>,
@@ -117,6 +179,7 @@ impl SinkProducer {
             .map_err(|e| WeirError::kafka("create producer", e))?;
         let p = Self {
             inner,
+            topics: Mutex::new(Vec::new()),
             transactional_id,
             txn_started: Mutex::new(None),
             cancel,
@@ -177,6 +240,115 @@ impl SinkProducer {
                 }
             }
         }
+    }
+
+    /// The cached librdkafka handle of `topic`.
+    fn topic_handle(&self, topic: &str) -> Result<*mut rdkafka::bindings::rd_kafka_topic_t> {
+        let mut topics = self.topics.lock().expect("topic handles lock");
+        if let Some((_, h)) = topics.iter().find(|(name, _)| name == topic) {
+            return Ok(h.0);
+        }
+        let name = std::ffi::CString::new(topic).map_err(|_| WeirError::Task {
+            task: "sink".into(),
+            reason: format!("topic name {topic:?} holds a NUL byte"),
+        })?;
+        // SAFETY: the client is alive; a NULL configuration means the
+        // producer's defaults. The handle is destroyed in `Drop`.
+        let rkt = unsafe {
+            rdkafka::bindings::rd_kafka_topic_new(
+                self.inner.client().native_ptr(),
+                name.as_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rkt.is_null() {
+            return Err(WeirError::Task {
+                task: "sink".into(),
+                reason: format!("librdkafka refused a handle for topic {topic:?}"),
+            });
+        }
+        topics.push((topic.to_string(), TopicHandle(rkt)));
+        Ok(rkt)
+    }
+
+    /// Enqueues a batch of records to `topic` with one
+    /// `rd_kafka_produce_batch` call (per retry), partitioned by key as
+    /// [`SinkProducer::send`] does, and empties it. While librdkafka's
+    /// queue is full it waits and retries from the first refused record:
+    /// librdkafka refuses every record after that one too, so the order of
+    /// records, and of one key's updates, is kept. Records refused for
+    /// their size are returned for the bad-record policy.
+    pub fn send_batch(
+        &self,
+        topic: &str,
+        batch: &mut ProduceBatch,
+    ) -> std::result::Result<BatchSent, SendError> {
+        use rdkafka::bindings as rd;
+        use rdkafka::types::RDKafkaRespErr;
+        let rkt = self.topic_handle(topic)?;
+        let n = batch.len();
+        let mut messages: Vec<rd::rd_kafka_message_t> = batch
+            .records
+            .iter()
+            .map(|&(k, kl, v, vl)| rd::rd_kafka_message_t {
+                err: RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+                rkt: std::ptr::null_mut(),
+                partition: PARTITION_UA,
+                payload: batch.data[v..].as_ptr() as *mut std::ffi::c_void,
+                len: vl,
+                key: batch.data[k..].as_ptr() as *mut std::ffi::c_void,
+                key_len: kl,
+                offset: 0,
+                _private: std::ptr::null_mut(),
+            })
+            .collect();
+        let mut out = BatchSent::default();
+        let mut from = 0;
+        while from < n {
+            // SAFETY: `messages[from..]` points into `batch.data`, which
+            // outlives the call; RD_KAFKA_MSG_F_COPY makes librdkafka copy
+            // keys and values before it returns.
+            unsafe {
+                rd::rd_kafka_produce_batch(
+                    rkt,
+                    PARTITION_UA,
+                    rd::RD_KAFKA_MSG_F_COPY as std::ffi::c_int,
+                    messages[from..].as_mut_ptr(),
+                    (n - from) as std::ffi::c_int,
+                );
+            }
+            let mut retry_from = None;
+            for (i, m) in messages.iter().enumerate().skip(from) {
+                match m.err {
+                    RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR => out.sent += 1,
+                    RDKafkaRespErr::RD_KAFKA_RESP_ERR__QUEUE_FULL => {
+                        retry_from = Some(i);
+                        break;
+                    }
+                    RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE => {
+                        out.too_large
+                            .push((batch.key(i).to_vec(), m.key_len + m.len));
+                    }
+                    code => {
+                        self.check()?;
+                        let e = KafkaError::MessageProduction(code.into());
+                        return Err(self.txn_error(&format!("produce to {topic:?}"), e).into());
+                    }
+                }
+            }
+            let Some(i) = retry_from else { break };
+            if self.cancel.is_cancelled() {
+                batch.clear();
+                return Err(SendError::Cancelled);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            for m in &mut messages[i..] {
+                m.err = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR;
+            }
+            from = i;
+        }
+        batch.clear();
+        Ok(out)
     }
 
     /// Fails if any delivery failed or the producer hit a fatal error.
@@ -319,6 +491,17 @@ impl SinkProducer {
     }
 }
 
+impl Drop for SinkProducer {
+    fn drop(&mut self) {
+        // Topic handles go before the client they belong to (the fields
+        // are dropped after this).
+        for (_, h) in self.topics.lock().expect("topic handles lock").drain(..) {
+            // SAFETY: created by rd_kafka_topic_new, destroyed once.
+            unsafe { rdkafka::bindings::rd_kafka_topic_destroy(h.0) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,21 +543,22 @@ delivery = "exactly-once"
         assert_eq!(cc.get("transactional.id"), Some("wc-0"));
     }
 
-    #[test]
-    fn a_send_blocked_on_a_full_queue_gives_up_when_the_attempt_is_cancelled() {
+    /// A producer whose broker never answers (port 1), so nothing leaves
+    /// librdkafka's queue, with `properties` as `[kafka.properties]`.
+    fn unreachable_producer(properties: &str, cancel: CancellationToken) -> SinkProducer {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.toml");
-        // No broker answers on port 1: nothing leaves librdkafka's queue.
         std::fs::write(
             &path,
-            r#"
+            format!(
+                r#"
 [job]
 name = "wc"
 [kafka]
 bootstrap_servers = "127.0.0.1:1"
 group_id = "g"
 [kafka.properties]
-"queue.buffering.max.messages" = "1"
+{properties}
 [checkpoint]
 dir = "/tmp/c"
 [state]
@@ -385,12 +569,56 @@ topics = ["in"]
 kind = "word-count"
 [sink]
 topic = "out"
-"#,
+"#
+            ),
         )
         .unwrap();
         let c = Config::load(&path).unwrap();
+        SinkProducer::create(&c, cancel).unwrap()
+    }
+
+    #[test]
+    fn a_batch_enqueues_in_one_call_and_hands_back_records_over_the_size_limit() {
+        let p = unreachable_producer(r#""message.max.bytes" = "1000""#, CancellationToken::new());
+        let mut batch = ProduceBatch::default();
+        batch.push(b"a", b"1");
+        batch.push(b"big", &[b'x'; 2000]);
+        batch.push(b"c", b"3");
+        let sent = p.send_batch("out", &mut batch).unwrap();
+        assert_eq!(sent.sent, 2);
+        assert_eq!(sent.too_large, vec![(b"big".to_vec(), 2003)]);
+        assert!(batch.is_empty(), "the batch is emptied");
+        assert_eq!(p.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_batch_blocked_on_a_full_queue_gives_up_when_the_attempt_is_cancelled() {
         let cancel = CancellationToken::new();
-        let p = SinkProducer::create(&c, cancel.clone()).unwrap();
+        let p = unreachable_producer(r#""queue.buffering.max.messages" = "3""#, cancel.clone());
+        let mut batch = ProduceBatch::default();
+        for i in 0..5u8 {
+            batch.push(&[i], b"v");
+        }
+        let canceller = {
+            let cancel = cancel.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                cancel.cancel();
+            })
+        };
+        let started = std::time::Instant::now();
+        let result = p.send_batch("out", &mut batch);
+        assert!(matches!(result, Err(SendError::Cancelled)), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The first three went in; the rest waited for room, in order.
+        assert_eq!(p.in_flight(), 3);
+        canceller.join().unwrap();
+    }
+
+    #[test]
+    fn a_send_blocked_on_a_full_queue_gives_up_when_the_attempt_is_cancelled() {
+        let cancel = CancellationToken::new();
+        let p = unreachable_producer(r#""queue.buffering.max.messages" = "1""#, cancel.clone());
         p.send("out", Some(b"k"), Some(b"v"), None, None).unwrap();
         let canceller = {
             let cancel = cancel.clone();

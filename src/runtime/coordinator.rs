@@ -363,6 +363,9 @@ impl Coordinator {
                 flush_ms = flush_started.elapsed().as_millis() as u64,
                 "output flushed"
             );
+            // The hold only kept this flush to epoch N; without a
+            // transaction nothing else waits for the checkpoint to finish.
+            self.gate.release(id);
         }
         state.sort_by_key(|h| h.subtask);
         let mut meta = CheckpointMetadata {
@@ -424,7 +427,6 @@ impl Coordinator {
             self.gate.release(id);
         } else {
             self.store.mark_committed(id)?;
-            self.gate.release(id);
             if !offsets.is_empty() {
                 // A progress hint for lag monitoring; checkpoints own the truth.
                 if let Err(e) = self
@@ -448,6 +450,7 @@ impl Coordinator {
             duration_ms = started.elapsed().as_millis() as u64,
             alignment_ms,
             snapshot_ms,
+            acks_ms = acks_done.duration_since(started).as_millis() as u64,
             prepare_ms,
             commit_ms,
             state_bytes = state_size_bytes,

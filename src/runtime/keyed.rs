@@ -112,6 +112,7 @@ impl<O: Operator> KeyedTask<O> {
                             Item::DeadLetter(dl) => self.output.dead_letter(dl)?,
                         }
                     }
+                    self.output.flush_batch()?;
                 }
                 Element::Watermark(w) => {
                     if let Some(w) = run.valve.on_watermark(input, w) {

@@ -51,6 +51,10 @@ fn db_options() -> Options {
     // flushes the column family holding the oldest data, so a snapshot
     // never copies more than this.
     o.set_max_total_wal_size(MAX_TOTAL_WAL_SIZE);
+    // Every snapshot copies the MANIFEST, which grows with each flush and
+    // compaction until it is rolled (1 GiB by default); rolled at 4 MiB,
+    // the copy stays small.
+    o.set_max_manifest_file_size(4 << 20);
     // Most lookups of new keys miss: a bloom filter answers them without
     // reading data blocks. Filters and indexes stay in memory (not in the
     // block cache, where a large state would evict them).

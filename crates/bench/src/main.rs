@@ -746,14 +746,19 @@ fn checkpoint_cost(args: CostArgs) {
         let peak_rss_mb = pg.peak_rss_mb();
         pg.stop(Duration::from_secs(60));
         // Where the time goes, from weir's own log: the pause split into
-        // cache write-back and RocksDB checkpoint (debug lines, with
-        // WEIR_BENCH_LOG=weir=debug), and the Coordinator's prepare step.
+        // RocksDB checkpoint, changes file and timer write-back (debug
+        // lines, with WEIR_BENCH_LOG=weir=debug), and the Coordinator's
+        // prepare and commit steps.
         let log = std::fs::read_to_string(ctx.dir.join("system.log")).unwrap_or_default();
         for (message, field) in [
-            ("state snapshot", "write_back_us"),
             ("state snapshot", "checkpoint_us"),
+            ("state snapshot", "changes_us"),
+            ("state snapshot", "changes"),
+            ("state snapshot", "timers_write_back_us"),
+            ("checkpoint completed", "acks_ms"),
             ("checkpoint completed", "prepare_ms"),
             ("checkpoint completed", "commit_ms"),
+            ("checkpoint completed", "duration_ms"),
         ] {
             let mut values = log_field_values(&log, message, field);
             if values.is_empty() {
@@ -816,7 +821,7 @@ fn checkpoint_cost(args: CostArgs) {
 
 /// The values of `field=<integer>` on the log lines carrying `message`.
 fn log_field_values(log: &str, message: &str, field: &str) -> Vec<u64> {
-    let key = format!("{field}=");
+    let key = format!(" {field}=");
     log.lines()
         .filter(|l| l.contains(message))
         .filter_map(|l| {
