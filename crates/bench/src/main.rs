@@ -645,8 +645,18 @@ fn recovery(args: RecoveryArgs) {
         let total: i64 = ends.iter().map(|(_, e)| e).sum();
         for name in args.systems.split(',') {
             let system = System::parse(name).unwrap_or_else(|| panic!("unknown system {name}"));
-            let dir = tempfile::tempdir().unwrap();
-            let ctx = Ctx::new("rec", &input, dir.path(), args.parallelism);
+            let tmp = tempfile::tempdir().unwrap();
+            // WEIR_BENCH_KEEP=1 keeps the run's folder (logs included) to
+            // read where the restart's time went.
+            let (_tmp, dir) = if std::env::var_os("WEIR_BENCH_KEEP").is_some() {
+                let kept = tmp.keep();
+                eprintln!("keeping {}", kept.display());
+                (None, kept)
+            } else {
+                let path = tmp.path().to_path_buf();
+                (Some(tmp), path)
+            };
+            let ctx = Ctx::new("rec", &input, &dir, args.parallelism);
             let group = system.group(&ctx);
             let client = measure::consumer(&group);
             let mut pg = system.launch(&ctx, false);
