@@ -577,6 +577,15 @@ topic = "out"
         SinkProducer::create(&c, cancel).unwrap()
     }
 
+    /// Cancels `cancel` after `delay`, on another thread.
+    fn cancel_after(cancel: &CancellationToken, delay: Duration) -> std::thread::JoinHandle<()> {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            cancel.cancel();
+        })
+    }
+
     #[test]
     fn a_batch_enqueues_in_one_call_and_hands_back_records_over_the_size_limit() {
         let p = unreachable_producer(r#""message.max.bytes" = "1000""#, CancellationToken::new());
@@ -588,7 +597,9 @@ topic = "out"
         assert_eq!(sent.sent, 2);
         assert_eq!(sent.too_large, vec![(b"big".to_vec(), 2003)]);
         assert!(batch.is_empty(), "the batch is emptied");
-        assert_eq!(p.in_flight(), 2);
+        // in_flight also counts librdkafka's pending events (connection
+        // errors here), so it can only be bounded from below.
+        assert!(p.in_flight() >= 2, "{}", p.in_flight());
     }
 
     #[test]
@@ -599,19 +610,14 @@ topic = "out"
         for i in 0..5u8 {
             batch.push(&[i], b"v");
         }
-        let canceller = {
-            let cancel = cancel.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(200));
-                cancel.cancel();
-            })
-        };
+        let canceller = cancel_after(&cancel, Duration::from_millis(200));
         let started = std::time::Instant::now();
         let result = p.send_batch("out", &mut batch);
         assert!(matches!(result, Err(SendError::Cancelled)), "{result:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
-        // The first three went in; the rest waited for room, in order.
-        assert_eq!(p.in_flight(), 3);
+        // The first three went in (in_flight also counts pending events);
+        // the rest waited for room, in order, until the cancel.
+        assert!(p.in_flight() >= 3, "{}", p.in_flight());
         canceller.join().unwrap();
     }
 
@@ -620,13 +626,7 @@ topic = "out"
         let cancel = CancellationToken::new();
         let p = unreachable_producer(r#""queue.buffering.max.messages" = "1""#, cancel.clone());
         p.send("out", Some(b"k"), Some(b"v"), None, None).unwrap();
-        let canceller = {
-            let cancel = cancel.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(200));
-                cancel.cancel();
-            })
-        };
+        let canceller = cancel_after(&cancel, Duration::from_millis(200));
         let started = std::time::Instant::now();
         let second = p.send("out", Some(b"k"), Some(b"v"), None, None);
         assert!(matches!(second, Err(SendError::Cancelled)), "{second:?}");

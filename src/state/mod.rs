@@ -266,6 +266,32 @@ mod tests {
             .map_or(0, |a| a.count)
     }
 
+    /// The handle of a snapshot of key groups 0..8 at `chk/state/wc/0`.
+    fn whole_handle() -> StateHandle {
+        StateHandle {
+            uid: "wc".into(),
+            subtask: 0,
+            key_groups: (0, 8),
+            path: "state/wc/0".into(),
+            size_bytes: 0,
+            files: vec![],
+        }
+    }
+
+    /// Restores the whole key-group range from the snapshot at
+    /// `<dir>/chk/state/wc/0` into `<dir>/<live>`.
+    fn restore_whole(dir: &Path, live: &str, cache_limit: usize) -> KeyedState {
+        let handle = whole_handle();
+        KeyedState::restore(
+            &dir.join(live),
+            cache_limit,
+            &dir.join("chk"),
+            &[&handle],
+            (0, 8),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn snapshot_and_restore_keep_exactly_the_snapshot() {
         let tmp = tempfile::tempdir().unwrap();
@@ -279,36 +305,14 @@ mod tests {
         add(&mut s, "a", 10); // after the snapshot: must not be restored
         s.write_back().unwrap();
         drop(s);
-        let handle = StateHandle {
-            uid: "wc".into(),
-            subtask: 0,
-            key_groups: (0, 8),
-            path: "state/wc/0".into(),
-            size_bytes: 0,
-            files: vec![],
-        };
-        let r = KeyedState::restore(
-            &tmp.path().join("live"),
-            2,
-            &tmp.path().join("chk"),
-            &[&handle],
-            (0, 8),
-        )
-        .unwrap();
+        let r = restore_whole(tmp.path(), "live", 2);
         assert_eq!((count(&r, "a"), count(&r, "b"), count(&r, "c")), (3, 2, 1));
         // The restored instance writes on without touching the snapshot.
         let mut r = r;
         add(&mut r, "a", 1);
         r.write_back().unwrap();
         drop(r);
-        let again = KeyedState::restore(
-            &tmp.path().join("again"),
-            2,
-            &tmp.path().join("chk"),
-            &[&handle],
-            (0, 8),
-        )
-        .unwrap();
+        let again = restore_whole(tmp.path(), "again", 2);
         assert_eq!(count(&again, "a"), 3);
     }
 
@@ -348,22 +352,7 @@ mod tests {
         add(&mut s, "w1", 100); // after the snapshot: must not be restored
         s.write_back().unwrap();
         drop(s);
-        let handle = StateHandle {
-            uid: "wc".into(),
-            subtask: 0,
-            key_groups: (0, 8),
-            path: "state/wc/0".into(),
-            size_bytes: 0,
-            files: vec![],
-        };
-        let r = KeyedState::restore(
-            &tmp.path().join("restored"),
-            2,
-            &tmp.path().join("chk"),
-            &[&handle],
-            (0, 8),
-        )
-        .unwrap();
+        let r = restore_whole(tmp.path(), "restored", 2);
         for i in 0..500u32 {
             assert_eq!(count(&r, &format!("w{i}")), u64::from(i % 7 + 1), "w{i}");
         }
@@ -407,22 +396,7 @@ mod tests {
             (5, 0, 1)
         );
         drop(s);
-        let handle = StateHandle {
-            uid: "wc".into(),
-            subtask: 0,
-            key_groups: (0, 8),
-            path: "state/wc/0".into(),
-            size_bytes: 0,
-            files: vec![],
-        };
-        let r: KeyedState = KeyedState::restore(
-            &tmp.path().join("restored"),
-            1000,
-            &tmp.path().join("chk"),
-            &[&handle],
-            (0, 8),
-        )
-        .unwrap();
+        let r: KeyedState = restore_whole(tmp.path(), "restored", 1000);
         assert_eq!(
             (count(&r, "kept"), count(&r, "gone"), count(&r, "new")),
             (5, 0, 1)
@@ -518,15 +492,8 @@ mod tests {
         let mut s = s;
         s.snapshot(&target).unwrap();
         drop(s);
-        let handle = StateHandle {
-            uid: "wc".into(),
-            subtask: 0,
-            key_groups: (0, 8),
-            path: "state/wc/0".into(),
-            size_bytes: 0,
-            files: vec![],
-        };
         // Another range than the snapshot's: the keys are read one by one.
+        let handle = whole_handle();
         let e = KeyedState::<Accumulator>::restore(
             &tmp.path().join("r"),
             10,
