@@ -20,7 +20,7 @@ use crate::error::{Result, WeirError};
 use crate::kafka::producer::{ProduceBatch, SendError, SinkProducer};
 use crate::observe::metrics::Metrics;
 
-/// Output records held back while the previous transaction commits.
+/// Output records held back while the previous checkpoint completes.
 const MAX_PENDING: usize = 100_000;
 
 /// Results gathered before one `rd_kafka_produce_batch` call; the keyed
@@ -174,11 +174,8 @@ impl Output {
                 }
                 Ok(())
             }
-            Err(SendError::Cancelled) => Ok(()),
-            Err(SendError::Failed(e)) => Err(e),
-            Err(SendError::TooLarge { bytes }) => {
-                self.sent(Err(SendError::TooLarge { bytes }), b"")
-            }
+            // Cancelled and failed calls as for a single record.
+            Err(e) => self.sent(Err(e), b""),
         }
     }
 

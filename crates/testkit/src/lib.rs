@@ -196,11 +196,22 @@ pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
 
 /// Produces values round-robin over `partitions` and waits for every ack.
 pub fn produce<V: AsRef<[u8]>>(topic: &str, partitions: i32, values: &[V]) {
-    let p = producer();
+    send_round_robin(&producer(), topic, partitions, 0, values);
+}
+
+/// Sends `values` through `p`, the i-th to partition `(first + i) %
+/// partitions`, waiting while the queue is full, then waits for every ack.
+fn send_round_robin<V: AsRef<[u8]>>(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    partitions: i32,
+    first: usize,
+    values: &[V],
+) {
     for (i, v) in values.iter().enumerate() {
         let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
             .payload(v.as_ref())
-            .partition(i as i32 % partitions);
+            .partition(((first + i) % partitions as usize) as i32);
         loop {
             match p.send(rec) {
                 Ok(()) => break,
@@ -691,20 +702,6 @@ pub fn send_chunk(
     sent: &mut usize,
     lines: &[String],
 ) {
-    for line in lines {
-        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .payload(line.as_bytes())
-            .partition((*sent % 4) as i32);
-        *sent += 1;
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    p.flush(Duration::from_secs(60)).expect("flush test input");
+    send_round_robin(p, topic, 4, *sent, lines);
+    *sent += lines.len();
 }
