@@ -76,6 +76,12 @@ transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
 # Let a killed producer's open transaction be aborted quickly in tests.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=5000
+# Group mode (KIP-848): the broker owns the session timeout. 6 s instead of
+# 45 s, so that tests which kill instances see their tasks move quickly.
+group.consumer.min.session.timeout.ms=3000
+group.consumer.session.timeout.ms=6000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
 PROPS
   cat > "$home/log4j2.properties" <<PROPS
 rootLogger.level=WARN

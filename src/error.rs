@@ -124,6 +124,23 @@ pub enum WeirError {
         source: Box<KafkaError>,
     },
 
+    /// Shared checkpoint storage (a shared folder or S3) refused a call.
+    #[error("checkpoint storage: cannot {what} {location}: {reason}")]
+    Storage {
+        location: String,
+        what: String,
+        reason: String,
+    },
+
+    /// This instance lost its tasks to other members of the consumer group
+    /// while it could not reach the group (paused, partitioned): its open
+    /// transaction is aborted and it stops, as a zombie must.
+    #[error(
+        "fenced by the consumer group ({context}): the tasks of instance {instance:?} moved to \
+         other instances while it was unresponsive; its uncommitted output was aborted"
+    )]
+    GroupFenced { instance: String, context: String },
+
     #[error("checkpoint {checkpoint_id} failed: {reason}")]
     Checkpoint { checkpoint_id: u64, reason: String },
 
@@ -187,6 +204,7 @@ impl WeirError {
                 | Self::MissingTopic { .. }
                 | Self::Recovery(_)
                 | Self::Fenced { .. }
+                | Self::GroupFenced { .. }
                 | Self::Stuck { .. }
                 | Self::Locked { .. }
         )

@@ -14,6 +14,8 @@
 //! - [`cli`]: the `weir` command's subcommands.
 //! - [`time`]: event time: timestamps, per-partition watermarks, the watermark valve.
 //! - [`window`]: window assignment and session merging.
+//! - [`scale`]: group mode: instances sharing a job through a consumer group,
+//!   a repartition topic and shared checkpoint storage.
 
 pub mod admin;
 pub mod checkpoint;
@@ -25,6 +27,7 @@ pub mod kafka;
 pub mod observe;
 pub mod operators;
 pub mod runtime;
+pub mod scale;
 pub mod state;
 pub mod time;
 pub mod window;

@@ -43,8 +43,18 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     match cli.command {
         Command::Validate { config } => match load(&config) {
-            Ok(_) => {
+            Ok(c) => {
                 println!("{}: ok", config.display());
+                if c.is_group() {
+                    println!(
+                        "group mode: instance {:?} (must differ on every instance; its state.dir \
+                         must be its own)\nthese must be the same on every instance of the job:",
+                        c.instance()
+                    );
+                    for (key, value) in c.shared_settings() {
+                        println!("  {key} = {value}");
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,
@@ -82,6 +92,13 @@ fn main() -> ExitCode {
 }
 
 fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCode {
+    if config.is_group() && restore_from.is_some() {
+        eprintln!(
+            "error: --restore-from does not apply with scale.mode = \"group\": each task restores \
+             the checkpoint its committed offset names"
+        );
+        return ExitCode::from(2);
+    }
     let (shared, savepoint_requests) = JobShared::new();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -109,6 +126,8 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
                     .as_ref()
                     .and_then(|var| std::env::var(var).ok()),
                 savepoint_timeout: config.checkpoint.interval + config.checkpoint.timeout * 2,
+                ownership: shared.ownership.clone(),
+                group_mode: config.is_group(),
             });
             let bound = listener
                 .local_addr()

@@ -26,6 +26,10 @@ pub struct AdminState {
     pub savepoints: crossbeam_channel::Sender<SavepointRequest>,
     pub token: Option<String>,
     pub savepoint_timeout: Duration,
+    /// The tasks and input partitions this instance owns (group mode).
+    pub ownership: Arc<std::sync::Mutex<crate::scale::engine::Ownership>>,
+    /// Group mode takes no savepoints (its checkpoints are per task).
+    pub group_mode: bool,
 }
 
 pub fn router(state: Arc<AdminState>) -> Router {
@@ -35,6 +39,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/checkpoints", get(checkpoints))
         .route("/savepoints", post(savepoint))
+        .route("/tasks", get(tasks))
         .with_state(state)
 }
 
@@ -86,9 +91,26 @@ async fn checkpoints(State(state): State<Arc<AdminState>>, headers: HeaderMap) -
     Json(state.history.snapshot()).into_response()
 }
 
+/// The tasks and input partitions this instance owns, with the committed
+/// checkpoint of each task (group mode; empty lists otherwise).
+async fn tasks(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = unauthorized(&state, &headers) {
+        return denied;
+    }
+    let owned = state.ownership.lock().expect("ownership lock").clone();
+    Json(owned).into_response()
+}
+
 async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
     if let Some(denied) = unauthorized(&state, &headers) {
         return denied;
+    }
+    if state.group_mode {
+        return (
+            StatusCode::NOT_IMPLEMENTED,
+            Json(serde_json::json!({ "error": "savepoints are not available with scale.mode = \"group\": each task's committed checkpoint is in checkpoint.dir" })),
+        )
+            .into_response();
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     // The queue is bounded (`runtime::SAVEPOINT_QUEUE`): when it is full the
@@ -145,6 +167,8 @@ mod tests {
                 savepoints: tx,
                 token: token.map(String::from),
                 savepoint_timeout: Duration::from_secs(5),
+                ownership: Default::default(),
+                group_mode: false,
             }),
             rx,
         )

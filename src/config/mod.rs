@@ -32,6 +32,7 @@ pub struct Config {
     pub sink: SinkConfig,
     pub admin: AdminConfig,
     pub log: LogConfig,
+    pub scale: ScaleConfig,
 }
 
 /// One problem in a configuration, with the key it is about.
@@ -80,6 +81,7 @@ const SECTIONS: &[&str] = &[
     "sink",
     "admin",
     "log",
+    "scale",
 ];
 
 impl Config {
@@ -163,6 +165,7 @@ impl Config {
         let sink = section::<SinkConfig>(&tree, "sink", &mut problems);
         let admin = optional_section::<AdminConfig>(&tree, "admin", &mut problems);
         let log = optional_section::<LogConfig>(&tree, "log", &mut problems);
+        let scale = optional_section::<ScaleConfig>(&tree, "scale", &mut problems);
         let (
             Some(job),
             Some(kafka),
@@ -174,8 +177,9 @@ impl Config {
             Some(sink),
             Some(admin),
             Some(log),
+            Some(scale),
         ) = (
-            job, kafka, checkpoint, state, restart, source, pipeline, sink, admin, log,
+            job, kafka, checkpoint, state, restart, source, pipeline, sink, admin, log, scale,
         )
         else {
             return Err(fail(problems));
@@ -191,6 +195,7 @@ impl Config {
             sink,
             admin,
             log,
+            scale,
         };
         // A pipeline section that did not parse was replaced by a stand-in
         // so the other sections are still checked; what validation says
@@ -259,7 +264,29 @@ impl Config {
             .transactional_id_prefix
             .clone()
             .unwrap_or_else(|| self.job.name.clone());
-        format!("{prefix}-{}", self.sink.instance)
+        format!("{prefix}-{}", self.instance())
+    }
+
+    /// This instance's stable id: `scale.instance`, else its older name
+    /// `sink.instance`.
+    pub fn instance(&self) -> &str {
+        self.scale
+            .instance
+            .as_deref()
+            .unwrap_or(&self.sink.instance)
+    }
+
+    /// True when several instances share the job (`scale.mode = "group"`).
+    pub fn is_group(&self) -> bool {
+        self.scale.mode == ScaleMode::Group
+    }
+
+    /// The checkpoint location as written, for `s3://` detection.
+    pub fn checkpoint_url(&self) -> Option<&str> {
+        self.checkpoint
+            .dir
+            .to_str()
+            .filter(|d| d.starts_with("s3://"))
     }
 
     /// `<checkpoint.dir>/<job name>`
@@ -700,6 +727,62 @@ topic = "word-counts"
             + "[pipeline.window]\nkind = \"tumbling\"\nsize = \"1m\"\n[source.event_time]\n";
         let c = load(&nested, &[]).unwrap();
         assert_eq!(c.keyed_uid(), "aggregate-sum-amount-by-user.id-tumbling-1m");
+    }
+
+    #[test]
+    fn group_mode_reads_scale_and_s3_settings_with_secrets_from_the_environment() {
+        let text = VALID.replace("dir = \"/tmp/weir-test/chk\"", "dir = \"s3://bucket/prod\"")
+            .replace("topic = \"word-counts\"", "topic = \"word-counts\"\ndelivery = \"exactly-once\"")
+            + "[checkpoint.s3]\nendpoint = \"http://127.0.0.1:9300\"\nsecret_access_key = \"${WEIR_TEST_S3_SECRET}\"\nallow_http = true\n"
+            + "[scale]\nmode = \"group\"\ntasks = 16\ninstance = \"${WEIR_TEST_HOST}\"\n";
+        let env = [
+            ("WEIR_TEST_S3_SECRET", "s3cret"),
+            ("WEIR_TEST_HOST", "weir-2"),
+        ];
+        let c = load(&text, &env).unwrap();
+        assert!(c.is_group());
+        assert_eq!(c.scale.tasks, 16);
+        assert_eq!(c.instance(), "weir-2");
+        assert_eq!(c.transactional_id(), "wc-weir-2");
+        assert_eq!(c.checkpoint_url(), Some("s3://bucket/prod"));
+        let s3 = c.checkpoint.s3.as_ref().unwrap();
+        assert_eq!(s3.secret_access_key.as_deref(), Some("s3cret"));
+        assert!(s3.allow_http);
+        // `sink.instance` stays accepted as the older name.
+        let old = VALID.replace(
+            "topic = \"word-counts\"",
+            "topic = \"word-counts\"\ninstance = \"b\"",
+        );
+        assert_eq!(load(&old, &[]).unwrap().transactional_id(), "wc-b");
+    }
+
+    #[test]
+    fn group_mode_refuses_what_it_cannot_do_naming_each_key() {
+        let text =
+            VALID.to_string() + "[scale]\nmode = \"group\"\ntasks = 200\ninstance = \"a/b\"\n";
+        let e = load(&text, &[]).unwrap_err();
+        let mut k = keys(&e);
+        k.sort();
+        // At-least-once (the default delivery), too many tasks for 128 key
+        // groups, an instance id that cannot name objects.
+        assert_eq!(
+            k,
+            vec!["scale.instance", "scale.tasks", "sink.delivery"],
+            "{e}"
+        );
+        // Instances left on the default id would fence each other.
+        let text = VALID.replace(
+            "topic = \"word-counts\"",
+            "topic = \"word-counts\"\ndelivery = \"exactly-once\"",
+        ) + "[scale]\nmode = \"group\"\n";
+        let e = load(&text, &[]).unwrap_err();
+        assert_eq!(keys(&e), vec!["scale.instance"], "{e}");
+        // s3:// needs group mode; [checkpoint.s3] needs s3://.
+        let text = VALID.replace("dir = \"/tmp/weir-test/chk\"", "dir = \"s3://bucket\"");
+        assert_eq!(keys(&load(&text, &[]).unwrap_err()), vec!["checkpoint.dir"]);
+        let text = VALID.to_string() + "[checkpoint.s3]\nregion = \"eu-west-1\"\n";
+        let e = load(&text, &[]).unwrap_err();
+        assert_eq!(keys(&e), vec!["checkpoint.s3"], "{e}");
     }
 
     #[test]

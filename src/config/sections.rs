@@ -91,6 +91,74 @@ pub struct CheckpointConfig {
     /// Consecutive failed checkpoints tolerated before the job restarts.
     #[serde(default = "defaults::tolerable_failures")]
     pub tolerable_failures: u32,
+    /// `[checkpoint.s3]`: how to reach an `s3://` checkpoint location.
+    pub s3: Option<S3Config>,
+}
+
+/// `[checkpoint.s3]`: endpoint, region and credentials of an `s3://`
+/// checkpoint location. What is left out comes from the usual `AWS_*`
+/// environment variables.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// An S3-compatible endpoint (MinIO, moto, ...); AWS when absent.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Permits an `http://` endpoint (an emulator or a private store).
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+/// `[scale]`: one process, or several instances sharing the job through a
+/// Kafka consumer group (docs/scale-out.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleConfig {
+    #[serde(default)]
+    pub mode: ScaleMode,
+    /// Keyed tasks = partitions of the repartition topic; fixed for the
+    /// life of the job.
+    #[serde(default = "defaults::tasks")]
+    pub tasks: u32,
+    /// This instance's stable id (`${HOSTNAME}` works); `sink.instance`
+    /// is its older name.
+    pub instance: Option<String>,
+    /// The consumer group protocol: "consumer" (KIP-848, the broker
+    /// assigns) or "classic" with cooperative-sticky assignment.
+    #[serde(default)]
+    pub group_protocol: GroupProtocol,
+}
+
+impl Default for ScaleConfig {
+    fn default() -> Self {
+        Self {
+            mode: ScaleMode::Single,
+            tasks: defaults::tasks(),
+            instance: None,
+            group_protocol: GroupProtocol::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScaleMode {
+    /// One process; the exchange between operators is in memory.
+    #[default]
+    Single,
+    /// Instances join one consumer group; a repartition topic carries the
+    /// exchange.
+    Group,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupProtocol {
+    #[default]
+    Consumer,
+    Classic,
 }
 
 /// `[admin]`: the HTTP endpoint for health, metrics, checkpoint history and
@@ -415,6 +483,9 @@ pub(crate) mod defaults {
     }
     pub fn tolerable_failures() -> u32 {
         3
+    }
+    pub fn tasks() -> u32 {
+        8
     }
     pub fn admin_listen() -> String {
         "127.0.0.1:9249".to_string()

@@ -215,6 +215,7 @@ impl Config {
         if self.sink.instance.is_empty() {
             bad("sink.instance", "must not be empty".into());
         }
+        self.validate_scale(&mut bad);
         if self.sink.delivery == Delivery::ExactlyOnce
             && self.checkpoint.mode == CheckpointMode::AtLeastOnce
         {
@@ -249,6 +250,118 @@ impl Config {
             }
         }
         p
+    }
+
+    /// `[scale]` and the checkpoint location it needs.
+    fn validate_scale(&self, bad: &mut impl FnMut(&str, String)) {
+        let s3 = self.checkpoint_url().is_some();
+        if self.checkpoint.s3.is_some() && !s3 {
+            bad(
+                "checkpoint.s3",
+                "applies only to an s3:// checkpoint.dir".into(),
+            );
+        }
+        if !self.is_group() {
+            if s3 {
+                bad(
+                    "checkpoint.dir",
+                    "an s3:// location needs scale.mode = \"group\"; a single process keeps its \
+                     checkpoints in a local folder"
+                        .into(),
+                );
+            }
+            return;
+        }
+        if let Some(url) = self.checkpoint_url() {
+            let bucket = url
+                .trim_start_matches("s3://")
+                .split('/')
+                .next()
+                .unwrap_or("");
+            if bucket.is_empty() {
+                bad(
+                    "checkpoint.dir",
+                    format!("{url:?} names no bucket: use s3://bucket/prefix"),
+                );
+            }
+        }
+        if self.scale.instance.is_none() && self.sink.instance == super::defaults::instance() {
+            bad(
+                "scale.instance",
+                "must be set in group mode: a stable id unique to this instance (the pod or host \
+                 name, e.g. \"${HOSTNAME}\"); instances sharing an id fence each other"
+                    .into(),
+            );
+        }
+        let instance = self.instance();
+        if instance.is_empty()
+            || !instance
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            bad(
+                "scale.instance",
+                format!(
+                    "{instance:?} is not allowed: use 1 or more of A-Z a-z 0-9 - _ . (it names \
+                     checkpoint objects and the transactional id)"
+                ),
+            );
+        }
+        if self.scale.tasks == 0 || self.scale.tasks > self.job.max_parallelism {
+            bad(
+                "scale.tasks",
+                format!(
+                    "{} is out of range 1..={} (job.max_parallelism): a task holds at least one \
+                     key group",
+                    self.scale.tasks, self.job.max_parallelism
+                ),
+            );
+        }
+        if self.pipeline.window().is_some() {
+            bad(
+                "pipeline.window",
+                "is not supported with scale.mode = \"group\" yet: watermarks do not cross the \
+                 repartition topic. Run windowed jobs with scale.mode = \"single\""
+                    .into(),
+            );
+        }
+        if self.sink.delivery != Delivery::ExactlyOnce {
+            bad(
+                "sink.delivery",
+                "must be \"exactly-once\" with scale.mode = \"group\": one transaction per \
+                 instance and epoch is what ties its repartition writes, output and offsets \
+                 together"
+                    .into(),
+            );
+        }
+    }
+
+    /// What must be the same in the configuration of every instance of a
+    /// job in group mode, for `weir validate`.
+    pub fn shared_settings(&self) -> Vec<(String, String)> {
+        vec![
+            ("job.name".into(), self.job.name.clone()),
+            (
+                "job.max_parallelism".into(),
+                self.job.max_parallelism.to_string(),
+            ),
+            ("scale.tasks".into(), self.scale.tasks.to_string()),
+            ("kafka.group_id".into(), self.kafka.group_id.clone()),
+            ("source.topics".into(), self.source.topics.join(", ")),
+            ("pipeline (operator uid)".into(), self.keyed_uid()),
+            ("sink.topic".into(), self.sink.topic.clone()),
+            (
+                "checkpoint.dir".into(),
+                self.checkpoint.dir.display().to_string(),
+            ),
+            (
+                "sink.transactional_id_prefix".into(),
+                self.sink
+                    .transactional_id_prefix
+                    .clone()
+                    .unwrap_or_else(|| format!("(job.name) {}", self.job.name)),
+            ),
+        ]
     }
 
     /// The transaction timeout the producer will use.

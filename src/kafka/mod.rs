@@ -106,6 +106,13 @@ pub struct SourceContext {
 
 impl ClientContext for SourceContext {
     fn stats(&self, stats: Statistics) {
+        report_lag(&self.metrics, &stats);
+    }
+}
+
+/// Sets `weir_consumer_lag_records` from a consumer's statistics.
+pub fn report_lag(metrics: &Metrics, stats: &Statistics) {
+    {
         for (topic, t) in &stats.topics {
             for (partition, p) in &t.partitions {
                 if *partition < 0 || !p.desired {
@@ -125,7 +132,7 @@ impl ClientContext for SourceContext {
                 if end < 0 || from < 0 {
                     continue;
                 }
-                self.metrics
+                metrics
                     .consumer_lag
                     .with_label_values(&[topic.as_str(), &partition.to_string()])
                     .set((end - from).max(0));

@@ -64,6 +64,26 @@ pub enum SendError {
     Failed(WeirError),
 }
 
+impl SendError {
+    /// As an error of a write to `topic` that has no bad-record policy
+    /// (internal topics): a cancelled send is a consequence of another
+    /// failure, a refused size is the record's.
+    pub fn into_error(self, topic: &str) -> WeirError {
+        match self {
+            Self::Failed(e) => e,
+            Self::Cancelled => WeirError::PeerGone {
+                task: format!("producer to {topic:?}"),
+                reason: "cancelled while librdkafka's queue was full".into(),
+            },
+            Self::TooLarge { bytes } => WeirError::OutputTooLarge {
+                topic: topic.to_string(),
+                key: String::new(),
+                bytes,
+            },
+        }
+    }
+}
+
 impl From<WeirError> for SendError {
     fn from(e: WeirError) -> Self {
         Self::Failed(e)
@@ -283,6 +303,17 @@ impl SinkProducer {
         topic: &str,
         batch: &mut ProduceBatch,
     ) -> std::result::Result<BatchSent, SendError> {
+        self.send_batch_to(topic, PARTITION_UA, batch)
+    }
+
+    /// [`SinkProducer::send_batch`] into one partition (the repartition
+    /// topic's partition of a task), or by key with `PARTITION_UA`.
+    pub fn send_batch_to(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: &mut ProduceBatch,
+    ) -> std::result::Result<BatchSent, SendError> {
         use rdkafka::bindings as rd;
         use rdkafka::types::RDKafkaRespErr;
         let rkt = self.topic_handle(topic)?;
@@ -293,7 +324,7 @@ impl SinkProducer {
             .map(|&(k, kl, v, vl)| rd::rd_kafka_message_t {
                 err: RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
                 rkt: std::ptr::null_mut(),
-                partition: PARTITION_UA,
+                partition,
                 payload: batch.data[v..].as_ptr() as *mut std::ffi::c_void,
                 len: vl,
                 key: batch.data[k..].as_ptr() as *mut std::ffi::c_void,
@@ -311,7 +342,7 @@ impl SinkProducer {
             unsafe {
                 rd::rd_kafka_produce_batch(
                     rkt,
-                    PARTITION_UA,
+                    partition,
                     rd::RD_KAFKA_MSG_F_COPY as std::ffi::c_int,
                     messages[from..].as_mut_ptr(),
                     (n - from) as std::ffi::c_int,

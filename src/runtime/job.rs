@@ -77,7 +77,10 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
     }
     // Claimed before this process fences anyone, checked before each
     // restart: see `ownership`.
+    // Group mode fences through the consumer group and the transactional
+    // id; the checkpoint folder's owner token is a single-process notion.
     let ownership = match config.sink.delivery {
+        _ if config.is_group() => None,
         Delivery::ExactlyOnce => Some(super::ownership::Ownership::claim(
             &config.job_checkpoint_dir(),
             &config.transactional_id(),
@@ -89,7 +92,11 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
     let mut restore_from = restore_from;
     loop {
         let progressed = Arc::new(AtomicBool::new(false));
-        let result = run_attempt(&config, &shared, restore_from.take(), &progressed);
+        let result = if config.is_group() {
+            crate::scale::engine::run_attempt(&config, &shared, &progressed)
+        } else {
+            run_attempt(&config, &shared, restore_from.take(), &progressed)
+        };
         shared.ready.store(false, Ordering::Relaxed);
         let err = match result {
             Ok(()) => return Ok(()),

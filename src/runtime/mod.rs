@@ -118,6 +118,8 @@ pub struct JobShared {
     /// Set by SIGTERM/SIGINT: take a final checkpoint and stop.
     pub stop: Arc<AtomicBool>,
     pub savepoints: crossbeam_channel::Receiver<SavepointRequest>,
+    /// The tasks and partitions this instance owns (group mode).
+    pub ownership: Arc<std::sync::Mutex<crate::scale::engine::Ownership>>,
 }
 
 impl JobShared {
@@ -131,6 +133,7 @@ impl JobShared {
                 ready: Arc::new(AtomicBool::new(false)),
                 stop: Arc::new(AtomicBool::new(false)),
                 savepoints: rx,
+                ownership: Default::default(),
             },
             tx,
         )

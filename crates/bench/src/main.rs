@@ -17,6 +17,7 @@
 
 mod limits;
 mod measure;
+mod scale;
 mod systems;
 
 use std::collections::HashMap;
@@ -51,6 +52,52 @@ enum Cmd {
     CheckpointCost(CostArgs),
     /// A tumbling 10 s event-time count per key: weir, Flink, Kafka Streams.
     Windowed(WindowedArgs),
+    /// Group mode: words/s and CPU per word with 1, 2, 3 instances.
+    ScaleThroughput(ScaleThroughputArgs),
+    /// Group mode: SIGKILL one of three instances; time until every key
+    /// has committed output again (weir, Kafka Streams).
+    ScaleKill(ScaleKillArgs),
+    /// Group mode: checkpoint bytes uploaded and duration with many keys.
+    ScaleCheckpointCost(ScaleCostArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ScaleThroughputArgs {
+    #[arg(long, default_value_t = 1_000_000)]
+    words: usize,
+    #[arg(long, default_value = "1,2,3")]
+    instances: String,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// "shared" (a folder) or "s3" (needs WEIR_S3_ENDPOINT).
+    #[arg(long, default_value = "shared")]
+    storage: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct ScaleKillArgs {
+    /// Distinct keys of state before the kill.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: usize,
+    #[arg(long, default_value = "weir,kafka-streams")]
+    systems: String,
+    #[arg(long, default_value = "s3")]
+    storage: String,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct ScaleCostArgs {
+    #[arg(long, default_value_t = 10_000_000)]
+    keys: usize,
+    /// Fraction of the keys changed each second.
+    #[arg(long, default_value_t = 0.01)]
+    changed: f64,
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    #[arg(long, default_value = "s3")]
+    storage: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -179,6 +226,27 @@ fn main() {
         Cmd::Recovery(a) => recovery(a),
         Cmd::CheckpointCost(a) => checkpoint_cost(a),
         Cmd::Windowed(a) => windowed(a),
+        Cmd::ScaleThroughput(a) => scale::throughput(
+            a.words,
+            &a.instances
+                .split(',')
+                .map(|n| n.parse().expect("--instances"))
+                .collect::<Vec<_>>(),
+            a.rounds,
+            &scale::Storage::parse(&a.storage),
+        ),
+        Cmd::ScaleKill(a) => scale::kill_recovery(
+            a.keys,
+            &a.systems.split(',').map(String::from).collect::<Vec<_>>(),
+            &scale::Storage::parse(&a.storage),
+            a.rounds,
+        ),
+        Cmd::ScaleCheckpointCost(a) => scale::checkpoint_cost(
+            a.keys,
+            a.changed,
+            a.seconds,
+            &scale::Storage::parse(&a.storage),
+        ),
     }
 }
 

@@ -40,6 +40,19 @@ impl Ctx {
     }
 }
 
+/// The class path of a JVM peer built by `bench/compare.sh`.
+pub fn java_cp(peer: &str) -> String {
+    let base = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .join("bench/peers")
+        .join(peer)
+        .join("target");
+    format!(
+        "{}:{}/dependency/*",
+        base.join("classes").display(),
+        base.display()
+    )
+}
+
 /// weir's log filter in benchmarks: `info`, or `$WEIR_BENCH_LOG` (e.g.
 /// `weir=debug` for the snapshot timings).
 fn weir_log_filter() -> String {
@@ -121,10 +134,6 @@ impl System {
         std::fs::create_dir_all(&ctx.dir).unwrap();
         let s = |p: &Path| p.display().to_string();
         let b = bootstrap();
-        let java_cp = |peer: &str| {
-            let base = ctx.repo.join("bench/peers").join(peer).join("target");
-            format!("{}:{}/dependency/*", s(&base.join("classes")), s(&base))
-        };
         match self {
             Self::Weir { emit } => {
                 let spec = JobSpec {

@@ -36,6 +36,12 @@ public final class KafkaStreamsWordCount {
         p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        // The scale-out kill benchmark gives it the session timeout weir's
+        // group has (-Dweirbench.session.timeout.ms=6000).
+        String session = System.getProperty("weirbench.session.timeout.ms");
+        if (session != null) {
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_CONFIG), Integer.parseInt(session));
+        }
 
         Pattern whitespace = Pattern.compile("\\s+", Pattern.UNICODE_CHARACTER_CLASS);
         StreamsBuilder b = new StreamsBuilder();

@@ -1,0 +1,1098 @@
+//! One instance of a job in group mode (docs/scale-out.md).
+//!
+//! The instance is one thread around one consumer of the job's group,
+//! subscribed to the input topics and the repartition topic. Kafka assigns
+//! it some of each:
+//! - an **input partition** runs the stateless steps and writes each
+//!   update to the repartition partition of its key group's task;
+//! - a **repartition partition** is a keyed **task**: one RocksDB, fed in
+//!   partition order, writing results to the sink.
+//!
+//! Every epoch (`checkpoint.interval`) the instance snapshots each changed
+//! task, uploads what storage lacks and writes the task's manifest, then
+//! commits one transaction holding its repartition writes, its output and
+//! the offsets of every partition it owns; each task offset carries the
+//! pointer to its manifest. The commit is the checkpoint: a task's state
+//! is exactly the manifest its committed offset names.
+//!
+//! Rebalance callbacks run inside `poll`, on this thread. A revocation
+//! commits before the partitions go (a lost assignment never commits: the
+//! attempt fails and its transaction is aborted). New partitions are
+//! paused in the callback and restored in the loop: committed offset and
+//! pointer, state from a local copy (hard links) or from storage, seek,
+//! resume.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::statistics::Statistics;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::manifest::{self, ManifestFile, TaskManifest};
+use super::repartition;
+use super::storage::SharedStorage;
+use crate::checkpoint::StateHandle;
+use crate::config::{BadRecordPolicy, Config, GroupProtocol, StartPosition, SOURCE_UID};
+use crate::error::{Result, WeirError};
+use crate::kafka::producer::{ProduceBatch, SinkProducer};
+use crate::kafka::{self, REQUEST_TIMEOUT};
+use crate::observe::metrics::Metrics;
+use crate::operators::aggregate::AggregateOperator;
+use crate::operators::Pipeline;
+use crate::runtime::gate::EpochGate;
+use crate::runtime::operator::Operator;
+use crate::runtime::output::Output;
+use crate::runtime::{DeadLetter, JobShared, Update};
+use crate::state::key_groups::{key_group, range_for_subtask, subtask_for_key_group};
+use crate::state::KeyedState;
+
+/// Records per repartition batch call.
+const REPARTITION_BATCH: usize = 1024;
+/// How often storage is garbage-collected and the repartition topic trimmed.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
+/// The file in a local task snapshot naming the manifest it was uploaded as.
+const LOCAL_POINTER: &str = "WEIR-MANIFEST-KEY";
+
+/// What the admin endpoint shows of an instance in group mode.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Ownership {
+    pub instance: String,
+    pub tasks: Vec<u32>,
+    pub inputs: Vec<String>,
+    /// Task → manifest key of its last committed checkpoint.
+    pub committed: BTreeMap<u32, String>,
+}
+
+/// A keyed task this instance owns.
+struct Task {
+    id: u32,
+    operator: AggregateOperator,
+    output: Output,
+    /// Next repartition offset; None until the first record or a restore.
+    next: Option<i64>,
+    /// The manifest of the last checkpoint taken, and of the last committed.
+    pointer: Option<String>,
+    committed: Option<String>,
+    /// SST files already in storage, by local name.
+    uploaded: HashMap<String, ManifestFile>,
+    changed: bool,
+    dir: PathBuf,
+}
+
+/// The instance's state, shared between the poll loop and the rebalance
+/// callbacks (which run inside `poll`, on the same thread).
+pub struct Instance {
+    config: Arc<Config>,
+    metrics: Arc<Metrics>,
+    producer: Arc<SinkProducer>,
+    storage: SharedStorage,
+    topic: String,
+    pipeline: Pipeline,
+    uid: String,
+    /// Unique per process attempt: names its objects and manifests.
+    writer: String,
+    seq: u64,
+    /// Epochs committed by this attempt.
+    epoch: u64,
+    inputs: BTreeMap<(String, i32), Option<i64>>,
+    tasks: BTreeMap<u32, Task>,
+    /// Assigned in a callback, paused, not yet restored.
+    pending: Vec<(String, i32)>,
+    failed: Option<WeirError>,
+    /// Set when the attempt is ending: callbacks must not commit.
+    abandoned: bool,
+    batches: Vec<ProduceBatch>,
+    /// Bad input records go to the dead-letter topic through this.
+    dead_letters: Output,
+    scratch: Vec<(String, f64, i64)>,
+    value_buf: Vec<u8>,
+    /// Something was read since the last commit.
+    dirty: bool,
+    last_commit: Instant,
+    last_housekeeping: Instant,
+    ownership: Arc<Mutex<Ownership>>,
+    cancel: CancellationToken,
+}
+
+enum CommitRefusal {
+    Migrated(WeirError),
+    Fenced(WeirError),
+    Other(WeirError),
+}
+
+/// The group consumer's context: rebalance callbacks and consumer lag.
+pub struct GroupContext {
+    instance: Arc<Mutex<Instance>>,
+    metrics: Arc<Metrics>,
+}
+
+impl ClientContext for GroupContext {
+    fn stats(&self, stats: Statistics) {
+        kafka::report_lag(&self.metrics, &stats);
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let lost = consumer.assignment_lost();
+            let mut inst = self.instance.lock().expect("instance lock");
+            inst.on_revoke(consumer, tpl, lost);
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                // Nothing is read before its state is restored and its
+                // position set (in the loop, not here).
+                if let Err(e) = consumer.pause(tpl) {
+                    warn!(error = %e, "pausing newly assigned partitions failed");
+                }
+                let mut inst = self.instance.lock().expect("instance lock");
+                for e in tpl.elements() {
+                    info!(
+                        topic = e.topic(),
+                        partition = e.partition(),
+                        "partition assigned"
+                    );
+                    inst.pending.push((e.topic().to_string(), e.partition()));
+                }
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+type GroupConsumer = BaseConsumer<GroupContext>;
+
+impl Instance {
+    fn task_dir(&self, task: u32) -> PathBuf {
+        self.config
+            .job_state_dir()
+            .join("tasks")
+            .join(format!("{task:04}"))
+    }
+
+    fn publish_ownership(&self) {
+        let mut o = self.ownership.lock().expect("ownership lock");
+        o.instance = self.config.instance().to_string();
+        o.tasks = self.tasks.keys().copied().collect();
+        o.inputs = self
+            .inputs
+            .keys()
+            .map(|(t, p)| format!("{t}/{p}"))
+            .collect();
+        o.committed = self
+            .tasks
+            .values()
+            .filter_map(|t| Some((t.id, t.committed.clone()?)))
+            .collect();
+    }
+
+    /// Partitions are being taken away: commit what they hold (unless the
+    /// assignment was lost or the attempt is failing), then let them go.
+    fn on_revoke(&mut self, consumer: &GroupConsumer, tpl: &TopicPartitionList, lost: bool) {
+        if !self.abandoned && self.failed.is_none() {
+            if lost {
+                warn!(
+                    "the group took this instance's partitions (assignment lost); not committing"
+                );
+                self.failed = Some(WeirError::GroupFenced {
+                    instance: self.config.instance().to_string(),
+                    context: "assignment lost: the session timed out or the member was fenced"
+                        .into(),
+                });
+            } else {
+                let started = Instant::now();
+                match self.commit(consumer) {
+                    Ok(()) => info!(
+                        partitions = tpl.count(),
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "committed before revocation"
+                    ),
+                    Err(e) => {
+                        error!(error = %e.report(), "commit before revocation failed; the attempt aborts");
+                        self.failed = Some(e);
+                    }
+                }
+            }
+        }
+        for e in tpl.elements() {
+            let tp = (e.topic().to_string(), e.partition());
+            info!(
+                topic = e.topic(),
+                partition = e.partition(),
+                "partition revoked"
+            );
+            self.pending.retain(|p| *p != tp);
+            if tp.0 == self.topic {
+                self.tasks.remove(&(tp.1 as u32));
+            } else {
+                self.inputs.remove(&tp);
+            }
+        }
+        self.publish_ownership();
+    }
+
+    /// Restores the partitions assigned since the last call and lets them
+    /// be read.
+    fn activate(&mut self, consumer: &GroupConsumer) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &pending {
+            tpl.add_partition(t, *p);
+        }
+        let started = Instant::now();
+        // read_committed: waits for a previous owner's open transaction,
+        // which the broker aborts after transaction.timeout.ms at the latest.
+        let wait = Duration::from_millis(
+            self.config
+                .transaction_timeout_ms()
+                .unwrap_or(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS),
+        ) + REQUEST_TIMEOUT;
+        let committed = consumer
+            .committed_offsets(tpl.clone(), wait)
+            .map_err(|e| WeirError::kafka("read the group's committed offsets", e))?;
+        for e in committed.elements() {
+            let (topic, partition) = (e.topic().to_string(), e.partition());
+            let offset = match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            let position = if topic == self.topic {
+                let task = self.restore_task(partition as u32, offset, e.metadata())?;
+                self.tasks.insert(partition as u32, task);
+                offset.map_or(Offset::Beginning, Offset::Offset)
+            } else {
+                self.inputs.insert((topic.clone(), partition), offset);
+                match (offset, self.config.source.start) {
+                    (Some(o), _) => Offset::Offset(o),
+                    (None, StartPosition::Earliest) => Offset::Beginning,
+                    (None, StartPosition::Latest) => Offset::End,
+                }
+            };
+            // Asynchronous (timeout 0): a blocking seek waits on the
+            // partition's fetcher, which may itself wait for the group's
+            // stable offsets. The seek discards whatever was fetched before.
+            consumer
+                .seek(&topic, partition, position, Duration::ZERO)
+                .map_err(|e| WeirError::kafka(format!("seek {topic}/{partition}"), e))?;
+        }
+        consumer
+            .resume(&tpl)
+            .map_err(|e| WeirError::kafka("resume assigned partitions", e))?;
+        info!(
+            partitions = pending.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            since_start_ms = crate::observe::since_process_start().as_millis() as u64,
+            "assigned partitions restored and resumed"
+        );
+        self.publish_ownership();
+        Ok(())
+    }
+
+    /// Opens task `id`'s state: exactly the checkpoint its committed offset
+    /// names, or empty when the group has no offset for it yet.
+    fn restore_task(&mut self, id: u32, offset: Option<i64>, metadata: &str) -> Result<Task> {
+        let c = &self.config;
+        let range = range_for_subtask(id, c.scale.tasks, c.job.max_parallelism);
+        let dir = self.task_dir(id);
+        let db = dir.join("db");
+        fs::create_dir_all(dir.join("snapshots")).map_err(|e| WeirError::io(&dir, e))?;
+        let (state, pointer, uploaded) = match (offset, manifest::parse_pointer(metadata)) {
+            (None, _) => {
+                if db.exists() {
+                    fs::remove_dir_all(&db).map_err(|e| WeirError::io(&db, e))?;
+                }
+                info!(
+                    task = id,
+                    "task starts with empty state: the group has no offset for it"
+                );
+                (
+                    KeyedState::open(&db, c.state.cache_entries)?,
+                    None,
+                    HashMap::new(),
+                )
+            }
+            (Some(o), None) => {
+                return Err(WeirError::Recovery(format!(
+                    "task {id}: the group committed offset {o} of {}/{id} without a checkpoint \
+                     pointer (metadata {metadata:?}); its state cannot be found, and weir does not \
+                     start a task from empty state in its place",
+                    self.topic
+                )))
+            }
+            (Some(o), Some(key)) => {
+                let started = Instant::now();
+                let m = self.load_manifest(id, key)?;
+                if m.task != id || m.key_groups != range || m.offset != o {
+                    return Err(WeirError::Recovery(format!(
+                        "task {id}: checkpoint {key} in {} is of task {} with key groups {:?} at \
+                         offset {}, but the group's pointer is for task {id}, key groups {range:?}, \
+                         offset {o}",
+                        self.storage.location, m.task, m.key_groups, m.offset
+                    )));
+                }
+                let (folder, how) = match local_copy(&dir, key, &m) {
+                    Some(f) => (f, "hard links from a local copy"),
+                    None => (self.download(id, key, &m)?, "download"),
+                };
+                let handle = StateHandle {
+                    uid: self.uid.clone(),
+                    subtask: id,
+                    key_groups: range,
+                    path: ".".into(),
+                    size_bytes: m.size_bytes(),
+                    files: Vec::new(),
+                };
+                let state =
+                    KeyedState::restore(&db, c.state.cache_entries, &folder, &[&handle], range)?;
+                info!(
+                    task = id,
+                    checkpoint = key,
+                    bytes = m.size_bytes(),
+                    how,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "task restored"
+                );
+                let uploaded = m
+                    .files
+                    .iter()
+                    .filter(|f| f.name.ends_with(".sst"))
+                    .map(|f| (f.name.clone(), f.clone()))
+                    .collect();
+                (state, Some(key.to_string()), uploaded)
+            }
+        };
+        let operator = AggregateOperator::new(
+            self.uid.clone(),
+            self.pipeline.clone(),
+            c.sink.emit,
+            state,
+            c.state.cache_entries,
+        );
+        Ok(Task {
+            id,
+            operator,
+            output: self.output(id),
+            next: offset,
+            committed: pointer.clone(),
+            pointer,
+            uploaded,
+            changed: false,
+            dir,
+        })
+    }
+
+    fn output(&self, subtask: u32) -> Output {
+        let c = &self.config;
+        Output::new(
+            self.uid.clone(),
+            subtask,
+            self.producer.clone(),
+            c.sink.topic.clone(),
+            c.source.dead_letter_topic.clone(),
+            c.source.on_bad_record,
+            // Commits happen on this thread between records: the gate
+            // never holds anything back.
+            Arc::new(EpochGate::new(0)),
+            self.metrics.clone(),
+            self.cancel.clone(),
+        )
+    }
+
+    fn load_manifest(&self, task: u32, key: &str) -> Result<TaskManifest> {
+        let bytes = self.storage.get(key)?.ok_or_else(|| {
+            WeirError::Recovery(format!(
+                "task {task}: its committed checkpoint {}/{key} is missing; restore that object \
+                 (weir does not start a task from empty state in its place)",
+                self.storage.location
+            ))
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            WeirError::Recovery(format!(
+                "task {task}: its committed checkpoint {}/{key} cannot be read: {e}",
+                self.storage.location
+            ))
+        })
+    }
+
+    /// Fetches a checkpoint's files into a local folder, checking each
+    /// against the manifest.
+    fn download(&self, task: u32, key: &str, m: &TaskManifest) -> Result<PathBuf> {
+        let dir = self.task_dir(task).join("snapshots");
+        let target = dir.join(format!("{}-{:08}-download", m.writer, m.seq));
+        if target.exists() {
+            fs::remove_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
+        }
+        fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
+        for f in &m.files {
+            let location = format!("{}/{}", self.storage.location, f.key);
+            let bytes = self.storage.get(&f.key)?.ok_or_else(|| {
+                WeirError::Recovery(format!(
+                    "task {task}: object {location} of its committed checkpoint {key} is missing \
+                     (weir does not start a task from empty state in its place)"
+                ))
+            })?;
+            let crc = crc32fast::hash(&bytes);
+            if bytes.len() as u64 != f.size_bytes || crc != f.crc32 {
+                return Err(WeirError::Recovery(format!(
+                    "task {task}: object {location} of its committed checkpoint {key} is damaged \
+                     ({} bytes with CRC-32 {crc:08x}, the manifest says {} bytes with {:08x}); \
+                     weir does not start a task from empty state in its place",
+                    bytes.len(),
+                    f.size_bytes,
+                    f.crc32
+                )));
+            }
+            let path = target.join(&f.name);
+            fs::write(&path, &bytes).map_err(|e| WeirError::io(&path, e))?;
+        }
+        let path = target.join(LOCAL_POINTER);
+        fs::write(&path, key).map_err(|e| WeirError::io(&path, e))?;
+        Ok(target)
+    }
+
+    /// One record from the consumer.
+    fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
+        let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+        if topic == self.topic {
+            let Some(task) = self.tasks.get_mut(&(partition as u32)) else {
+                // Read before its restore (it is sought back) or after revocation.
+                return Ok(());
+            };
+            let key = m
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_default();
+            let (value, timestamp) =
+                repartition::decode(m.payload().unwrap_or_default()).map_err(|reason| {
+                    WeirError::BadRecord {
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        reason,
+                    }
+                })?;
+            let update = Update {
+                key_group: key_group(key.as_bytes(), self.config.job.max_parallelism),
+                key,
+                value,
+                timestamp,
+                origin: None,
+            };
+            task.operator.on_update(update, &mut task.output)?;
+            task.next = Some(offset + 1);
+            task.changed = true;
+            self.dirty = true;
+            return Ok(());
+        }
+        let tp = (topic.to_string(), partition);
+        let Some(next) = self.inputs.get_mut(&tp) else {
+            return Ok(());
+        };
+        *next = Some(offset + 1);
+        self.dirty = true;
+        self.metrics
+            .records_in
+            .with_label_values(&[SOURCE_UID])
+            .inc();
+        self.scratch.clear();
+        let scratch = &mut self.scratch;
+        let extracted =
+            self.pipeline
+                .extract(m.payload(), m.timestamp().to_millis(), None, |k, v, ts| {
+                    scratch.push((k, v, ts))
+                });
+        match extracted {
+            Ok(()) => {
+                let (tasks, max_p) = (self.config.scale.tasks, self.config.job.max_parallelism);
+                let mut updates = std::mem::take(&mut self.scratch);
+                for (key, value, timestamp) in updates.drain(..) {
+                    let kg = key_group(key.as_bytes(), max_p);
+                    let t = subtask_for_key_group(kg, tasks, max_p);
+                    repartition::encode(value, timestamp, &mut self.value_buf);
+                    let batch = &mut self.batches[t as usize];
+                    batch.push(key.as_bytes(), &self.value_buf);
+                    if batch.len() >= REPARTITION_BATCH {
+                        self.send_repartition(t)?;
+                    }
+                }
+                self.scratch = updates;
+                Ok(())
+            }
+            Err(reason) => match self.config.source.on_bad_record {
+                BadRecordPolicy::Fail => Err(WeirError::BadRecord {
+                    topic: topic.to_string(),
+                    partition,
+                    offset,
+                    reason,
+                }),
+                BadRecordPolicy::Skip => {
+                    self.metrics.bad_records.with_label_values(&["skip"]).inc();
+                    warn!(topic, partition, offset, reason = %reason, "skipped bad record");
+                    Ok(())
+                }
+                BadRecordPolicy::DeadLetter => {
+                    self.metrics
+                        .bad_records
+                        .with_label_values(&["dead-letter"])
+                        .inc();
+                    warn!(topic, partition, offset, reason = %reason, "bad record sent to the dead-letter topic");
+                    self.dead_letters.dead_letter(Box::new(DeadLetter {
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().map(<[u8]>::to_vec),
+                        error: reason,
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        headers: Vec::new(),
+                    }))
+                }
+            },
+        }
+    }
+
+    fn send_repartition(&mut self, task: u32) -> Result<()> {
+        let batch = &mut self.batches[task as usize];
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let sent = self
+            .producer
+            .send_batch_to(&self.topic, task as i32, batch)
+            .map_err(|e| e.into_error(&self.topic))?;
+        if let Some((key, bytes)) = sent.too_large.first() {
+            return Err(WeirError::OutputTooLarge {
+                topic: self.topic.clone(),
+                key: String::from_utf8_lossy(key).into_owned(),
+                bytes: *bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends what is gathered: repartition batches and task output.
+    fn flush(&mut self) -> Result<()> {
+        for t in 0..self.batches.len() as u32 {
+            self.send_repartition(t)?;
+        }
+        for task in self.tasks.values_mut() {
+            task.output.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    fn due(&self) -> bool {
+        self.dirty && self.last_commit.elapsed() >= self.config.checkpoint.interval
+    }
+
+    /// The epoch's checkpoint and commit: snapshot and upload each changed
+    /// task, then one transaction with the offsets and their pointers.
+    fn commit(&mut self, consumer: &GroupConsumer) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.flush()?;
+        let mut offsets = TopicPartitionList::new();
+        for ((t, p), next) in &self.inputs {
+            if let Some(o) = next {
+                offsets
+                    .add_partition_offset(t, *p, Offset::Offset(*o))
+                    .map_err(|e| WeirError::kafka("build offset list", e))?;
+            }
+        }
+        let ids: Vec<u32> = self.tasks.keys().copied().collect();
+        let mut uploaded_bytes = 0u64;
+        for id in ids {
+            let mut task = self.tasks.remove(&id).expect("task listed");
+            let result = self.checkpoint_task(&mut task, &mut uploaded_bytes);
+            self.tasks.insert(id, task);
+            if let Some((next, pointer)) = result? {
+                let mut e = offsets.add_partition(&self.topic, id as i32);
+                e.set_offset(Offset::Offset(next))
+                    .map_err(|e| WeirError::kafka("build offset list", e))?;
+                e.set_metadata(manifest::pointer(&pointer));
+            }
+        }
+        let prepared = started.elapsed();
+        let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
+            task: "scale".into(),
+            reason: "consumer group metadata unavailable for the transaction".into(),
+        })?;
+        crate::crash_point!("group-before-commit");
+        if let Err(e) = self.producer.commit_transaction(&offsets, &group) {
+            return match self.classify(e) {
+                CommitRefusal::Migrated(e) => self.reset_to_committed(&e),
+                CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
+            };
+        }
+        self.producer.begin_transaction()?;
+        self.metrics.transactions_committed.inc();
+        self.epoch += 1;
+        self.metrics.checkpoint_completed(
+            self.epoch,
+            started.elapsed().as_secs_f64(),
+            uploaded_bytes,
+        );
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        for task in self.tasks.values_mut() {
+            task.committed = task.pointer.clone();
+            task.changed = false;
+            remove_stale_snapshots(&task.dir, task.committed.as_deref());
+        }
+        debug!(
+            partitions = offsets.count(),
+            uploaded_bytes,
+            prepare_ms = prepared.as_millis() as u64,
+            took_ms = started.elapsed().as_millis() as u64,
+            "epoch committed"
+        );
+        self.publish_ownership();
+        if self.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
+            self.housekeeping(false);
+        }
+        Ok(())
+    }
+
+    /// What a refused commit means. The group coordinator checks the
+    /// member's generation (its epoch under KIP-848) against the group
+    /// metadata sent with the offsets: a rebalance that moved on while
+    /// the epoch was prepared refuses it (the work migrated; nothing is
+    /// wrong), a member the group no longer knows is a zombie, and so is a
+    /// producer the broker fenced.
+    fn classify(&self, e: WeirError) -> CommitRefusal {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let code = match &e {
+            WeirError::TransactionAborted { source, .. }
+            | WeirError::ProducerFenced { source, .. }
+            | WeirError::Kafka { source, .. } => source.rdkafka_error_code(),
+            _ => None,
+        };
+        match code {
+            Some(C::IllegalGeneration | C::StaleMemberEpoch | C::RebalanceInProgress) => {
+                CommitRefusal::Migrated(e)
+            }
+            Some(C::UnknownMemberId | C::FencedInstanceId | C::FencedMemberEpoch) => {
+                CommitRefusal::Fenced(self.group_fenced(&e))
+            }
+            _ if matches!(e, WeirError::ProducerFenced { .. }) => {
+                CommitRefusal::Fenced(self.group_fenced(&e))
+            }
+            _ => CommitRefusal::Other(e),
+        }
+    }
+
+    fn group_fenced(&self, e: &WeirError) -> WeirError {
+        WeirError::GroupFenced {
+            instance: self.config.instance().to_string(),
+            context: e.report().to_string(),
+        }
+    }
+
+    /// After a commit the group refused in a rebalance: aborts the epoch
+    /// and takes every partition back to its committed offset and state
+    /// (a local restore by hard links), without leaving the group.
+    fn reset_to_committed(&mut self, cause: &WeirError) -> Result<()> {
+        warn!(
+            error = %cause.report(),
+            "the group refused the commit (its assignment changed meanwhile); aborting the epoch \
+             and resuming every partition from its committed checkpoint"
+        );
+        self.producer.abort_transaction()?;
+        self.metrics.transactions_aborted.inc();
+        self.producer.begin_transaction()?;
+        for b in &mut self.batches {
+            b.clear();
+        }
+        // Closes each RocksDB before its restore opens the same folder.
+        let tasks = std::mem::take(&mut self.tasks);
+        self.pending
+            .extend(tasks.keys().map(|id| (self.topic.clone(), *id as i32)));
+        drop(tasks);
+        let inputs = std::mem::take(&mut self.inputs);
+        self.pending.extend(inputs.into_keys());
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        self.publish_ownership();
+        Ok(())
+    }
+
+    /// Snapshots and uploads a task that changed since its last checkpoint;
+    /// returns its offset and pointer, if it has an offset to commit.
+    fn checkpoint_task(
+        &mut self,
+        task: &mut Task,
+        uploaded_bytes: &mut u64,
+    ) -> Result<Option<(i64, String)>> {
+        task.operator.before_snapshot(&mut task.output)?;
+        task.output.flush_batch()?;
+        let Some(next) = task.next else {
+            return Ok(None);
+        };
+        if !task.changed {
+            if let Some(p) = &task.pointer {
+                return Ok(Some((next, p.clone())));
+            }
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let snapshots = task.dir.join("snapshots");
+        fs::create_dir_all(&snapshots).map_err(|e| WeirError::io(&snapshots, e))?;
+        let target = snapshots.join(format!("{}-{seq:08}", self.writer));
+        let snapshot = task.operator.snapshot(&target)?;
+        let mut files = Vec::with_capacity(snapshot.files.len());
+        for f in &snapshot.files {
+            if let Some(known) = task.uploaded.get(&f.name) {
+                if known.size_bytes == f.size_bytes {
+                    files.push(known.clone());
+                    continue;
+                }
+            }
+            let path = target.join(&f.name);
+            let bytes = fs::read(&path).map_err(|e| WeirError::io(&path, e))?;
+            let mf = ManifestFile {
+                name: f.name.clone(),
+                key: manifest::file_key(task.id, &self.writer, seq, &f.name),
+                size_bytes: bytes.len() as u64,
+                crc32: crc32fast::hash(&bytes),
+            };
+            *uploaded_bytes += mf.size_bytes;
+            self.storage.put(&mf.key, bytes)?;
+            if f.name.ends_with(".sst") {
+                task.uploaded.insert(f.name.clone(), mf.clone());
+            }
+            files.push(mf);
+        }
+        let c = &self.config;
+        let m = TaskManifest {
+            format: manifest::FORMAT,
+            job: c.job.name.clone(),
+            operator_uid: self.uid.clone(),
+            task: task.id,
+            tasks: c.scale.tasks,
+            key_groups: range_for_subtask(task.id, c.scale.tasks, c.job.max_parallelism),
+            max_parallelism: c.job.max_parallelism,
+            instance: c.instance().to_string(),
+            writer: self.writer.clone(),
+            seq,
+            created_ms: crate::observe::now_ms(),
+            offset: next,
+            files,
+        };
+        let key = m.key();
+        let json = serde_json::to_vec_pretty(&m).expect("a manifest serialises");
+        self.storage.put(&key, json)?;
+        let local = target.join(LOCAL_POINTER);
+        fs::write(&local, &key).map_err(|e| WeirError::io(&local, e))?;
+        task.pointer = Some(key.clone());
+        Ok(Some((next, key)))
+    }
+
+    /// Garbage collection of owned tasks' storage and trimming of their
+    /// repartition partitions. Failures are logged: the next run retries.
+    fn housekeeping(&mut self, stopping: bool) {
+        self.last_housekeeping = Instant::now();
+        let grace = (2 * self.config.checkpoint.timeout).as_millis() as i64;
+        let mut trim = Vec::new();
+        for task in self.tasks.values() {
+            let Some(committed) = task.committed.as_deref() else {
+                continue;
+            };
+            if let Some(next) = task.next {
+                trim.push((task.id as i32, next));
+            }
+            let own = stopping.then_some(self.writer.as_str());
+            match self.collect(task.id, committed, grace, own) {
+                Ok(n) if n > 0 => debug!(task = task.id, deleted = n, "storage garbage collected"),
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(task = task.id, error = %e.report(), "storage garbage collection failed; retried later")
+                }
+            }
+        }
+        if let Err(e) = repartition::trim(&self.config, &self.topic, &trim) {
+            warn!(error = %e.report(), "trimming the repartition topic failed; retried later");
+        }
+    }
+
+    fn collect(
+        &self,
+        task: u32,
+        committed: &str,
+        grace_ms: i64,
+        own: Option<&str>,
+    ) -> Result<usize> {
+        let prefix = manifest::task_prefix(task);
+        let mut objects = manifest::TaskObjects::default();
+        for o in self.storage.list(&prefix)? {
+            if o.key.contains("/manifests/") {
+                let files = match self.storage.get(&o.key)? {
+                    Some(b) => match serde_json::from_slice::<TaskManifest>(&b) {
+                        Ok(m) => m.files.into_iter().map(|f| f.key).collect(),
+                        // An unreadable manifest is never a committed one
+                        // (those are checked); its files are not protected.
+                        Err(_) => Vec::new(),
+                    },
+                    None => continue,
+                };
+                objects.manifests.insert(o.key, (files, o.modified_ms));
+            } else {
+                objects.files.insert(o.key, o.modified_ms);
+            }
+        }
+        let now = crate::observe::now_ms() as i64;
+        let doomed = manifest::collectable(
+            &objects,
+            committed,
+            self.config.checkpoint.retained,
+            now,
+            grace_ms,
+            own,
+        );
+        for key in &doomed {
+            self.storage.delete(key)?;
+        }
+        Ok(doomed.len())
+    }
+}
+
+/// A local snapshot folder holding exactly the files of manifest `key`.
+fn local_copy(task_dir: &Path, key: &str, m: &TaskManifest) -> Option<PathBuf> {
+    let snapshots = task_dir.join("snapshots");
+    for entry in fs::read_dir(&snapshots).ok()?.flatten() {
+        let folder = entry.path();
+        let Ok(named) = fs::read_to_string(folder.join(LOCAL_POINTER)) else {
+            continue;
+        };
+        if named != key {
+            continue;
+        }
+        let complete = m
+            .files
+            .iter()
+            .all(|f| fs::metadata(folder.join(&f.name)).is_ok_and(|md| md.len() == f.size_bytes));
+        if complete {
+            return Some(folder);
+        }
+    }
+    None
+}
+
+/// Removes local snapshots other than the committed one (kept for a
+/// restore by hard links on this machine).
+fn remove_stale_snapshots(task_dir: &Path, committed: Option<&str>) {
+    let Ok(entries) = fs::read_dir(task_dir.join("snapshots")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let folder = entry.path();
+        let named = fs::read_to_string(folder.join(LOCAL_POINTER)).ok();
+        if named.is_some() && named.as_deref() == committed {
+            continue;
+        }
+        if let Err(e) = fs::remove_dir_all(&folder) {
+            warn!(folder = %folder.display(), error = %e, "removing an old local snapshot failed");
+        }
+    }
+}
+
+/// The group consumer's configuration: weir's consumer settings plus the
+/// group protocol.
+fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
+    let mut cc = kafka::consumer_config(c);
+    match c.scale.group_protocol {
+        GroupProtocol::Consumer => {
+            cc.set("group.protocol", "consumer");
+        }
+        GroupProtocol::Classic => {
+            cc.set("partition.assignment.strategy", "cooperative-sticky");
+        }
+    }
+    if !c.kafka.properties.contains_key("statistics.interval.ms") {
+        cc.set("statistics.interval.ms", "1000");
+    }
+    cc
+}
+
+/// A writer id unique to this process attempt.
+fn writer_id() -> String {
+    use std::sync::atomic::AtomicU32;
+    static ATTEMPT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{:x}{:08x}{:x}",
+        std::process::id(),
+        nanos,
+        ATTEMPT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One attempt of an instance in group mode: join, work, and on any error
+/// abort the open transaction and return it (the restart loop decides).
+pub fn run_attempt(
+    config: &Arc<Config>,
+    shared: &JobShared,
+    progressed: &Arc<AtomicBool>,
+) -> Result<()> {
+    let cancel = CancellationToken::new();
+    // Fences this instance's previous incarnation and aborts its open
+    // transaction, so the offsets read below are final.
+    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
+    producer.begin_transaction()?;
+    let topic = repartition::ensure_topic(config, &kafka::create_consumer(config)?)?;
+    let storage = SharedStorage::open(config)?;
+    let uid = config.keyed_uid();
+    let instance = Instance {
+        config: config.clone(),
+        metrics: shared.metrics.clone(),
+        producer: producer.clone(),
+        storage,
+        topic: topic.clone(),
+        pipeline: Pipeline::from_config(config),
+        uid: uid.clone(),
+        writer: writer_id(),
+        seq: 0,
+        epoch: 0,
+        inputs: BTreeMap::new(),
+        tasks: BTreeMap::new(),
+        pending: Vec::new(),
+        failed: None,
+        abandoned: false,
+        batches: (0..config.scale.tasks)
+            .map(|_| ProduceBatch::default())
+            .collect(),
+        dead_letters: Output::new(
+            SOURCE_UID.into(),
+            0,
+            producer.clone(),
+            config.sink.topic.clone(),
+            config.source.dead_letter_topic.clone(),
+            config.source.on_bad_record,
+            Arc::new(EpochGate::new(0)),
+            shared.metrics.clone(),
+            cancel.clone(),
+        ),
+        scratch: Vec::new(),
+        value_buf: Vec::with_capacity(16),
+        dirty: false,
+        last_commit: Instant::now(),
+        last_housekeeping: Instant::now(),
+        ownership: shared.ownership.clone(),
+        cancel: cancel.clone(),
+    };
+    instance.publish_ownership();
+    let instance = Arc::new(Mutex::new(instance));
+    let consumer: GroupConsumer = group_consumer_config(config)
+        .create_with_context(GroupContext {
+            instance: instance.clone(),
+            metrics: shared.metrics.clone(),
+        })
+        .map_err(|e| WeirError::kafka("create group consumer", e))?;
+    let mut topics: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
+    topics.push(&topic);
+    consumer
+        .subscribe(&topics)
+        .map_err(|e| WeirError::kafka("subscribe", e))?;
+    info!(
+        job = %config.job.name,
+        instance = config.instance(),
+        tasks = config.scale.tasks,
+        repartition_topic = %topic,
+        protocol = ?config.scale.group_protocol,
+        "instance joined the job's group"
+    );
+    let outcome = poll_loop(&consumer, &instance, shared, progressed);
+    if let Err(e) = &outcome {
+        cancel.cancel();
+        instance.lock().expect("instance lock").abandoned = true;
+        error!(error = %e.report(), "instance attempt failed; aborting its transaction");
+    }
+    // Leaving the group hands the partitions to the others at once. On
+    // success the revocation finds nothing left to commit.
+    consumer.unsubscribe();
+    drop(consumer);
+    if outcome.is_err() {
+        match producer.abort_transaction() {
+            Ok(()) => shared.metrics.transactions_aborted.inc(),
+            Err(e) => {
+                warn!(error = %e.report(), "the open transaction could not be aborted; the broker aborts it after transaction.timeout.ms")
+            }
+        }
+    }
+    outcome
+}
+
+fn poll_loop(
+    consumer: &GroupConsumer,
+    instance: &Arc<Mutex<Instance>>,
+    shared: &JobShared,
+    progressed: &Arc<AtomicBool>,
+) -> Result<()> {
+    let mut first_read = false;
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            let mut inst = instance.lock().expect("instance lock");
+            inst.commit(consumer)?;
+            inst.housekeeping(true);
+            info!("stop requested: final commit done; leaving the group");
+            return Ok(());
+        }
+        let msg = consumer.poll(Duration::from_millis(10));
+        let mut inst = instance.lock().expect("instance lock");
+        if let Some(e) = inst.failed.take() {
+            return Err(e);
+        }
+        if !inst.pending.is_empty() {
+            shared.ready.store(false, Ordering::Relaxed);
+            inst.activate(consumer)?;
+        }
+        // Ready once every assigned partition is restored (an instance
+        // the group gave nothing is ready too).
+        shared.ready.store(true, Ordering::Relaxed);
+        match msg {
+            None => inst.flush()?,
+            Some(Err(e)) => {
+                if let Some((code, reason)) = consumer.client().fatal_error() {
+                    return Err(WeirError::Task {
+                        task: "group consumer".into(),
+                        reason: format!("fatal error {code:?}: {reason}"),
+                    });
+                }
+                warn!(error = %e, "consumer error");
+            }
+            Some(Ok(m)) => {
+                if !first_read {
+                    first_read = true;
+                    info!(
+                        topic = m.topic(),
+                        partition = m.partition(),
+                        offset = m.offset(),
+                        since_start_ms = crate::observe::since_process_start().as_millis() as u64,
+                        "first record read"
+                    );
+                }
+                inst.on_message(&m)?;
+            }
+        }
+        if inst.due() {
+            inst.commit(consumer)?;
+            progressed.store(true, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Task checkpoints on shared storage: the manifest that lists a task's
+//! RocksDB files, where objects go, the pointer in the committed offset
+//! metadata, and which objects garbage collection may delete.
+//!
+//! Layout below `<checkpoint.dir>/<job name>/`:
+//! ```text
+//! tasks/0003/manifests/<created ms>-<instance>-<writer>-<seq>.json
+//! tasks/0003/files/<writer>/<file name>          SST files, uploaded once
+//! tasks/0003/files/<writer>/<seq>/<file name>    small mutable files, per checkpoint
+//! ```
+//! `<writer>` is unique per process attempt, so no two writers ever write
+//! the same key: a manifest needs no create-only support from the store,
+//! and an SST file name (unique within one RocksDB's life) is never reused
+//! for other contents under one writer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// The prefix of a checkpoint pointer in committed offset metadata.
+const POINTER: &str = "weir-task=";
+
+/// Committed offset metadata naming the task checkpoint that matches the
+/// offset.
+pub fn pointer(manifest_key: &str) -> String {
+    format!("{POINTER}{manifest_key}")
+}
+
+/// The manifest key in committed offset metadata, if it is a pointer.
+pub fn parse_pointer(metadata: &str) -> Option<&str> {
+    metadata.strip_prefix(POINTER).filter(|k| !k.is_empty())
+}
+
+/// The folder of task `task`.
+pub fn task_prefix(task: u32) -> String {
+    format!("tasks/{task:04}")
+}
+
+/// One file of a task checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// The file's name in the RocksDB checkpoint folder.
+    pub name: String,
+    /// Where it is stored, below the job's folder.
+    pub key: String,
+    pub size_bytes: u64,
+    pub crc32: u32,
+}
+
+/// One task's checkpoint: written after its files, before the transaction
+/// whose offsets point at it commits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskManifest {
+    pub format: u32,
+    pub job: String,
+    pub operator_uid: String,
+    pub task: u32,
+    pub tasks: u32,
+    /// Key groups `[start, end)` of the task.
+    pub key_groups: (u32, u32),
+    pub max_parallelism: u32,
+    pub instance: String,
+    /// The writer (one process attempt) and its checkpoint sequence.
+    pub writer: String,
+    pub seq: u64,
+    pub created_ms: u64,
+    /// The next repartition offset this state has consumed up to.
+    pub offset: i64,
+    pub files: Vec<ManifestFile>,
+}
+
+pub const FORMAT: u32 = 1;
+
+impl TaskManifest {
+    /// Where this manifest is stored.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/manifests/{:013}-{}-{}-{:08}.json",
+            task_prefix(self.task),
+            self.created_ms,
+            self.instance,
+            self.writer,
+            self.seq
+        )
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size_bytes).sum()
+    }
+}
+
+/// The key of a newly uploaded file: SST files are immutable and keep
+/// their name for the life of the RocksDB instance, so they are stored
+/// once per writer; other files change and are stored per checkpoint.
+pub fn file_key(task: u32, writer: &str, seq: u64, name: &str) -> String {
+    if name.ends_with(".sst") {
+        format!("{}/files/{writer}/{name}", task_prefix(task))
+    } else {
+        format!("{}/files/{writer}/{seq:08}/{name}", task_prefix(task))
+    }
+}
+
+/// The creation time encoded at the start of a manifest's file name.
+pub fn manifest_created_ms(key: &str) -> Option<u64> {
+    let name = key.rsplit('/').next()?;
+    name.split('-').next()?.parse().ok()
+}
+
+/// What the garbage collector sees of one task's folder.
+#[derive(Debug, Clone, Default)]
+pub struct TaskObjects {
+    /// Manifests by key, with the files each references and its age.
+    pub manifests: BTreeMap<String, (Vec<String>, i64)>,
+    /// Every other object with its last-modified time.
+    pub files: BTreeMap<String, i64>,
+}
+
+/// The objects of one task that may be deleted: every manifest except the
+/// committed one, the `retained - 1` newest older than it, and any newer
+/// one younger than `grace_ms` (a checkpoint that may still commit); then
+/// every file no kept manifest references and older than `grace_ms`
+/// (uploaded for a manifest not yet written). `own_writer`'s files are
+/// exempt from the grace period when `quiescent` (its owner is stopping
+/// and has no upload in flight).
+pub fn collectable(
+    objects: &TaskObjects,
+    committed: &str,
+    retained: u32,
+    now_ms: i64,
+    grace_ms: i64,
+    own_writer: Option<&str>,
+) -> Vec<String> {
+    let Some(committed_at) = manifest_created_ms(committed) else {
+        return Vec::new();
+    };
+    if !objects.manifests.contains_key(committed) {
+        // The committed pointer must resolve; never collect around a hole.
+        return Vec::new();
+    }
+    let mut keep: BTreeSet<&str> = BTreeSet::new();
+    keep.insert(committed);
+    let older: Vec<&String> = objects
+        .manifests
+        .keys()
+        .filter(|k| manifest_created_ms(k).is_some_and(|t| t < committed_at))
+        .collect();
+    for k in older.iter().rev().take(retained.saturating_sub(1) as usize) {
+        keep.insert(k);
+    }
+    for (k, (_, modified)) in &objects.manifests {
+        let newer = manifest_created_ms(k).is_none_or(|t| t >= committed_at);
+        if newer && k.as_str() != committed && now_ms - modified < grace_ms {
+            keep.insert(k);
+        }
+    }
+    let referenced: BTreeSet<&str> = keep
+        .iter()
+        .filter_map(|k| objects.manifests.get(*k))
+        .flat_map(|(files, _)| files.iter().map(String::as_str))
+        .collect();
+    let mut out: Vec<String> = objects
+        .manifests
+        .keys()
+        .filter(|k| !keep.contains(k.as_str()))
+        .cloned()
+        .collect();
+    for (k, modified) in &objects.files {
+        if referenced.contains(k.as_str()) {
+            continue;
+        }
+        let own = own_writer.is_some_and(|w| k.contains(&format!("/files/{w}/")));
+        if own || now_ms - modified >= grace_ms {
+            out.push(k.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(t: u64, files: &[&str]) -> (String, (Vec<String>, i64)) {
+        (
+            format!("tasks/0001/manifests/{t:013}-a-w-00000001.json"),
+            (files.iter().map(|f| f.to_string()).collect(), t as i64),
+        )
+    }
+
+    #[test]
+    fn pointers_round_trip_and_other_metadata_is_not_one() {
+        assert_eq!(
+            parse_pointer(&pointer("tasks/0001/m.json")),
+            Some("tasks/0001/m.json")
+        );
+        assert_eq!(parse_pointer(""), None);
+        assert_eq!(parse_pointer("weir-checkpoint=3"), None);
+        assert_eq!(parse_pointer("weir-task="), None);
+    }
+
+    #[test]
+    fn sst_files_are_stored_once_per_writer_and_other_files_per_checkpoint() {
+        assert_eq!(
+            file_key(3, "w1", 7, "000012.sst"),
+            "tasks/0003/files/w1/000012.sst"
+        );
+        assert_eq!(
+            file_key(3, "w1", 7, "CURRENT"),
+            "tasks/0003/files/w1/00000007/CURRENT"
+        );
+    }
+
+    #[test]
+    fn collection_keeps_what_the_committed_and_retained_checkpoints_reach() {
+        let mut o = TaskObjects::default();
+        o.manifests.extend([
+            manifest(1_000, &["f/a", "f/b"]),
+            manifest(2_000, &["f/a", "f/c"]),
+            manifest(3_000, &["f/a", "f/d"]),
+            // Newer than the committed one: young (may commit) and old (aborted).
+            manifest(9_500, &["f/e"]),
+        ]);
+        let old_newer = (
+            "tasks/0001/manifests/0000000003500-b-x-00000001.json".to_string(),
+            (vec!["f/x".to_string()], 3_500),
+        );
+        o.manifests.insert(old_newer.0.clone(), old_newer.1);
+        for (f, t) in [
+            ("f/a", 1_000),
+            ("f/b", 1_000),
+            ("f/c", 2_000),
+            ("f/d", 3_000),
+            ("f/e", 9_500),
+            ("f/x", 3_500),
+            ("f/young", 9_900),
+        ] {
+            o.files.insert(f.into(), t);
+        }
+        let committed = manifest(3_000, &[]).0;
+        let mut gone = collectable(&o, &committed, 2, 10_000, 1_000, None);
+        gone.sort();
+        assert_eq!(
+            gone,
+            vec![
+                "f/b".to_string(),
+                "f/x".to_string(),
+                manifest(1_000, &[]).0,
+                old_newer.0.clone(),
+            ]
+        );
+        // Nothing is collected when the committed pointer does not resolve.
+        assert!(collectable(
+            &o,
+            "tasks/0001/manifests/0000000004000-a-w-1.json",
+            2,
+            10_000,
+            1_000,
+            None
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn a_stopping_owner_collects_its_own_young_files_but_not_others() {
+        let mut o = TaskObjects::default();
+        o.manifests
+            .extend([manifest(1_000, &["tasks/0001/files/w/1.sst"])]);
+        o.files.insert("tasks/0001/files/w/1.sst".into(), 1_000);
+        o.files.insert("tasks/0001/files/w/2.sst".into(), 9_990);
+        o.files.insert("tasks/0001/files/v/3.sst".into(), 9_990);
+        let committed = manifest(1_000, &[]).0;
+        assert_eq!(
+            collectable(&o, &committed, 1, 10_000, 1_000, Some("w")),
+            vec!["tasks/0001/files/w/2.sst".to_string()]
+        );
+    }
+}

@@ -1,0 +1,648 @@
+//! Group mode (issue #11) against a real broker and, for S3, a real S3
+//! emulator (`moto` in server mode, started by `scripts/test.sh` through
+//! `scripts/s3.sh`): several instances share one job, are killed and
+//! replaced, scale up and down, are paused into zombies; checkpoint storage
+//! is garbage-collected and its damage refused. Output is checked by an
+//! independent read_committed consumer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use weir_testkit::{
+    assert_multiset, bootstrap, create_topic, http, log_tail, produce, read_topic, topic_pair,
+    unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
+};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+const TASKS: u32 = 8;
+
+fn seed() -> u64 {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("random seed {s}");
+    s
+}
+
+/// Where the instances keep their checkpoints.
+#[derive(Clone)]
+enum Storage {
+    /// A folder every instance reaches (a shared file system).
+    Shared(PathBuf),
+    /// `s3://<bucket>/<prefix>` on the emulator.
+    S3 { bucket: String },
+}
+
+/// The S3 emulator's endpoint; the suite starts it (`scripts/test.sh`).
+fn s3_endpoint() -> String {
+    std::env::var("WEIR_S3_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "WEIR_S3_ENDPOINT is not set: start the S3 emulator with `scripts/s3.sh start` and \
+             `eval \"$(scripts/s3.sh env)\"` (scripts/test.sh does both)"
+        )
+    })
+}
+
+impl Storage {
+    fn s3() -> Self {
+        let bucket = unique("weir-test").to_lowercase().replace('_', "-");
+        let endpoint = s3_endpoint();
+        let addr = endpoint.trim_start_matches("http://").trim_end_matches('/');
+        let (status, body) = http(addr, "PUT", &format!("/{bucket}"), None);
+        assert_eq!(status, 200, "create bucket {bucket}: {body}");
+        Storage::S3 { bucket }
+    }
+
+    fn dir(&self) -> PathBuf {
+        match self {
+            Storage::Shared(p) => p.clone(),
+            Storage::S3 { bucket } => PathBuf::from(format!("s3://{bucket}/checkpoints")),
+        }
+    }
+
+    fn extra(&self) -> String {
+        match self {
+            Storage::Shared(_) => String::new(),
+            Storage::S3 { .. } => format!(
+                "\n[checkpoint.s3]\nendpoint = {:?}\nregion = \"us-east-1\"\naccess_key_id = \
+                 \"test\"\nsecret_access_key = \"test\"\nallow_http = true\n",
+                s3_endpoint()
+            ),
+        }
+    }
+}
+
+/// One job's instances: each has its own folder (config, log, state) and
+/// all share the job name, group, topics and checkpoint location.
+struct Cluster {
+    base: PathBuf,
+    name: String,
+    input: String,
+    output: String,
+    storage: Storage,
+    interval: String,
+    timeout: String,
+    /// `scale.group_protocol`.
+    protocol: &'static str,
+    running: BTreeMap<usize, WeirProcess>,
+}
+
+impl Cluster {
+    fn new(base: &Path, storage: Storage) -> Self {
+        let (input, output) = topic_pair("scale", 4);
+        Self {
+            base: base.to_path_buf(),
+            name: unique("scale"),
+            input,
+            output,
+            storage,
+            interval: "500ms".into(),
+            timeout: "5s".into(),
+            protocol: "consumer",
+            running: BTreeMap::new(),
+        }
+    }
+
+    fn config(&self, i: usize) -> PathBuf {
+        let mut spec =
+            JobSpec::word_count(&self.base.join(format!("i{i}")), &self.input, &self.output);
+        spec.name = self.name.clone();
+        spec.checkpoint_dir = self.storage.dir();
+        spec.delivery = "exactly-once".into();
+        spec.interval = self.interval.clone();
+        spec.extra = format!(
+            "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}",
+            self.protocol,
+            self.storage.extra()
+        );
+        spec.write()
+    }
+
+    fn start(&mut self, i: usize) {
+        let config = self.config(i);
+        let w = WeirProcess::start(
+            Path::new(WEIR),
+            &config,
+            &[
+                ("RUST_LOG", "info"),
+                ("WEIR__CHECKPOINT__TIMEOUT", self.timeout.as_str()),
+            ],
+        );
+        self.running.insert(i, w);
+    }
+
+    fn kill9(&mut self, i: usize) {
+        if let Some(mut w) = self.running.remove(&i) {
+            w.kill9();
+            let _ = w.wait(Duration::from_secs(10));
+        }
+    }
+
+    fn stop(&mut self, i: usize) {
+        let mut w = self.running.remove(&i).expect("running instance");
+        let status = w.stop(Duration::from_secs(60));
+        assert!(
+            status.success(),
+            "instance i{i} did not stop cleanly:\n{}",
+            log_tail(&w.log_text())
+        );
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for i in 0..4 {
+            let log = self.base.join(format!("i{i}/weir.log"));
+            if let Ok(text) = std::fs::read_to_string(&log) {
+                out.push_str(&format!("==== i{i}\n{}\n", log_tail(&text)));
+            }
+        }
+        out
+    }
+
+    /// Every instance still running is alive (none exited on an error).
+    fn assert_alive(&mut self) {
+        let mut dead = Vec::new();
+        for (i, w) in self.running.iter_mut() {
+            if let Ok(Some(status)) = w.child.try_wait() {
+                dead.push(format!("i{i}: {status:?}"));
+            }
+        }
+        assert!(
+            dead.is_empty(),
+            "instances exited: {dead:?}\n{}",
+            self.logs()
+        );
+    }
+
+    /// Waits until the committed output holds every expected pair, then
+    /// checks it is exactly that.
+    fn assert_exact(&self, expected: &HashMap<String, u64>) -> Vec<OutRecord> {
+        let total: u64 = expected.values().sum();
+        let records = read_topic(
+            &self.output,
+            Isolation::Committed,
+            Duration::from_secs(240),
+            Duration::from_secs(3),
+            |r| r.len() as u64 >= total,
+        );
+        if (records.len() as u64) < total {
+            eprintln!("{}", self.logs());
+        }
+        assert_multiset(&records, expected);
+        records
+    }
+
+    /// The tasks an instance's admin endpoint reports.
+    fn tasks_of(&mut self, i: usize) -> Vec<u32> {
+        let w = self.running.get_mut(&i).expect("running");
+        let addr = w.admin_addr(Duration::from_secs(30));
+        let (status, body) = http(&addr, "GET", "/tasks", None);
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect()
+    }
+
+    /// Waits until the running instances together own every task.
+    fn wait_all_tasks_owned(&mut self, timeout: Duration) {
+        let started = Instant::now();
+        loop {
+            let ids: Vec<usize> = self.running.keys().copied().collect();
+            let mut owned: Vec<u32> = ids.iter().flat_map(|i| self.tasks_of(*i)).collect();
+            owned.sort();
+            if owned == (0..TASKS).collect::<Vec<_>>() {
+                return;
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "tasks owned after {timeout:?}: {owned:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// Produces `lines` in chunks on a background thread.
+fn feed(
+    topic: &str,
+    lines: Vec<String>,
+    chunk: usize,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        for c in lines.chunks(chunk) {
+            produce(&topic, 4, c);
+            std::thread::sleep(pause);
+        }
+    })
+}
+
+/// Test 1: three instances, 200,000 words, 4 input partitions, 8 tasks,
+/// ten SIGKILLs of random instances, each replaced after a random pause.
+fn survives_random_kills(storage: Storage, base: &Path) {
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(base, storage);
+    let (lines, expected) = word_lines(rng.next_u64(), 20_000, 10, 3_000);
+    for i in 0..3 {
+        c.start(i);
+    }
+    let feeder = feed(&c.input, lines, 500, Duration::from_millis(700));
+    for kill in 0..10 {
+        std::thread::sleep(Duration::from_millis(1_500 + rng.below(2_500)));
+        c.assert_alive();
+        let victim = rng.below(3) as usize;
+        eprintln!("kill {kill}: SIGKILL i{victim}");
+        c.kill9(victim);
+        std::thread::sleep(Duration::from_millis(rng.below(3_000)));
+        c.start(victim);
+    }
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    c.assert_alive();
+    for i in 0..3 {
+        c.stop(i);
+    }
+}
+
+/// Test 2: one instance, then three, then one again, during one run.
+fn scales_one_three_one(storage: Storage, base: &Path, protocol: &'static str) {
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(base, storage);
+    c.protocol = protocol;
+    let (lines, expected) = word_lines(rng.next_u64(), 15_000, 10, 3_000);
+    let thirds: Vec<Vec<String>> = lines.chunks(5_000).map(<[String]>::to_vec).collect();
+    c.start(0);
+    let feeder = feed(&c.input, thirds[0].clone(), 500, Duration::from_millis(300));
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    feeder.join().unwrap();
+    c.start(1);
+    c.start(2);
+    let feeder = feed(&c.input, thirds[1].clone(), 500, Duration::from_millis(300));
+    // The tasks spread out over all three.
+    let started = Instant::now();
+    while c.tasks_of(1).is_empty() || c.tasks_of(2).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "tasks never moved:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    feeder.join().unwrap();
+    c.stop(1);
+    c.stop(2);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    assert_eq!(c.tasks_of(0).len(), TASKS as usize);
+    let feeder = feed(&c.input, thirds[2].clone(), 500, Duration::from_millis(300));
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    c.assert_alive();
+    c.stop(0);
+}
+
+#[test]
+fn shared_folder_three_instances_survive_random_kills_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    survives_random_kills(Storage::Shared(dir.path().join("shared")), dir.path());
+}
+
+#[test]
+fn s3_three_instances_survive_random_kills_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    survives_random_kills(Storage::s3(), dir.path());
+}
+
+#[test]
+fn shared_folder_scaling_one_three_one_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    scales_one_three_one(
+        Storage::Shared(dir.path().join("shared")),
+        dir.path(),
+        "consumer",
+    );
+}
+
+/// The classic group protocol with cooperative-sticky assignment, for
+/// brokers before Kafka 4.0.
+#[test]
+fn classic_protocol_scaling_one_three_one_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    scales_one_three_one(
+        Storage::Shared(dir.path().join("shared")),
+        dir.path(),
+        "classic",
+    );
+}
+
+#[test]
+fn s3_scaling_one_three_one_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    scales_one_three_one(Storage::s3(), dir.path(), "consumer");
+}
+
+/// Test 4: an instance paused until its tasks moved is fenced when it
+/// wakes up: it exits with a message, and none of its output is visible.
+#[test]
+fn a_paused_instance_is_fenced_and_its_output_never_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    let (lines, expected) = word_lines(rng.next_u64(), 8_000, 10, 2_000);
+    let (first, rest) = lines.split_at(4_000);
+    c.start(0);
+    c.start(1);
+    produce(&c.input, 4, first);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    // Pause i0 in the middle of its work.
+    let feeder = feed(&c.input, rest.to_vec(), 250, Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !c.tasks_of(0).is_empty(),
+        "i0 owns no task to lose:\n{}",
+        c.logs()
+    );
+    let pid = c.running[&0].pid();
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // i1 takes everything over once the session times out.
+    let started = Instant::now();
+    while c.tasks_of(1).len() < TASKS as usize {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "tasks never moved to i1:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    feeder.join().unwrap();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let mut zombie = c.running.remove(&0).unwrap();
+    let status = zombie
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the zombie did not exit:\n{}", log_tail(&zombie.log_text())));
+    assert!(!status.success(), "the zombie exited successfully");
+    let log = zombie.log_text();
+    assert!(
+        log.contains("fenced by the consumer group"),
+        "the zombie's message does not say it was fenced:\n{}",
+        log_tail(&log)
+    );
+    c.assert_exact(&expected);
+    c.stop(1);
+}
+
+/// The committed pointer of each task in the group: manifest key by task.
+fn committed_pointers(group: &str, topic: &str) -> BTreeMap<u32, String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for t in 0..TASKS as i32 {
+        tpl.add_partition(topic, t);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .unwrap();
+    got.elements()
+        .iter()
+        .filter(|e| matches!(e.offset(), Offset::Offset(_)))
+        .map(|e| {
+            let key = e
+                .metadata()
+                .strip_prefix("weir-task=")
+                .unwrap_or_else(|| {
+                    panic!("task {} has no pointer: {:?}", e.partition(), e.metadata())
+                })
+                .to_string();
+            (e.partition() as u32, key)
+        })
+        .collect()
+}
+
+fn files_below(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Test 5: after many checkpoints, and after tasks changed hands, storage
+/// holds only what the retained checkpoints reach, and every committed
+/// pointer resolves.
+#[test]
+fn garbage_collection_keeps_exactly_what_retained_checkpoints_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::Shared(shared.clone()));
+    c.interval = "200ms".into();
+    c.timeout = "2s".into();
+    let (lines, expected) = word_lines(rng.next_u64(), 12_000, 10, 2_000);
+    c.start(0);
+    c.start(1);
+    let feeder = feed(&c.input, lines, 300, Duration::from_millis(300));
+    std::thread::sleep(Duration::from_secs(6));
+    // i1's tasks move to i0, whose checkpoints then reference i1's files.
+    c.stop(1);
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    // Past the grace period for other writers' files (2 × checkpoint.timeout).
+    std::thread::sleep(Duration::from_secs(5));
+    produce(&c.input, 4, &["late words arrive".to_string()]);
+    std::thread::sleep(Duration::from_secs(12));
+    c.stop(0);
+    let job = shared.join(&c.name);
+    let pointers = committed_pointers(
+        &format!("weir-{}-{}", c.name, c.output),
+        &format!("{}.word-count.repartition", c.name),
+    );
+    assert_eq!(
+        pointers.len(),
+        TASKS as usize,
+        "every task has a committed checkpoint"
+    );
+    let mut checkpoints = 0;
+    for t in 0..TASKS {
+        let folder = job.join(format!("tasks/{t:04}"));
+        let all = files_below(&folder);
+        let manifests: Vec<&String> = all.iter().filter(|f| f.starts_with("manifests/")).collect();
+        assert!(
+            !manifests.is_empty() && manifests.len() <= 2,
+            "task {t} keeps {} manifests (retained = 2): {manifests:?}",
+            manifests.len()
+        );
+        let committed = &pointers[&t];
+        assert!(
+            job.join(committed).exists(),
+            "task {t}: the committed pointer {committed} does not resolve"
+        );
+        let mut reached = std::collections::BTreeSet::new();
+        for m in &manifests {
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(folder.join(m)).unwrap()).unwrap();
+            for f in v["files"].as_array().unwrap() {
+                let key = f["key"].as_str().unwrap().to_string();
+                assert!(
+                    job.join(&key).exists(),
+                    "task {t}: {m} references missing {key}"
+                );
+                reached.insert(key);
+            }
+            checkpoints += 1;
+        }
+        let unreached: Vec<&String> = all
+            .iter()
+            .filter(|f| f.starts_with("files/"))
+            .filter(|f| !reached.contains(&format!("tasks/{t:04}/{f}")))
+            .collect();
+        assert!(
+            unreached.is_empty(),
+            "task {t}: files no retained checkpoint reaches: {unreached:?}"
+        );
+    }
+    eprintln!("{checkpoints} retained task checkpoints, all files reached");
+    // The repartition topic is trimmed behind the committed offsets.
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let repartition = format!("{}.word-count.repartition", c.name);
+    let trimmed: i64 = (0..TASKS as i32)
+        .map(|p| {
+            probe
+                .fetch_watermarks(&repartition, p, Duration::from_secs(10))
+                .unwrap()
+                .0
+        })
+        .sum();
+    assert!(trimmed > 0, "nothing of {repartition} was trimmed");
+}
+
+/// Test 6: a committed checkpoint whose object is damaged or missing is
+/// refused by the new owner, naming task and object; the task never starts
+/// from empty state.
+#[test]
+fn a_damaged_or_missing_checkpoint_object_is_refused_naming_task_and_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let mut c = Cluster::new(dir.path(), Storage::Shared(shared.clone()));
+    let (lines, expected) = word_lines(seed(), 2_000, 10, 500);
+    c.start(0);
+    produce(&c.input, 4, &lines);
+    c.assert_exact(&expected);
+    c.stop(0);
+    let pointers = committed_pointers(
+        &format!("weir-{}-{}", c.name, c.output),
+        &format!("{}.word-count.repartition", c.name),
+    );
+    let job = shared.join(&c.name);
+    let (task, manifest) = pointers
+        .iter()
+        .next()
+        .map(|(t, m)| (*t, m.clone()))
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(job.join(&manifest)).unwrap()).unwrap();
+    // The largest file: with a small state that is the copied WAL.
+    let sst = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|f| f["size_bytes"].as_u64().unwrap())
+        .map(|f| f["key"].as_str().unwrap().to_string())
+        .expect("the checkpoint has files");
+    let before = read_topic(
+        &c.output,
+        Isolation::Committed,
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+        |r| r.len() as u64 >= expected.values().sum::<u64>(),
+    )
+    .len();
+
+    // Same length, other bytes; then the object gone. Each time a new
+    // machine (an empty state folder) must download the checkpoint.
+    let path = job.join(&sst);
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    std::fs::write(&path, vec![0x5a; len]).unwrap();
+    for (case, needle) in [("damaged", "is damaged"), ("missing", "is missing")] {
+        if case == "missing" {
+            std::fs::remove_file(&path).unwrap();
+        }
+        let _ = std::fs::remove_dir_all(dir.path().join("i0/state"));
+        let earlier = std::fs::read_to_string(dir.path().join("i0/weir.log"))
+            .unwrap()
+            .len();
+        c.start(0);
+        let mut w = c.running.remove(&0).unwrap();
+        let status = w.wait(Duration::from_secs(60)).unwrap_or_else(|| {
+            panic!(
+                "{case}: the instance kept running:\n{}",
+                log_tail(&w.log_text())
+            )
+        });
+        assert!(!status.success(), "{case}: exited successfully");
+        let log = w.log_text()[earlier..].to_string();
+        assert!(
+            log.contains(&format!("task {task}")) && log.contains(&sst) && log.contains(needle),
+            "{case}: the message does not name task {task} and {sst}:\n{}",
+            log_tail(&log)
+        );
+        assert!(
+            !log.contains(&format!(
+                "task starts with empty state: the group has no offset for it task={task}"
+            )),
+            "{case}: task {task} started from empty state"
+        );
+    }
+    let after = read_topic(
+        &c.output,
+        Isolation::Committed,
+        Duration::from_secs(10),
+        Duration::from_secs(2),
+        |_| true,
+    )
+    .len();
+    assert_eq!(before, after, "output was committed after the refusal");
+}
+
+/// A repartition topic whose partition count differs from `scale.tasks`
+/// is refused with a message naming both.
+#[test]
+fn a_different_task_count_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    create_topic(&format!("{}.word-count.repartition", c.name), 3);
+    c.start(0);
+    let mut w = c.running.remove(&0).unwrap();
+    let status = w.wait(Duration::from_secs(60)).expect("the instance exits");
+    assert!(!status.success());
+    let log = w.log_text();
+    assert!(
+        log.contains("has 3 partitions but scale.tasks = 8"),
+        "{}",
+        log_tail(&log)
+    );
+}
