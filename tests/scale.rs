@@ -193,6 +193,19 @@ impl Cluster {
         if (records.len() as u64) < total {
             eprintln!("{}", self.logs());
         }
+        // What the instances said about resets, skips and failures, for a
+        // failure's diagnosis.
+        for i in 0..4 {
+            if let Ok(text) = std::fs::read_to_string(self.base.join(format!("i{i}/weir.log"))) {
+                for line in text.lines().filter(|l| {
+                    l.contains(" WARN ")
+                        || l.contains(" ERROR ")
+                        || l.contains("refused the commit")
+                }) {
+                    eprintln!("i{i}: {}", &line[..line.len().min(400)]);
+                }
+            }
+        }
         assert_multiset(&records, expected);
         records
     }
@@ -311,16 +324,30 @@ fn scales_one_three_one(storage: Storage, base: &Path, protocol: &'static str) {
     c.stop(0);
 }
 
+/// A test folder; `WEIR_TEST_KEEP=1` keeps it (logs, state, checkpoints)
+/// to look into a failure.
+fn test_dir() -> (Option<tempfile::TempDir>, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    if std::env::var_os("WEIR_TEST_KEEP").is_some() {
+        let kept = tmp.keep();
+        eprintln!("keeping {}", kept.display());
+        (None, kept)
+    } else {
+        let path = tmp.path().to_path_buf();
+        (Some(tmp), path)
+    }
+}
+
 #[test]
 fn shared_folder_three_instances_survive_random_kills_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
-    survives_random_kills(Storage::Shared(dir.path().join("shared")), dir.path());
+    let (_tmp, dir) = test_dir();
+    survives_random_kills(Storage::Shared(dir.join("shared")), &dir);
 }
 
 #[test]
 fn s3_three_instances_survive_random_kills_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
-    survives_random_kills(Storage::s3(), dir.path());
+    let (_tmp, dir) = test_dir();
+    survives_random_kills(Storage::s3(), &dir);
 }
 
 #[test]

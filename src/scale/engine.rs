@@ -84,6 +84,10 @@ struct Task {
     committed: Option<String>,
     /// SST files already in storage, by local name.
     uploaded: HashMap<String, ManifestFile>,
+    /// Names this incarnation's objects: a task restored again (after a
+    /// reset, or when it comes back) continues RocksDB's file numbers from
+    /// its checkpoint, so an SST name may repeat with other contents.
+    writer: String,
     changed: bool,
     dir: PathBuf,
 }
@@ -103,6 +107,8 @@ pub struct Instance {
     seq: u64,
     /// Epochs committed by this attempt.
     epoch: u64,
+    /// Tasks restored by this attempt (each gets its own writer id).
+    incarnations: u64,
     inputs: BTreeMap<(String, i32), Option<i64>>,
     tasks: BTreeMap<u32, Task>,
     /// Assigned in a callback, paused, not yet restored.
@@ -382,10 +388,12 @@ impl Instance {
             state,
             c.state.cache_entries,
         );
+        self.incarnations += 1;
         Ok(Task {
             id,
             operator,
             output: self.output(id),
+            writer: format!("{}-{}", self.writer, self.incarnations),
             next: offset,
             committed: pointer.clone(),
             pointer,
@@ -472,6 +480,12 @@ impl Instance {
                 // Read before its restore (it is sought back) or after revocation.
                 return Ok(());
             };
+            if task.next.is_some_and(|next| offset < next) {
+                // Already in the state: a record fetched before the seek to
+                // the restored position. Applying it again would count it twice.
+                warn!(task = task.id, offset, next = ?task.next, "skipped a repartition record already applied");
+                return Ok(());
+            }
             let key = m
                 .key()
                 .map(|k| String::from_utf8_lossy(k).into_owned())
@@ -502,6 +516,10 @@ impl Instance {
         let Some(next) = self.inputs.get_mut(&tp) else {
             return Ok(());
         };
+        if next.is_some_and(|n| offset < n) {
+            warn!(topic, partition, offset, next = ?*next, "skipped an input record already processed");
+            return Ok(());
+        }
         *next = Some(offset + 1);
         self.dirty = true;
         self.metrics
@@ -628,6 +646,31 @@ impl Instance {
             }
         }
         let prepared = started.elapsed();
+        // Only what librdkafka still counts as assigned may be committed: a
+        // partition it took away (a lost or fenced membership not yet
+        // reported to this loop) belongs to another member now.
+        if consumer.assignment_lost() {
+            return Err(WeirError::GroupFenced {
+                instance: self.config.instance().to_string(),
+                context: "assignment lost before the commit".into(),
+            });
+        }
+        let assigned = consumer
+            .assignment()
+            .map_err(|e| WeirError::kafka("read the assignment", e))?;
+        let foreign: Vec<String> = offsets
+            .elements()
+            .iter()
+            .filter(|e| assigned.find_partition(e.topic(), e.partition()).is_none())
+            .map(|e| format!("{}/{}", e.topic(), e.partition()))
+            .collect();
+        if !foreign.is_empty() {
+            let cause = WeirError::Task {
+                task: "scale".into(),
+                reason: format!("partitions no longer assigned: {}", foreign.join(", ")),
+            };
+            return self.reset_to_committed(&cause);
+        }
         let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
             task: "scale".into(),
             reason: "consumer group metadata unavailable for the transaction".into(),
@@ -752,7 +795,7 @@ impl Instance {
         let seq = self.seq;
         let snapshots = task.dir.join("snapshots");
         fs::create_dir_all(&snapshots).map_err(|e| WeirError::io(&snapshots, e))?;
-        let target = snapshots.join(format!("{}-{seq:08}", self.writer));
+        let target = snapshots.join(format!("{}-{seq:08}", task.writer));
         let snapshot = task.operator.snapshot(&target)?;
         let mut files = Vec::with_capacity(snapshot.files.len());
         for f in &snapshot.files {
@@ -766,7 +809,7 @@ impl Instance {
             let bytes = fs::read(&path).map_err(|e| WeirError::io(&path, e))?;
             let mf = ManifestFile {
                 name: f.name.clone(),
-                key: manifest::file_key(task.id, &self.writer, seq, &f.name),
+                key: manifest::file_key(task.id, &task.writer, seq, &f.name),
                 size_bytes: bytes.len() as u64,
                 crc32: crc32fast::hash(&bytes),
             };
@@ -787,7 +830,7 @@ impl Instance {
             key_groups: range_for_subtask(task.id, c.scale.tasks, c.job.max_parallelism),
             max_parallelism: c.job.max_parallelism,
             instance: c.instance().to_string(),
-            writer: self.writer.clone(),
+            writer: task.writer.clone(),
             seq,
             created_ms: crate::observe::now_ms(),
             offset: next,
@@ -815,8 +858,9 @@ impl Instance {
             if let Some(next) = task.next {
                 trim.push((task.id as i32, next));
             }
-            let own = stopping.then_some(self.writer.as_str());
-            match self.collect(task.id, committed, grace, own) {
+            // Every incarnation of a task in this attempt: `<writer>-<n>`.
+            let own = format!("{}-", self.writer);
+            match self.collect(task.id, committed, grace, stopping.then_some(own.as_str())) {
                 Ok(n) if n > 0 => debug!(task = task.id, deleted = n, "storage garbage collected"),
                 Ok(_) => {}
                 Err(e) => {
@@ -969,6 +1013,7 @@ pub fn run_attempt(
         writer: writer_id(),
         seq: 0,
         epoch: 0,
+        incarnations: 0,
         inputs: BTreeMap::new(),
         tasks: BTreeMap::new(),
         pending: Vec::new(),

@@ -119,9 +119,9 @@ pub struct TaskObjects {
 /// committed one, the `retained - 1` newest older than it, and any newer
 /// one younger than `grace_ms` (a checkpoint that may still commit); then
 /// every file no kept manifest references and older than `grace_ms`
-/// (uploaded for a manifest not yet written). `own_writer`'s files are
-/// exempt from the grace period when `quiescent` (its owner is stopping
-/// and has no upload in flight).
+/// (uploaded for a manifest not yet written). Files of writers whose id
+/// starts with `own_writer` are exempt from the grace period (their owner
+/// is stopping and has no upload in flight).
 pub fn collectable(
     objects: &TaskObjects,
     committed: &str,
@@ -168,7 +168,7 @@ pub fn collectable(
         if referenced.contains(k.as_str()) {
             continue;
         }
-        let own = own_writer.is_some_and(|w| k.contains(&format!("/files/{w}/")));
+        let own = own_writer.is_some_and(|w| k.contains(&format!("/files/{w}")));
         if own || now_ms - modified >= grace_ms {
             out.push(k.clone());
         }

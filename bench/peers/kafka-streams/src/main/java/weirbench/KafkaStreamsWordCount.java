@@ -40,7 +40,7 @@ public final class KafkaStreamsWordCount {
         // group has (-Dweirbench.session.timeout.ms=6000).
         String session = System.getProperty("weirbench.session.timeout.ms");
         if (session != null) {
-            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_CONFIG), Integer.parseInt(session));
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), Integer.parseInt(session));
         }
 
         Pattern whitespace = Pattern.compile("\\s+", Pattern.UNICODE_CHARACTER_CLASS);
