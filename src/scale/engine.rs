@@ -381,6 +381,8 @@ impl Instance {
                 (state, Some(key.to_string()), uploaded)
             }
         };
+        let mut state = state;
+        state.backend.flush_on_snapshot = true;
         let operator = AggregateOperator::new(
             self.uid.clone(),
             self.pipeline.clone(),

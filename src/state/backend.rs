@@ -69,6 +69,10 @@ pub struct StateBackend {
     db: DB,
     path: PathBuf,
     write_opts: WriteOptions,
+    /// Snapshots flush the memtables instead of copying the WAL (group
+    /// mode): a snapshot is then only SST files, each uploaded once, where
+    /// a WAL copy would be uploaded again at every checkpoint.
+    pub flush_on_snapshot: bool,
 }
 
 impl StateBackend {
@@ -83,6 +87,7 @@ impl StateBackend {
             db,
             path: path.to_path_buf(),
             write_opts,
+            flush_on_snapshot: false,
         })
     }
 
@@ -196,7 +201,12 @@ impl StateBackend {
     /// creates the checkpoint folder it goes into. Returns its files.
     pub fn snapshot(&self, target: &Path) -> Result<Snapshot> {
         let cp = Checkpoint::new(&self.db).map_err(|e| WeirError::state("checkpoint", e))?;
-        create_checkpoint(&cp, target, WAL_SIZE_FOR_FLUSH).map_err(|message| {
+        let wal_size_for_flush = if self.flush_on_snapshot {
+            0
+        } else {
+            WAL_SIZE_FOR_FLUSH
+        };
+        create_checkpoint(&cp, target, wal_size_for_flush).map_err(|message| {
             WeirError::Snapshot {
                 target: target.to_path_buf(),
                 message,

@@ -208,6 +208,11 @@ impl<V: StateValue> KeyedState<V> {
     /// the cache entries and timer changes not yet written back: nothing is
     /// written into RocksDB at the barrier ([`changes`]).
     pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
+        if self.backend.flush_on_snapshot {
+            // Everything into RocksDB and then into SST files: the changes
+            // file stays empty (see `StateBackend::flush_on_snapshot`).
+            self.write_back()?;
+        }
         let started = std::time::Instant::now();
         let mut snapshot = self.backend.snapshot(target)?;
         let checkpoint = started.elapsed();
@@ -351,6 +356,42 @@ mod tests {
         );
         add(&mut s, "w1", 100); // after the snapshot: must not be restored
         s.write_back().unwrap();
+        drop(s);
+        let r = restore_whole(tmp.path(), "restored", 2);
+        for i in 0..500u32 {
+            assert_eq!(count(&r, &format!("w{i}")), u64::from(i % 7 + 1), "w{i}");
+        }
+    }
+
+    #[test]
+    fn a_flushing_snapshot_is_sst_files_and_an_empty_changes_file() {
+        // Group mode uploads snapshots: each SST once, so nothing may ride
+        // in a WAL copy or a changes file that would be uploaded each time.
+        let tmp = tempfile::tempdir().unwrap();
+        let live = tmp.path().join("live");
+        let mut s = KeyedState::open(&live, 1000).unwrap();
+        s.backend.flush_on_snapshot = true;
+        for i in 0..500u32 {
+            add(&mut s, &format!("w{i}"), i % 7 + 1);
+        }
+        let snap = tmp.path().join("chk/state/wc/0");
+        fs::create_dir_all(snap.parent().unwrap()).unwrap();
+        let taken = s.snapshot(&snap).unwrap();
+        assert!(files_with(&snap, "log").iter().all(|(_, len)| *len == 0));
+        assert!(
+            !files_with(&snap, "sst").is_empty(),
+            "no SST in the snapshot"
+        );
+        let changes = taken
+            .files
+            .iter()
+            .find(|f| f.name == changes::FILE)
+            .unwrap();
+        assert!(
+            changes.size_bytes <= 16,
+            "changes file of {} bytes",
+            changes.size_bytes
+        );
         drop(s);
         let r = restore_whole(tmp.path(), "restored", 2);
         for i in 0..500u32 {
