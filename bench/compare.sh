@@ -21,6 +21,11 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import quixstreams' 2
   "$venv/bin/pip" install -q 'quixstreams==3.28.1'
 fi
 case "${1:-}" in
+  scale-*)
+    # Group mode: S3 runs need the emulator and its environment.
+    scripts/s3.sh start
+    eval "$(scripts/s3.sh env)"
+    exec "${CARGO_TARGET_DIR:-target}"/release/weir-bench "$@" ;;
   recovery|checkpoint-cost|windowed) exec "${CARGO_TARGET_DIR:-target}"/release/weir-bench "$@" ;;
   *) exec "${CARGO_TARGET_DIR:-target}"/release/weir-bench compare "$@" ;;
 esac
