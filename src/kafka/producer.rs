@@ -40,6 +40,15 @@ impl ProducerContext for SinkContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((e, m)) = result {
+            // Records purged by `abort_transaction` belong to the aborted
+            // transaction, which nobody will read: not a failed delivery
+            // (group mode goes on after aborting an epoch).
+            if matches!(
+                e.rdkafka_error_code(),
+                Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)
+            ) {
+                return;
+            }
             let mut slot = self.first_error.lock().expect("delivery error lock");
             if slot.is_none() {
                 *slot = Some((
