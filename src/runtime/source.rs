@@ -34,6 +34,40 @@ pub struct EventTime {
     pub keep_origin: bool,
 }
 
+/// Applies `source.on_bad_record` to an input record that did not decode:
+/// an error (`fail`), or counted and logged, returning the reason when the
+/// record goes to the dead-letter topic. Shared by single and group mode.
+pub fn bad_record(
+    policy: BadRecordPolicy,
+    metrics: &Metrics,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    reason: String,
+) -> Result<Option<String>> {
+    match policy {
+        BadRecordPolicy::Fail => Err(WeirError::BadRecord {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            reason,
+        }),
+        BadRecordPolicy::Skip => {
+            metrics.bad_records.with_label_values(&["skip"]).inc();
+            warn!(topic, partition, offset, reason = %reason, "skipped bad record");
+            Ok(None)
+        }
+        BadRecordPolicy::DeadLetter => {
+            metrics
+                .bad_records
+                .with_label_values(&["dead-letter"])
+                .inc();
+            warn!(topic, partition, offset, reason = %reason, "bad record sent to the dead-letter topic");
+            Ok(Some(reason))
+        }
+    }
+}
+
 /// How often idleness and watermarks are looked at without records.
 const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -173,25 +207,10 @@ impl SourceTask {
                         }
                     }
                 }
-                Err(reason) => match self.policy {
-                    BadRecordPolicy::Fail => {
-                        return Err(WeirError::BadRecord {
-                            topic: topic.to_string(),
-                            partition,
-                            offset,
-                            reason,
-                        })
-                    }
-                    BadRecordPolicy::Skip => {
-                        self.metrics.bad_records.with_label_values(&["skip"]).inc();
-                        warn!(topic, partition, offset, reason = %reason, "skipped bad record");
-                    }
-                    BadRecordPolicy::DeadLetter => {
-                        self.metrics
-                            .bad_records
-                            .with_label_values(&["dead-letter"])
-                            .inc();
-                        warn!(topic, partition, offset, reason = %reason, "bad record sent to the dead-letter topic");
+                Err(reason) => {
+                    if let Some(reason) =
+                        bad_record(self.policy, &self.metrics, topic, partition, offset, reason)?
+                    {
                         let target = partition.unsigned_abs() as usize % self.outputs.len();
                         buffers[target].push(Item::DeadLetter(Box::new(DeadLetter {
                             key: msg.key().map(<[u8]>::to_vec),
@@ -203,7 +222,7 @@ impl SourceTask {
                             headers: Vec::new(),
                         })));
                     }
-                },
+                }
             }
             if let Some(p) = self
                 .positions

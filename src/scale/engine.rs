@@ -41,7 +41,7 @@ use super::manifest::{self, ManifestFile, TaskManifest};
 use super::repartition;
 use super::storage::SharedStorage;
 use crate::checkpoint::StateHandle;
-use crate::config::{BadRecordPolicy, Config, GroupProtocol, StartPosition, SOURCE_UID};
+use crate::config::{Config, GroupProtocol, StartPosition, SOURCE_UID};
 use crate::error::{Result, WeirError};
 use crate::kafka::producer::{ProduceBatch, SinkProducer};
 use crate::kafka::{self, REQUEST_TIMEOUT};
@@ -51,6 +51,7 @@ use crate::operators::Pipeline;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::operator::Operator;
 use crate::runtime::output::Output;
+use crate::runtime::source::bad_record;
 use crate::runtime::{DeadLetter, JobShared, Update};
 use crate::state::key_groups::{key_group, range_for_subtask, subtask_for_key_group};
 use crate::state::KeyedState;
@@ -552,35 +553,21 @@ impl Instance {
                 self.scratch = updates;
                 Ok(())
             }
-            Err(reason) => match self.config.source.on_bad_record {
-                BadRecordPolicy::Fail => Err(WeirError::BadRecord {
-                    topic: topic.to_string(),
-                    partition,
-                    offset,
-                    reason,
-                }),
-                BadRecordPolicy::Skip => {
-                    self.metrics.bad_records.with_label_values(&["skip"]).inc();
-                    warn!(topic, partition, offset, reason = %reason, "skipped bad record");
-                    Ok(())
-                }
-                BadRecordPolicy::DeadLetter => {
-                    self.metrics
-                        .bad_records
-                        .with_label_values(&["dead-letter"])
-                        .inc();
-                    warn!(topic, partition, offset, reason = %reason, "bad record sent to the dead-letter topic");
-                    self.dead_letters.dead_letter(Box::new(DeadLetter {
+            Err(reason) => {
+                let policy = self.config.source.on_bad_record;
+                match bad_record(policy, &self.metrics, topic, partition, offset, reason)? {
+                    None => Ok(()),
+                    Some(error) => self.dead_letters.dead_letter(Box::new(DeadLetter {
                         key: m.key().map(<[u8]>::to_vec),
                         value: m.payload().map(<[u8]>::to_vec),
-                        error: reason,
+                        error,
                         topic: topic.to_string(),
                         partition,
                         offset,
                         headers: Vec::new(),
-                    }))
+                    })),
                 }
-            },
+            }
         }
     }
 

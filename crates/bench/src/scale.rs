@@ -202,22 +202,27 @@ fn total_words(expected: &HashMap<String, u64>) -> u64 {
     expected.values().sum()
 }
 
-/// Counts the committed records of `output` from its beginning, on a
-/// thread, until the process ends or the count is read.
-fn output_counter(output: &str) -> Arc<std::sync::atomic::AtomicU64> {
+/// A read_committed consumer of `output`'s 4 partitions from `from`.
+fn committed_reader(output: &str, from: Offset) -> BaseConsumer {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique("output-counter"))
+        .set("group.id", unique("bench-reader"))
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..4 {
-        tpl.add_partition_offset(output, p, Offset::Beginning)
-            .unwrap();
+        tpl.add_partition_offset(output, p, from).unwrap();
     }
     c.assign(&tpl).unwrap();
+    c
+}
+
+/// Counts the committed records of `output` from its beginning, on a
+/// thread, until the process ends or the count is read.
+fn output_counter(output: &str) -> Arc<std::sync::atomic::AtomicU64> {
+    let c = committed_reader(output, Offset::Beginning);
     let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let n = count.clone();
     std::thread::spawn(move || loop {
@@ -241,18 +246,7 @@ struct OutageReader {
 
 impl OutageReader {
     fn start(output: &str, t0: Arc<std::sync::Mutex<Option<SystemTime>>>) -> Self {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
-            .set("group.id", unique("outage-reader"))
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..4 {
-            tpl.add_partition_offset(output, p, Offset::End).unwrap();
-        }
-        c.assign(&tpl).unwrap();
+        let c = committed_reader(output, Offset::End);
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let first = Arc::new(std::sync::Mutex::new(HashMap::new()));
