@@ -393,7 +393,16 @@ fn a_paused_instance_is_fenced_and_its_output_never_visible() {
     c.wait_all_tasks_owned(Duration::from_secs(60));
     // Pause i0 in the middle of its work.
     let feeder = feed(&c.input, rest.to_vec(), 250, Duration::from_millis(200));
-    std::thread::sleep(Duration::from_millis(800));
+    // i0 must own a task to lose; under load the split takes a moment.
+    let started = Instant::now();
+    while c.tasks_of(0).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "i0 owns no task to lose:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(
         !c.tasks_of(0).is_empty(),
         "i0 owns no task to lose:\n{}",
