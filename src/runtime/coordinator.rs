@@ -50,8 +50,14 @@ pub struct Coordinator {
     pub next_id: u64,
     pub shared: JobShared,
     pub cancel: CancellationToken,
-    /// Set once this attempt completed a checkpoint (resets the restart budget).
+    /// Set once this attempt completed a checkpoint that moved some source
+    /// past where the attempt started (resets the restart budget).
     pub progressed: Arc<AtomicBool>,
+    /// The source offsets this attempt restored (empty without a checkpoint).
+    /// A checkpoint that records the same offsets is not progress: a record
+    /// that fails every attempt must not reset the budget just because an
+    /// empty checkpoint completed before it arrived.
+    pub start_offsets: Offsets,
     pub checksums: crate::checkpoint::checksum::ChecksumCache,
 }
 
@@ -438,7 +444,9 @@ impl Coordinator {
             }
         }
         let commit_ms = commit_started.elapsed().as_millis() as u64;
-        self.progressed.store(true, Ordering::Relaxed);
+        if moved_past(&self.start_offsets, &offsets) {
+            self.progressed.store(true, Ordering::Relaxed);
+        }
         let state_size_bytes = meta.state_size();
         self.shared.metrics.checkpoint_completed(
             id,
@@ -516,5 +524,34 @@ impl Coordinator {
                 warn!(checkpoint_id = id, error = %e.report(), "pruning an old checkpoint failed");
             }
         }
+    }
+}
+
+/// Whether a completed checkpoint's offsets are past those an attempt
+/// started from, for any source partition.
+fn moved_past(start: &Offsets, completed: &Offsets) -> bool {
+    completed
+        .iter()
+        .any(|(tp, offset)| start.get(tp).is_none_or(|s| offset > s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(list: &[(&str, i32, i64)]) -> Offsets {
+        list.iter()
+            .map(|(t, p, o)| ((t.to_string(), *p), *o))
+            .collect()
+    }
+
+    #[test]
+    fn progress_means_some_partition_moved_past_the_restored_offsets() {
+        let start = offsets(&[("in", 0, 10), ("in", 1, 5)]);
+        assert!(!moved_past(&start, &start));
+        assert!(!moved_past(&start, &offsets(&[("in", 0, 10)])));
+        assert!(moved_past(&start, &offsets(&[("in", 0, 10), ("in", 1, 6)])));
+        assert!(!moved_past(&Offsets::new(), &Offsets::new()));
+        assert!(moved_past(&Offsets::new(), &offsets(&[("in", 0, 0)])));
     }
 }

@@ -487,6 +487,7 @@ fn run_attempt(
         shared: shared.clone(),
         cancel: cancel.clone(),
         progressed: progressed.clone(),
+        start_offsets: restored_offsets,
         checksums: Default::default(),
     };
 
