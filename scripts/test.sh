@@ -9,5 +9,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/kafka.sh start
 scripts/s3.sh start
+scripts/browser.sh install
 eval "$(scripts/s3.sh env)"
 cargo test --features failpoints "$@"

@@ -8,7 +8,7 @@ use clap::Parser;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 use weir::admin::{self, AdminState};
-use weir::cli::{self, CheckpointsCommand, Cli, Command, LogFormat};
+use weir::cli::{self, CheckpointsCommand, Cli, Command, LogFormat, StateCommand};
 use weir::config::Config;
 use weir::runtime::JobShared;
 
@@ -77,6 +77,32 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Checkpoints {
+            command:
+                CheckpointsCommand::Show {
+                    checkpoint,
+                    config,
+                    format,
+                },
+        } => {
+            let config = match config.as_deref().map(load).transpose() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match cli::inspect::resolve(&checkpoint, config.as_ref())
+                .and_then(|folder| cli::inspect::show(&folder, format))
+            {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}", e.report());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::State { command } => state_command(command),
         Command::Run {
             config,
             restore_from,
@@ -87,6 +113,50 @@ fn main() -> ExitCode {
             };
             init_logging(cli.log_format, config.log.level.as_deref());
             run(config, restore_from.map(|p| cli::absolute(&p)))
+        }
+    }
+}
+
+/// `weir state get|scan`: exit 0 with output, 1 when `get` finds nothing
+/// or the checkpoint cannot be read, 2 for a bad configuration.
+fn state_command(command: StateCommand) -> ExitCode {
+    let at = match &command {
+        StateCommand::Get { at, .. } | StateCommand::Scan { at, .. } => at,
+    };
+    let config = match at.config.as_deref().map(load).transpose() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let folder = match cli::inspect::resolve(&at.checkpoint, config.as_ref()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let result = match &command {
+        StateCommand::Get { key, .. } => {
+            cli::inspect::get(&folder, &at.operator, key, at.format, &mut stdout).inspect(|found| {
+                if !found {
+                    eprintln!(
+                        "no key {key:?} in operator {} at {}",
+                        at.operator,
+                        folder.display()
+                    );
+                }
+            })
+        }
+        StateCommand::Scan { prefix, .. } => {
+            cli::inspect::scan(&folder, &at.operator, prefix, at.format, &mut stdout).map(|_| true)
+        }
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            ExitCode::FAILURE
         }
     }
 }
@@ -128,6 +198,8 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
                 savepoint_timeout: config.checkpoint.interval + config.checkpoint.timeout * 2,
                 ownership: shared.ownership.clone(),
                 group_mode: config.is_group(),
+                job: admin::overview::JobInfo::from_config(&config),
+                queries: shared.queries.clone(),
             });
             let bound = listener
                 .local_addr()

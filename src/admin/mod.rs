@@ -1,14 +1,18 @@
-//! The admin HTTP endpoint: health and readiness probes, Prometheus
-//! metrics, checkpoint history and savepoints.
+//! The admin HTTP endpoint: the console, health and readiness probes,
+//! Prometheus metrics, checkpoint history, savepoints and interactive
+//! state queries.
 //!
-//! `/health` and `/ready` are open (for probes); with `[admin] token_env`
+//! `/health`, `/ready` and the console page `/` are open (probes; the page
+//! holds no data and asks for the token itself); with `[admin] token_env`
 //! set, the other routes require `Authorization: Bearer <token>`.
+
+pub mod overview;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,6 +20,7 @@ use axum::{Json, Router};
 
 use crate::observe::history::History;
 use crate::observe::metrics::Metrics;
+use crate::runtime::query::{QueryError, QueryRoutes, QUERY_TIMEOUT};
 use crate::runtime::SavepointRequest;
 
 /// What the endpoint reads and whom it asks for savepoints.
@@ -30,10 +35,20 @@ pub struct AdminState {
     pub ownership: Arc<std::sync::Mutex<crate::scale::engine::Ownership>>,
     /// Group mode takes no savepoints (its checkpoints are per task).
     pub group_mode: bool,
+    /// The job as configured, for the console.
+    pub job: overview::JobInfo,
+    /// Where `/state/<uid>/<key>` queries go.
+    pub queries: Arc<QueryRoutes>,
 }
+
+/// The console: one self-contained page (no request leaves the origin).
+const CONSOLE: &str = include_str!("console.html");
 
 pub fn router(state: Arc<AdminState>) -> Router {
     Router::new()
+        .route("/", get(console))
+        .route("/api/overview", get(api_overview))
+        .route("/state/{uid}/{key}", get(state_query))
         .route("/health", get(|| async { "ok\n" }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
@@ -59,6 +74,110 @@ fn unauthorized(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
         .and_then(|v| v.strip_prefix("Bearer "));
     (given != Some(token.as_str()))
         .then(|| (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response())
+}
+
+async fn console() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        CONSOLE,
+    )
+        .into_response()
+}
+
+async fn api_overview(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = unauthorized(&state, &headers) {
+        return denied;
+    }
+    Json(overview::Overview {
+        now_ms: crate::observe::now_ms(),
+        job: overview::JobStatus {
+            info: &state.job,
+            uptime_s: crate::observe::since_process_start().as_secs_f64(),
+            restarts: state.metrics.restarts.get(),
+            ready: state.ready.load(Ordering::Relaxed),
+        },
+        metrics: state.metrics.samples(),
+    })
+    .into_response()
+}
+
+fn json_error(status: StatusCode, error: String) -> Response {
+    (status, Json(serde_json::json!({ "error": error }))).into_response()
+}
+
+/// A key's current state, answered by the keyed subtask that owns it.
+async fn state_query(
+    State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path((uid, key)): Path<(String, String)>,
+) -> Response {
+    if let Some(denied) = unauthorized(&state, &headers) {
+        return denied;
+    }
+    let routed = match state.queries.route(&uid, &key) {
+        Ok(r) => r,
+        Err(QueryError::UnknownOperator { known }) if known.is_empty() => {
+            return json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no job attempt is running (starting, restoring or restarting); retry".into(),
+            );
+        }
+        Err(QueryError::UnknownOperator { known }) => {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "unknown operator {uid:?}; operators with queryable state: {}",
+                    known.join(", ")
+                ),
+            );
+        }
+        Err(QueryError::Unavailable(why)) => {
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, why);
+        }
+    };
+    let answer = match tokio::time::timeout(QUERY_TIMEOUT, routed.answer).await {
+        Ok(Ok(Ok(answer))) => answer,
+        Ok(Ok(Err(e))) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Ok(Err(_)) => {
+            return json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "subtask {} of {uid} stopped before answering",
+                    routed.subtask
+                ),
+            )
+        }
+        Err(_) => {
+            return json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "subtask {} of {uid} did not answer within {} s",
+                    routed.subtask,
+                    QUERY_TIMEOUT.as_secs()
+                ),
+            )
+        }
+    };
+    if answer.is_empty() {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            format!("no key {key:?} in operator {uid}"),
+        );
+    }
+    let mut body = serde_json::json!({
+        "operator": uid,
+        "key": key,
+        "key_group": routed.key_group,
+        "subtask": routed.subtask,
+        "value": answer.value,
+    });
+    if let Some(windows) = answer.windows {
+        body["windows"] = serde_json::to_value(windows).expect("windows serialize");
+    }
+    Json(body).into_response()
 }
 
 async fn ready(State(state): State<Arc<AdminState>>) -> Response {
@@ -151,6 +270,11 @@ mod tests {
     use axum::http::Request;
     use tower::ServiceExt;
 
+    fn test_config() -> crate::config::Config {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.toml");
+        crate::config::Config::load(&file).expect("demo config")
+    }
+
     fn state(
         token: Option<&str>,
     ) -> (
@@ -169,6 +293,8 @@ mod tests {
                 savepoint_timeout: Duration::from_secs(5),
                 ownership: Default::default(),
                 group_mode: false,
+                job: overview::JobInfo::from_config(&test_config()),
+                queries: Default::default(),
             }),
             rx,
         )
@@ -210,7 +336,7 @@ mod tests {
     #[tokio::test]
     async fn a_token_guards_everything_but_the_probes() {
         let (s, _rx) = state(Some("t0ken"));
-        for path in ["/metrics", "/checkpoints"] {
+        for path in ["/metrics", "/checkpoints", "/api/overview"] {
             assert_eq!(
                 call(&s, "GET", path, None).await.0,
                 StatusCode::UNAUTHORIZED,
@@ -231,7 +357,83 @@ mod tests {
             call(&s, "POST", "/savepoints", None).await.0,
             StatusCode::UNAUTHORIZED
         );
+        assert_eq!(
+            call(&s, "GET", "/state/word-count/a", None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
         assert_eq!(call(&s, "GET", "/health", None).await.0, StatusCode::OK);
+        // The page holds no data; it asks for the token itself.
+        let (status, page) = call(&s, "GET", "/", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(page.contains("<html"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn the_overview_has_the_job_and_the_numbers_of_metrics() {
+        let (s, _rx) = state(None);
+        s.metrics
+            .records_in
+            .with_label_values(&["word-count"])
+            .inc_by(7);
+        let (status, body) = call(&s, "GET", "/api/overview", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["job"]["name"], "demo-wordcount");
+        assert_eq!(v["job"]["mode"], "single");
+        assert_eq!(v["job"]["operators"][1]["uid"], "word-count");
+        assert_eq!(v["job"]["operators"][1]["parallelism"], 2);
+        let records = v["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "weir_records_in_total")
+            .expect("records_in sample");
+        assert_eq!(records["labels"]["operator"], "word-count");
+        assert_eq!(records["value"], 7.0);
+    }
+
+    #[tokio::test]
+    async fn a_state_query_is_answered_by_the_owning_subtask() {
+        use crate::runtime::query::KeyState;
+        let (s, _rx) = state(None);
+        assert_eq!(
+            call(&s, "GET", "/state/word-count/fox", None).await.0,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no attempt runs yet"
+        );
+        let subtasks = s.queries.register("word-count", 2, 128);
+        for (i, rx) in subtasks.into_iter().enumerate() {
+            std::thread::spawn(move || {
+                while let Ok(q) = rx.recv() {
+                    let value = (q.key == "fox").then(|| serde_json::json!({ "count": i }));
+                    let _ = q.reply.send(Ok(KeyState {
+                        value,
+                        windows: None,
+                    }));
+                }
+            });
+        }
+        let (status, body) = call(&s, "GET", "/state/word-count/fox", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let kg = crate::state::key_groups::key_group(b"fox", 128);
+        let subtask = crate::state::key_groups::subtask_for_key_group(kg, 2, 128);
+        assert_eq!(v["key_group"], kg);
+        assert_eq!(v["subtask"], subtask);
+        assert_eq!(
+            v["value"]["count"], subtask,
+            "answered by subtask {subtask}"
+        );
+        let (status, body) = call(&s, "GET", "/state/word-count/hen", None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(
+            body.contains("no key \\\"hen\\\" in operator word-count"),
+            "{body}"
+        );
+        let (status, body) = call(&s, "GET", "/state/nope/fox", None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("unknown operator"), "{body}");
+        assert!(body.contains("word-count"), "{body}");
     }
 
     #[tokio::test]

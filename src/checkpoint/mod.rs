@@ -3,6 +3,7 @@
 
 pub mod checksum;
 pub mod metadata;
+pub mod reader;
 pub mod recovery;
 pub mod retention;
 pub mod store;

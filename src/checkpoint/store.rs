@@ -17,7 +17,7 @@ use crate::error::{Result, WeirError};
 
 const METADATA: &str = "_metadata";
 const METADATA_TMP: &str = "_metadata.tmp";
-const COMMITTED: &str = "_committed";
+pub const COMMITTED: &str = "_committed";
 
 /// A job's checkpoint folder.
 #[derive(Debug, Clone)]

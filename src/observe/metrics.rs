@@ -7,7 +7,19 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
 use crate::observe::now_ms;
+
+/// One sample of one metric, as `/metrics` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
 
 /// Every metric weir exports.
 pub struct Metrics {
@@ -231,13 +243,53 @@ impl Metrics {
         self.last_checkpoint_time_ms.set(now_ms() as i64);
     }
 
-    /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    fn refresh_age(&self) {
         let last = self.last_checkpoint_time_ms.get();
         if last > 0 {
             self.last_checkpoint_age
                 .set((now_ms() as i64 - last).max(0) as f64 / 1000.0);
         }
+    }
+
+    /// Every sample `/metrics` shows, for the console: counters and gauges
+    /// as they are, histograms as `<name>_sum` and `<name>_count`.
+    pub fn samples(&self) -> Vec<Sample> {
+        use prometheus::proto::MetricType;
+        self.refresh_age();
+        let mut out = Vec::new();
+        for family in self.registry.gather() {
+            let name = family.name();
+            for m in family.get_metric() {
+                let labels: BTreeMap<String, String> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name().to_string(), l.value().to_string()))
+                    .collect();
+                let mut push = |name: String, value: f64| {
+                    out.push(Sample {
+                        name,
+                        labels: labels.clone(),
+                        value,
+                    })
+                };
+                match family.get_field_type() {
+                    MetricType::COUNTER => push(name.to_string(), m.get_counter().get_value()),
+                    MetricType::GAUGE => push(name.to_string(), m.get_gauge().get_value()),
+                    MetricType::HISTOGRAM => {
+                        let h = m.get_histogram();
+                        push(format!("{name}_sum"), h.get_sample_sum());
+                        push(format!("{name}_count"), h.get_sample_count() as f64);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        self.refresh_age();
         let mut buf = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut buf)
@@ -270,5 +322,38 @@ mod tests {
             text.contains("weir_checkpoint_duration_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn samples_are_the_numbers_the_text_shows() {
+        let m = Metrics::new();
+        m.records_in.with_label_values(&["count"]).inc_by(5);
+        m.checkpoint_completed(2, 0.5, 4096);
+        let samples = m.samples();
+        let find = |name: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("{name} in {samples:?}"))
+        };
+        let records = find("weir_records_in_total");
+        assert_eq!(records.value, 5.0);
+        assert_eq!(
+            records.labels.get("operator").map(String::as_str),
+            Some("count")
+        );
+        assert_eq!(find("weir_checkpoint_duration_seconds_count").value, 1.0);
+        assert_eq!(find("weir_checkpoint_duration_seconds_sum").value, 0.5);
+        assert_eq!(find("weir_last_checkpoint_id").value, 2.0);
+        let text = m.render();
+        for s in &samples {
+            if s.labels.is_empty() {
+                assert!(
+                    text.contains(&format!("{} {}", s.name, s.value)),
+                    "{} in {text}",
+                    s.name
+                );
+            }
+        }
     }
 }

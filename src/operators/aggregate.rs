@@ -11,6 +11,7 @@ use crate::config::EmitMode;
 use crate::error::{Result, WeirError};
 use crate::runtime::operator::Operator;
 use crate::runtime::output::Output;
+use crate::runtime::query::KeyState;
 use crate::runtime::Update;
 use crate::state::{state_key, KeyedState, Snapshot};
 
@@ -97,6 +98,14 @@ impl Operator for AggregateOperator {
 
     fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
         self.state.snapshot(target)
+    }
+
+    fn query(&mut self, key_group: u32, key: &str) -> Result<KeyState> {
+        let acc = self.state.get(&state_key(key_group, key.as_bytes()))?;
+        Ok(KeyState {
+            value: acc.map(|acc| self.pipeline.result_object(&acc)),
+            windows: None,
+        })
     }
 
     fn name_error(&self, e: WeirError) -> WeirError {

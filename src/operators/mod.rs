@@ -53,6 +53,14 @@ impl Pipeline {
         }
     }
 
+    /// The result of an accumulator as an object, `{"count": 3}`: what the
+    /// output carries besides the key (interactive queries).
+    pub fn result_object(&self, acc: &Accumulator) -> Value {
+        let mut object = serde_json::Map::new();
+        object.insert(self.result_name().to_string(), self.result_value(acc));
+        Value::Object(object)
+    }
+
     /// The result of an accumulator as a JSON value.
     pub fn result_value(&self, acc: &Accumulator) -> Value {
         match self {

@@ -29,6 +29,7 @@ use crate::error::{Result, WeirError};
 use crate::observe::metrics::Metrics;
 use crate::runtime::operator::Operator;
 use crate::runtime::output::Output;
+use crate::runtime::query::{KeyState, WindowState};
 use crate::runtime::{DeadLetter, Update};
 use crate::state::backend::VALUES;
 use crate::state::{split_key, Accumulator, KeyedState, Snapshot, StateValue};
@@ -65,13 +66,13 @@ impl StateValue for WindowAcc {
 const FIRE: u8 = 1;
 const CLEANUP: u8 = 2;
 /// Second byte of a key group's watermark entry.
-const WATERMARK_TAG: u8 = 0xFF;
+pub(crate) const WATERMARK_TAG: u8 = 0xFF;
 
 fn flip(t: i64) -> [u8; 8] {
     ((t as u64) ^ (1 << 63)).to_be_bytes()
 }
 
-fn unflip(b: &[u8]) -> Option<i64> {
+pub(crate) fn unflip(b: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(b.try_into().ok()?) ^ (1 << 63)) as i64)
 }
 
@@ -520,6 +521,24 @@ impl Operator for WindowOperator {
         }
         self.state.backend.write(batch)?;
         self.state.snapshot(target)
+    }
+
+    fn query(&mut self, key_group: u32, key: &str) -> Result<KeyState> {
+        let windows = self
+            .open_windows_of(key_group, key.as_bytes())?
+            .into_iter()
+            .map(|o| WindowState {
+                start_ms: o.window.start,
+                end_ms: o.window.end,
+                start: rfc3339_millis(o.window.start),
+                end: rfc3339_millis(o.window.end),
+                value: self.pipeline.result_object(&o.acc),
+            })
+            .collect();
+        Ok(KeyState {
+            value: None,
+            windows: Some(windows),
+        })
     }
 
     fn name_error(&self, e: WeirError) -> WeirError {

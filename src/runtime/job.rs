@@ -295,7 +295,8 @@ fn run_attempt(
         .collect();
     let window = config.pipeline.window().cloned();
     let mut keyed_tasks: Vec<(String, TaskBody)> = Vec::new();
-    for (k, inputs) in to_keyed.into_iter().enumerate() {
+    let query_inputs = shared.queries.register(&uid, p, config.job.max_parallelism);
+    for ((k, inputs), queries) in to_keyed.into_iter().enumerate().zip(query_inputs) {
         let k = k as u32;
         let range = range_for_subtask(k, p, config.job.max_parallelism);
         let path = config.job_state_dir().join(&uid).join(k.to_string());
@@ -326,6 +327,7 @@ fn run_attempt(
                     store: store.clone(),
                     metrics: shared.metrics.clone(),
                     cancel: cancel.clone(),
+                    queries,
                 }
             };
         }

@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 use super::alignment::BarrierAligner;
 use super::operator::Operator;
 use super::output::Output;
+use super::query::StateQuery;
 use super::{Ack, Item};
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::config::CheckpointMode;
@@ -34,6 +35,8 @@ pub struct KeyedTask<O> {
     pub store: CheckpointStore,
     pub metrics: Arc<Metrics>,
     pub cancel: CancellationToken,
+    /// Interactive queries for keys this subtask owns.
+    pub queries: Receiver<StateQuery>,
 }
 
 struct Run {
@@ -54,16 +57,16 @@ impl<O: Operator> KeyedTask<O> {
             .metrics
             .records_in
             .with_label_values(&[self.uid.as_str()]);
-        let watermark_gauge = self
-            .metrics
-            .watermark
-            .with_label_values(&[self.uid.as_str(), &self.subtask.to_string()]);
+        // Created with the first watermark: a job without event time has
+        // no watermark series (a 0 would read as 1970).
+        let mut watermark_gauge = None;
         let inputs = std::mem::take(&mut self.inputs);
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(());
             }
             self.output.release_if_committed()?;
+            self.answer_queries();
             if let Some(pending) = run.aligner.pending() {
                 let cancelled = self.output.gate.cancelled();
                 if cancelled >= pending && run.aligner.cancel(cancelled) {
@@ -85,9 +88,20 @@ impl<O: Operator> KeyedTask<O> {
             for i in &readable {
                 select.recv(&inputs[*i]);
             }
+            // An idle subtask wakes up for a query too.
+            let queries = self.queries.clone();
+            let query_op = select.recv(&queries);
             let Ok(op) = select.select_timeout(Duration::from_millis(50)) else {
                 continue;
             };
+            if op.index() == query_op {
+                match op.recv(&queries) {
+                    Ok(q) => self.answer(q),
+                    // The endpoint forgot this attempt's routes.
+                    Err(_) => self.queries = crossbeam_channel::never(),
+                }
+                continue;
+            }
             let input = readable[op.index()];
             let Ok(element) = op.recv(&inputs[input]) else {
                 if self.cancel.is_cancelled() {
@@ -116,13 +130,13 @@ impl<O: Operator> KeyedTask<O> {
                 }
                 Element::Watermark(w) => {
                     if let Some(w) = run.valve.on_watermark(input, w) {
-                        self.advance(w, &watermark_gauge)?;
+                        self.advance(w, &mut watermark_gauge)?;
                     }
                 }
                 Element::Idle(idle) => {
                     for out in run.valve.on_idle(input, idle) {
                         if let ValveOutput::Watermark(w) = out {
-                            self.advance(w, &watermark_gauge)?;
+                            self.advance(w, &mut watermark_gauge)?;
                         }
                     }
                 }
@@ -152,9 +166,31 @@ impl<O: Operator> KeyedTask<O> {
         }
     }
 
+    /// Answers the queries waiting, between two batches.
+    fn answer_queries(&mut self) {
+        while let Ok(q) = self.queries.try_recv() {
+            self.answer(q);
+        }
+    }
+
+    fn answer(&mut self, q: StateQuery) {
+        let answer = self
+            .operator
+            .query(q.key_group, &q.key)
+            .map_err(|e| self.operator.name_error(e).report().to_string());
+        // The asker may have timed out; nothing to do then.
+        let _ = q.reply.send(answer);
+    }
+
     /// The subtask's watermark advanced: the operator fires what is due.
-    fn advance(&mut self, watermark: i64, gauge: &prometheus::IntGauge) -> Result<()> {
-        gauge.set(watermark);
+    fn advance(&mut self, watermark: i64, gauge: &mut Option<prometheus::IntGauge>) -> Result<()> {
+        gauge
+            .get_or_insert_with(|| {
+                self.metrics
+                    .watermark
+                    .with_label_values(&[self.uid.as_str(), &self.subtask.to_string()])
+            })
+            .set(watermark);
         self.operator
             .on_watermark(watermark, &mut self.output)
             .map_err(|e| self.operator.name_error(e))

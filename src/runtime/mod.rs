@@ -16,6 +16,7 @@ pub mod keyed;
 pub mod operator;
 pub mod output;
 pub mod ownership;
+pub mod query;
 pub mod source;
 
 use std::sync::atomic::AtomicBool;
@@ -120,6 +121,8 @@ pub struct JobShared {
     pub savepoints: crossbeam_channel::Receiver<SavepointRequest>,
     /// The tasks and partitions this instance owns (group mode).
     pub ownership: Arc<std::sync::Mutex<crate::scale::engine::Ownership>>,
+    /// Where interactive queries go (the running attempt's keyed subtasks).
+    pub queries: Arc<query::QueryRoutes>,
 }
 
 impl JobShared {
@@ -134,6 +137,7 @@ impl JobShared {
                 stop: Arc::new(AtomicBool::new(false)),
                 savepoints: rx,
                 ownership: Default::default(),
+                queries: Default::default(),
             },
             tx,
         )

@@ -31,6 +31,11 @@ pub trait Operator: Send + 'static {
     /// parent exists (`CheckpointStore::snapshot_target`).
     fn snapshot(&mut self, target: &Path) -> Result<Snapshot>;
 
+    /// The current state of `key` (in `key_group`, which this subtask
+    /// owns), for an interactive query: cache included, between two
+    /// updates.
+    fn query(&mut self, key_group: u32, key: &str) -> Result<super::query::KeyState>;
+
     /// Fills in the operator's name in errors that come from its state.
     fn name_error(&self, e: crate::WeirError) -> crate::WeirError {
         e

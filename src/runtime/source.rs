@@ -273,10 +273,15 @@ impl SourceTask {
         }
         if let Some(et) = &self.event_time {
             for ((topic, partition), _) in snapshot {
-                self.metrics
-                    .source_watermark
-                    .with_label_values(&[topic.as_str(), &partition.to_string()])
-                    .set(et.watermarks.partition_watermark(&topic, partition));
+                // No sample before a partition's first record: i64::MIN
+                // would read as a date to dashboards.
+                let w = et.watermarks.partition_watermark(&topic, partition);
+                if w > crate::time::MIN_WATERMARK {
+                    self.metrics
+                        .source_watermark
+                        .with_label_values(&[topic.as_str(), &partition.to_string()])
+                        .set(w);
+                }
             }
         }
         Ok(())

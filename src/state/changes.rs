@@ -85,14 +85,22 @@ impl ChangesWriter {
     }
 }
 
-/// Applies the changes file in snapshot folder `dir`, if there is one, to
-/// `backend`: only keys of key groups in `range`. Returns how many entries
-/// it applied.
-pub fn apply(dir: &Path, backend: &StateBackend, range: (u32, u32)) -> Result<usize> {
+/// One entry of a changes file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// Index into [`FAMILIES`].
+    pub family: u8,
+    pub key: Vec<u8>,
+    /// None for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Reads the changes file in snapshot folder `dir` (none: no changes).
+pub fn read(dir: &Path) -> Result<Vec<Change>> {
     let path = dir.join(FILE);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(WeirError::io(&path, e)),
     };
     let bad = |at: usize, why: &str| {
@@ -112,27 +120,45 @@ pub fn apply(dir: &Path, backend: &StateBackend, range: (u32, u32)) -> Result<us
         *at += n;
         Ok(part)
     };
-    let mut batch = WriteBatch::default();
-    let mut applied = 0;
+    let mut out = Vec::new();
     while at < bytes.len() {
         let head = take(&mut at, 2)?;
         let (family, op) = (head[0], head[1]);
-        let family = *FAMILIES
-            .get(usize::from(family))
-            .ok_or_else(|| bad(at - 2, "unknown column family"))?;
+        if usize::from(family) >= FAMILIES.len() {
+            return Err(bad(at - 2, "unknown column family"));
+        }
         let key_len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
-        let key = take(&mut at, key_len)?;
+        let key = take(&mut at, key_len)?.to_vec();
         let value_len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
         let value = take(&mut at, value_len)?;
-        let (kg, _) = split_key(key).ok_or_else(|| bad(at, "a key shorter than its key group"))?;
+        if split_key(&key).is_none() {
+            return Err(bad(at, "a key shorter than its key group"));
+        }
+        let value = match op {
+            1 => Some(value.to_vec()),
+            0 => None,
+            _ => return Err(bad(at, "unknown operation")),
+        };
+        out.push(Change { family, key, value });
+    }
+    Ok(out)
+}
+
+/// Applies the changes file in snapshot folder `dir`, if there is one, to
+/// `backend`: only keys of key groups in `range`. Returns how many entries
+/// it applied.
+pub fn apply(dir: &Path, backend: &StateBackend, range: (u32, u32)) -> Result<usize> {
+    let mut batch = WriteBatch::default();
+    let mut applied = 0;
+    for change in read(dir)? {
+        let (kg, _) = split_key(&change.key).expect("checked by read");
         if kg < range.0 || kg >= range.1 {
             continue;
         }
-        let cf = backend.cf(family);
-        match op {
-            1 => batch.put_cf(cf, key, value),
-            0 => batch.delete_cf(cf, key),
-            _ => return Err(bad(at, "unknown operation")),
+        let cf = backend.cf(FAMILIES[usize::from(change.family)]);
+        match &change.value {
+            Some(v) => batch.put_cf(cf, &change.key, v),
+            None => batch.delete_cf(cf, &change.key),
         }
         applied += 1;
     }

@@ -1,4 +1,7 @@
-//! The `weir` command: `run`, `validate`, `checkpoints list`.
+//! The `weir` command: `run`, `validate`, `checkpoints list|show`,
+//! `state get|scan`.
+
+pub mod inspect;
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +51,55 @@ pub enum Command {
         #[command(subcommand)]
         command: CheckpointsCommand,
     },
+    /// Read keyed state from a checkpoint folder: no Kafka, no running job,
+    /// nothing modified (safe while weir runs).
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Which checkpoint, and of which job.
+#[derive(Debug, clap::Args)]
+pub struct CheckpointArgs {
+    /// A checkpoint or savepoint folder, or a checkpoint id or `latest`
+    /// (these need --config).
+    #[arg(long)]
+    pub checkpoint: String,
+    /// The job's configuration (to find checkpoints by id).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The keyed operator's uid (see `weir checkpoints show`).
+    #[arg(long)]
+    pub operator: String,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// One key's value (or its windows); exits 1 when the checkpoint has
+    /// nothing for it.
+    Get {
+        #[command(flatten)]
+        at: CheckpointArgs,
+        #[arg(long)]
+        key: String,
+    },
+    /// Every key, or the keys starting with --prefix, one per line
+    /// (JSON lines with --format json).
+    Scan {
+        #[command(flatten)]
+        at: CheckpointArgs,
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,6 +108,16 @@ pub enum CheckpointsCommand {
     List {
         #[arg(long)]
         config: PathBuf,
+    },
+    /// One checkpoint: operators, subtasks with their key groups, number of
+    /// keys, sizes, source offsets and watermarks.
+    Show {
+        /// A checkpoint or savepoint folder, or an id or `latest` (with --config).
+        checkpoint: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
     },
 }
 

@@ -1,0 +1,106 @@
+//! `GET /api/overview`: what the console shows at a glance — the job, its
+//! operators, and every metric sample `/metrics` has, as JSON.
+
+use serde::Serialize;
+
+use crate::config::{Config, Delivery, SOURCE_UID};
+use crate::observe::metrics::Sample;
+
+/// The job as configured: fixed for the life of the process.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobInfo {
+    pub name: String,
+    pub version: &'static str,
+    /// `scale.instance` in group mode, `sink.instance` otherwise.
+    pub instance: String,
+    pub mode: &'static str,
+    pub delivery: &'static str,
+    pub checkpoint_interval_ms: u64,
+    pub operators: Vec<OperatorInfo>,
+}
+
+/// One step of the pipeline, in order.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperatorInfo {
+    pub uid: String,
+    pub kind: String,
+    pub parallelism: u32,
+    pub detail: String,
+}
+
+impl JobInfo {
+    pub fn from_config(config: &Config) -> Self {
+        let delivery = match config.sink.delivery {
+            Delivery::ExactlyOnce => "exactly-once",
+            Delivery::AtLeastOnce => "at-least-once",
+        };
+        // In group mode the keyed operator runs as `scale.tasks` tasks
+        // spread over the instances; the sources as the input partitions.
+        let keyed_parallelism = if config.is_group() {
+            config.scale.tasks
+        } else {
+            config.job.parallelism
+        };
+        let mut keyed = match config.pipeline.window() {
+            None => config.pipeline.kind_name().to_string(),
+            Some(w) => {
+                format!("{} ({:?} window)", config.pipeline.kind_name(), w.kind).to_lowercase()
+            }
+        };
+        if let Some(et) = &config.source.event_time {
+            let field = et.field.as_deref().unwrap_or("Kafka timestamp");
+            keyed.push_str(&format!(", event time from {field}"));
+        }
+        let operators = vec![
+            OperatorInfo {
+                uid: SOURCE_UID.to_string(),
+                kind: "source".into(),
+                parallelism: config.job.parallelism,
+                detail: format!("topics {}", config.source.topics.join(", ")),
+            },
+            OperatorInfo {
+                uid: config.keyed_uid(),
+                kind: keyed,
+                parallelism: keyed_parallelism,
+                detail: format!("{} key groups", config.job.max_parallelism),
+            },
+            OperatorInfo {
+                uid: "kafka-sink".into(),
+                kind: "sink".into(),
+                parallelism: keyed_parallelism,
+                detail: format!(
+                    "topic {}, {delivery}, chained to {}",
+                    config.sink.topic,
+                    config.keyed_uid()
+                ),
+            },
+        ];
+        Self {
+            name: config.job.name.clone(),
+            version: env!("CARGO_PKG_VERSION"),
+            instance: config.instance().to_string(),
+            mode: if config.is_group() { "group" } else { "single" },
+            delivery,
+            checkpoint_interval_ms: config.checkpoint.interval.as_millis() as u64,
+            operators,
+        }
+    }
+}
+
+/// The answer of `/api/overview`.
+#[derive(Debug, Serialize)]
+pub struct Overview<'a> {
+    pub now_ms: u64,
+    pub job: JobStatus<'a>,
+    pub metrics: Vec<Sample>,
+}
+
+/// [`JobInfo`] with what changes.
+#[derive(Debug, Serialize)]
+pub struct JobStatus<'a> {
+    #[serde(flatten)]
+    pub info: &'a JobInfo,
+    pub uptime_s: f64,
+    pub restarts: u64,
+    pub ready: bool,
+}

@@ -1,0 +1,229 @@
+//! `weir checkpoints show` and `weir state get|scan`: a checkpoint's
+//! contents and keyed state, read offline (`checkpoint::reader`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::OutputFormat;
+use crate::checkpoint::reader::{result_value, CheckpointReader, Entry};
+use crate::checkpoint::store::COMMITTED;
+use crate::checkpoint::CheckpointStore;
+use crate::config::Config;
+use crate::error::{Result, WeirError};
+use crate::operators::window::rfc3339_millis;
+
+/// Finds the folder `--checkpoint` names: a folder path (checkpoint or
+/// savepoint), a checkpoint id, or `latest` (the newest completed one) of
+/// the job `config` describes.
+pub fn resolve(checkpoint: &str, config: Option<&Config>) -> Result<PathBuf> {
+    let as_path = Path::new(checkpoint);
+    if as_path.is_dir() {
+        return Ok(as_path.to_path_buf());
+    }
+    let Some(config) = config else {
+        return Err(WeirError::Recovery(format!(
+            "{checkpoint:?} is not a checkpoint folder; to name a checkpoint by id or as \
+             `latest`, give the job's --config"
+        )));
+    };
+    let store = CheckpointStore::new(config.job_checkpoint_dir());
+    if checkpoint == "latest" {
+        return store
+            .scan()?
+            .into_iter()
+            .rev()
+            .find(|f| f.committed_marker && f.id.is_some())
+            .map(|f| store.folder(f.id.expect("checked")))
+            .ok_or_else(|| {
+                WeirError::Recovery(format!(
+                    "no completed checkpoint in {}",
+                    store.root().display()
+                ))
+            });
+    }
+    let id: u64 = checkpoint.parse().map_err(|_| {
+        WeirError::Recovery(format!(
+            "--checkpoint {checkpoint:?} is neither a folder, a checkpoint id nor `latest`"
+        ))
+    })?;
+    let folder = store.folder(id);
+    if !folder.is_dir() {
+        return Err(WeirError::Recovery(format!(
+            "checkpoint {id} is not in {} (see `weir checkpoints list`)",
+            store.root().display()
+        )));
+    }
+    Ok(folder)
+}
+
+/// Renders `weir checkpoints show`.
+pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
+    let reader = CheckpointReader::open(folder)?;
+    let meta = reader.metadata();
+    let subtasks = reader.summary()?;
+    let committed = folder.join(COMMITTED).exists();
+    if format == OutputFormat::Json {
+        let body = json!({
+            "checkpoint_id": meta.checkpoint_id,
+            "job": meta.job,
+            "folder": folder.display().to_string(),
+            "committed": committed,
+            "trigger_time_ms": meta.trigger_time_ms,
+            "prepared_time_ms": meta.prepared_time_ms,
+            "max_parallelism": meta.topology.max_parallelism,
+            "operators": meta.topology.operators,
+            "source_offsets": meta.source_offsets,
+            "state_size_bytes": meta.state_size(),
+            "subtasks": subtasks,
+        });
+        return Ok(format!(
+            "{}\n",
+            serde_json::to_string_pretty(&body).expect("json")
+        ));
+    }
+    let mut out = String::new();
+    out.push_str(&format!(
+        "checkpoint {} of job {} in {}\n",
+        meta.checkpoint_id,
+        meta.job,
+        folder.display()
+    ));
+    out.push_str(&format!(
+        "  triggered {}, prepared {}, {}\n",
+        rfc3339_millis(meta.trigger_time_ms as i64),
+        rfc3339_millis(meta.prepared_time_ms as i64),
+        if committed {
+            "committed"
+        } else {
+            "not marked committed (the group's offsets decide)"
+        }
+    ));
+    out.push_str(&format!(
+        "  max parallelism {}, state {} bytes\n\noperators\n",
+        meta.topology.max_parallelism,
+        meta.state_size()
+    ));
+    for o in &meta.topology.operators {
+        out.push_str(&format!(
+            "  {:<24} {:<20} parallelism {}\n",
+            o.uid, o.kind, o.parallelism
+        ));
+    }
+    out.push_str("\nsource offsets (next to read)\n");
+    for o in &meta.source_offsets {
+        let event_time = o
+            .max_timestamp
+            .map(|t| format!("  max event time {}", rfc3339_millis(t)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {}/{:<4} {:>12}{event_time}\n",
+            o.topic, o.partition, o.offset
+        ));
+    }
+    out.push_str(&format!(
+        "\nkeyed state\n  {:<20} {:>7} {:>11} {:>10} {:>10} {:>12} {:>6}  watermark\n",
+        "operator", "subtask", "key groups", "keys", "windows", "bytes", "files"
+    ));
+    for s in &subtasks {
+        out.push_str(&format!(
+            "  {:<20} {:>7} {:>11} {:>10} {:>10} {:>12} {:>6}  {}\n",
+            s.operator,
+            s.subtask,
+            format!("{}..{}", s.key_groups.0, s.key_groups.1),
+            s.keys,
+            s.windows,
+            s.size_bytes,
+            s.files,
+            s.watermark_ms.map_or("-".to_string(), rfc3339_millis)
+        ));
+    }
+    Ok(out)
+}
+
+/// One entry as the job's output would show it.
+fn entry_json(name: &str, e: &Entry) -> Option<Value> {
+    match e {
+        Entry::Value { key, acc } => Some(json!({ "key": key, name: result_value(name, acc) })),
+        Entry::Window {
+            key,
+            start,
+            end,
+            acc,
+        } => Some(json!({
+            "key": key,
+            "window_start": rfc3339_millis(*start),
+            "window_end": rfc3339_millis(*end),
+            name: result_value(name, acc),
+        })),
+        Entry::Watermark { .. } => None,
+    }
+}
+
+fn entry_text(name: &str, e: &Entry) -> Option<String> {
+    match e {
+        Entry::Value { key, acc } => Some(format!("{key}\t{}", result_value(name, acc))),
+        Entry::Window {
+            key,
+            start,
+            end,
+            acc,
+        } => Some(format!(
+            "{key}\t{}\t{}\t{}",
+            rfc3339_millis(*start),
+            rfc3339_millis(*end),
+            result_value(name, acc)
+        )),
+        Entry::Watermark { .. } => None,
+    }
+}
+
+fn render(name: &str, e: &Entry, format: OutputFormat) -> Option<String> {
+    match format {
+        OutputFormat::Json => entry_json(name, e).map(|v| v.to_string()),
+        OutputFormat::Text => entry_text(name, e),
+    }
+}
+
+/// `weir state get`: the key's value (or windows), one line each; false
+/// when the checkpoint holds nothing for the key.
+pub fn get(
+    folder: &Path,
+    operator: &str,
+    key: &str,
+    format: OutputFormat,
+    out: &mut dyn Write,
+) -> Result<bool> {
+    let reader = CheckpointReader::open(folder)?;
+    let name = reader.result_name(operator)?;
+    let entries = reader.get(operator, key)?;
+    for e in &entries {
+        if let Some(line) = render(name, e, format) {
+            writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))?;
+        }
+    }
+    Ok(!entries.is_empty())
+}
+
+/// `weir state scan`: every key under `prefix`, one line each (JSON lines
+/// with `--format json`). Returns how many it wrote.
+pub fn scan(
+    folder: &Path,
+    operator: &str,
+    prefix: &str,
+    format: OutputFormat,
+    out: &mut dyn Write,
+) -> Result<u64> {
+    let reader = CheckpointReader::open(folder)?;
+    let name = reader.result_name(operator)?;
+    let mut n = 0;
+    reader.scan(operator, prefix, &mut |e| {
+        if let Some(line) = render(name, &e, format) {
+            writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))?;
+            n += 1;
+        }
+        Ok(())
+    })?;
+    Ok(n)
+}
