@@ -5,7 +5,7 @@
 # topics by hand. Skips apt when everything is already there.
 set -euo pipefail
 packages=(build-essential cmake pkg-config clang libclang-dev libcurl4-openssl-dev libssl-dev
-          libsasl2-dev libzstd-dev zlib1g-dev openjdk-17-jre-headless maven kcat python3 python3-venv)
+          libsasl2-dev libzstd-dev zlib1g-dev openjdk-17-jre-headless maven kcat curl python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -225,6 +225,36 @@ impl Cluster {
             .collect()
     }
 
+    /// Interactive queries: of the running instances, exactly the one
+    /// owning a key's task answers its count; the others answer 421 naming
+    /// the task.
+    fn assert_queries(&mut self, expected: &HashMap<String, u64>, keys: usize) {
+        let ids: Vec<usize> = self.running.keys().copied().collect();
+        let addrs: Vec<String> = ids
+            .iter()
+            .map(|i| {
+                let w = self.running.get_mut(i).expect("running");
+                w.admin_addr(Duration::from_secs(30))
+            })
+            .collect();
+        for (word, count) in expected.iter().take(keys) {
+            let mut answered = Vec::new();
+            for addr in &addrs {
+                let (status, body) = http(addr, "GET", &format!("/state/word-count/{word}"), None);
+                match status {
+                    200 => {
+                        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                        assert_eq!(v["value"]["count"].as_u64(), Some(*count), "{word}: {body}");
+                        answered.push(addr.clone());
+                    }
+                    421 => assert!(body.contains("\"task\""), "{body}"),
+                    other => panic!("{word} at {addr}: {other} {body}"),
+                }
+            }
+            assert_eq!(answered.len(), 1, "{word} answered by {answered:?}");
+        }
+    }
+
     /// Waits until the running instances together own every task.
     fn wait_all_tasks_owned(&mut self, timeout: Duration) {
         let started = Instant::now();
@@ -283,6 +313,8 @@ fn survives_random_kills(storage: Storage, base: &Path) {
     feeder.join().unwrap();
     c.assert_exact(&expected);
     c.assert_alive();
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    c.assert_queries(&expected, 30);
     for i in 0..3 {
         c.stop(i);
     }

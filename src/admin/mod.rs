@@ -20,7 +20,7 @@ use axum::{Json, Router};
 
 use crate::observe::history::History;
 use crate::observe::metrics::Metrics;
-use crate::runtime::query::{QueryError, QueryRoutes, QUERY_TIMEOUT};
+use crate::runtime::query::{QueryError, QueryFailure, QueryRoutes, QUERY_TIMEOUT};
 use crate::runtime::SavepointRequest;
 
 /// What the endpoint reads and whom it asks for savepoints.
@@ -140,7 +140,18 @@ async fn state_query(
     };
     let answer = match tokio::time::timeout(QUERY_TIMEOUT, routed.answer).await {
         Ok(Ok(Ok(answer))) => answer,
-        Ok(Ok(Err(e))) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Ok(Ok(Err(QueryFailure::Failed(e)))) => {
+            return json_error(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+        // Group mode: another instance owns the key's task (GET /tasks
+        // there says which).
+        Ok(Ok(Err(QueryFailure::NotHere { task, message }))) => {
+            return (
+                StatusCode::MISDIRECTED_REQUEST,
+                Json(serde_json::json!({ "error": message, "task": task })),
+            )
+                .into_response()
+        }
         Ok(Err(_)) => {
             return json_error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -171,9 +182,12 @@ async fn state_query(
         "operator": uid,
         "key": key,
         "key_group": routed.key_group,
-        "subtask": routed.subtask,
         "value": answer.value,
     });
+    match answer.task {
+        Some(task) => body["task"] = task.into(),
+        None => body["subtask"] = routed.subtask.into(),
+    }
     if let Some(windows) = answer.windows {
         body["windows"] = serde_json::to_value(windows).expect("windows serialize");
     }
@@ -405,10 +419,18 @@ mod tests {
         for (i, rx) in subtasks.into_iter().enumerate() {
             std::thread::spawn(move || {
                 while let Ok(q) = rx.recv() {
+                    if q.key == "elsewhere" {
+                        let _ = q.reply.send(Err(QueryFailure::NotHere {
+                            task: 3,
+                            message: "in task 3, not owned here".into(),
+                        }));
+                        continue;
+                    }
                     let value = (q.key == "fox").then(|| serde_json::json!({ "count": i }));
                     let _ = q.reply.send(Ok(KeyState {
                         value,
                         windows: None,
+                        task: None,
                     }));
                 }
             });
@@ -430,6 +452,9 @@ mod tests {
             body.contains("no key \\\"hen\\\" in operator word-count"),
             "{body}"
         );
+        let (status, body) = call(&s, "GET", "/state/word-count/elsewhere", None).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert!(body.contains("\"task\":3"), "{body}");
         let (status, body) = call(&s, "GET", "/state/nope/fox", None).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert!(body.contains("unknown operator"), "{body}");

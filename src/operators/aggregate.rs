@@ -105,6 +105,7 @@ impl Operator for AggregateOperator {
         Ok(KeyState {
             value: acc.map(|acc| self.pipeline.result_object(&acc)),
             windows: None,
+            task: None,
         })
     }
 

@@ -538,6 +538,7 @@ impl Operator for WindowOperator {
         Ok(KeyState {
             value: None,
             windows: Some(windows),
+            task: None,
         })
     }
 

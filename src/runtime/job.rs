@@ -98,6 +98,9 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
             run_attempt(&config, &shared, restore_from.take(), &progressed)
         };
         shared.ready.store(false, Ordering::Relaxed);
+        // Queries answer 503 "no job attempt is running" until the next
+        // attempt registers its subtasks.
+        shared.queries.clear();
         let err = match result {
             Ok(()) => return Ok(()),
             Err(e) if e.is_fatal() => {

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::alignment::BarrierAligner;
 use super::operator::Operator;
 use super::output::Output;
-use super::query::StateQuery;
+use super::query::{QueryFailure, StateQuery};
 use super::{Ack, Item};
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::config::CheckpointMode;
@@ -177,7 +177,7 @@ impl<O: Operator> KeyedTask<O> {
         let answer = self
             .operator
             .query(q.key_group, &q.key)
-            .map_err(|e| self.operator.name_error(e).report().to_string());
+            .map_err(|e| QueryFailure::Failed(self.operator.name_error(e).report().to_string()));
         // The asker may have timed out; nothing to do then.
         let _ = q.reply.send(answer);
     }

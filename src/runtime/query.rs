@@ -33,6 +33,9 @@ pub struct KeyState {
     /// With windows: the key's windows held in state, by start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<Vec<WindowState>>,
+    /// Group mode: the task that answered (instead of a subtask).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<u32>,
 }
 
 impl KeyState {
@@ -52,11 +55,23 @@ pub struct WindowState {
     pub value: serde_json::Value,
 }
 
+/// Why a subtask (or an instance) gave no state for a key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueryFailure {
+    /// Group mode: the key's task is owned by another instance (or by none
+    /// right now); the message names the task.
+    NotHere { task: u32, message: String },
+    /// Reading the state failed.
+    Failed(String),
+}
+
+pub type QueryAnswer = Result<KeyState, QueryFailure>;
+
 /// A query on its way to the subtask that owns the key.
 pub struct StateQuery {
     pub key: String,
     pub key_group: u32,
-    pub reply: tokio::sync::oneshot::Sender<Result<KeyState, String>>,
+    pub reply: tokio::sync::oneshot::Sender<QueryAnswer>,
 }
 
 /// Where each queryable operator's subtasks take queries. Replaced by each
@@ -84,7 +99,7 @@ pub enum QueryError {
 pub struct Routed {
     pub key_group: u32,
     pub subtask: u32,
-    pub answer: tokio::sync::oneshot::Receiver<Result<KeyState, String>>,
+    pub answer: tokio::sync::oneshot::Receiver<QueryAnswer>,
 }
 
 impl QueryRoutes {

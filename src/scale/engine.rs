@@ -51,6 +51,7 @@ use crate::operators::Pipeline;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::operator::Operator;
 use crate::runtime::output::Output;
+use crate::runtime::query::{KeyState, QueryFailure, StateQuery};
 use crate::runtime::source::bad_record;
 use crate::runtime::{DeadLetter, JobShared, Update};
 use crate::state::key_groups::{key_group, range_for_subtask, subtask_for_key_group};
@@ -590,6 +591,33 @@ impl Instance {
         Ok(())
     }
 
+    /// Answers a query from the task that owns the key's group, if this
+    /// instance owns it and has restored it.
+    fn answer(&mut self, q: StateQuery) {
+        let c = &self.config;
+        let task = subtask_for_key_group(q.key_group, c.scale.tasks, c.job.max_parallelism);
+        let answer = match self.tasks.get_mut(&task) {
+            Some(t) => t
+                .operator
+                .query(q.key_group, &q.key)
+                .map(|state| KeyState {
+                    task: Some(task),
+                    ..state
+                })
+                .map_err(|e| QueryFailure::Failed(e.report().to_string())),
+            None => Err(QueryFailure::NotHere {
+                task,
+                message: format!(
+                    "key {:?} is in task {task}, which instance {} does not own now; \
+                     GET /tasks on each instance shows which owns it",
+                    q.key,
+                    c.instance()
+                ),
+            }),
+        };
+        let _ = q.reply.send(answer);
+    }
+
     /// Sends what is gathered: repartition batches and task output.
     fn flush(&mut self) -> Result<()> {
         for t in 0..self.batches.len() as u32 {
@@ -1051,7 +1079,14 @@ pub fn run_attempt(
         protocol = ?config.scale.group_protocol,
         "instance joined the job's group"
     );
-    let outcome = poll_loop(&consumer, &instance, shared, progressed);
+    // One query queue for the instance: its poll loop answers for the
+    // tasks it owns.
+    let queries = shared
+        .queries
+        .register(&uid, 1, config.job.max_parallelism)
+        .pop()
+        .expect("one queue");
+    let outcome = poll_loop(&consumer, &instance, shared, progressed, &queries);
     if let Err(e) = &outcome {
         cancel.cancel();
         instance.lock().expect("instance lock").abandoned = true;
@@ -1077,6 +1112,7 @@ fn poll_loop(
     instance: &Arc<Mutex<Instance>>,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
+    queries: &crossbeam_channel::Receiver<StateQuery>,
 ) -> Result<()> {
     let mut first_read = false;
     loop {
@@ -1089,6 +1125,9 @@ fn poll_loop(
         }
         let msg = consumer.poll(Duration::from_millis(10));
         let mut inst = instance.lock().expect("instance lock");
+        while let Ok(q) = queries.try_recv() {
+            inst.answer(q);
+        }
         if let Some(e) = inst.failed.take() {
             return Err(e);
         }

@@ -17,6 +17,7 @@
 
 mod limits;
 mod measure;
+mod queries;
 mod scale;
 mod systems;
 
@@ -59,6 +60,20 @@ enum Cmd {
     ScaleKill(ScaleKillArgs),
     /// Group mode: checkpoint bytes uploaded and duration with many keys.
     ScaleCheckpointCost(ScaleCostArgs),
+    /// Word count throughput with and without interactive queries
+    /// (`GET /state/...`) at a steady rate.
+    QueryLoad(QueryLoadArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct QueryLoadArgs {
+    #[arg(long, default_value_t = 5_000_000)]
+    words: usize,
+    /// Query rates to compare, comma-separated; 0 is no queries.
+    #[arg(long, default_value = "0,1000")]
+    rates: String,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -239,6 +254,14 @@ fn main() {
             a.keys,
             &a.systems.split(',').map(String::from).collect::<Vec<_>>(),
             &scale::Storage::parse(&a.storage),
+            a.rounds,
+        ),
+        Cmd::QueryLoad(a) => queries::query_load(
+            a.words,
+            &a.rates
+                .split(',')
+                .map(|r| r.parse().expect("--rates"))
+                .collect::<Vec<_>>(),
             a.rounds,
         ),
         Cmd::ScaleCheckpointCost(a) => scale::checkpoint_cost(
