@@ -693,6 +693,14 @@ impl Instance {
             reason: "consumer group metadata unavailable for the transaction".into(),
         })?;
         crate::crash_point!("group-before-commit");
+        // Tests: the group refuses this commit, as in a raced rebalance.
+        fail::fail_point!("group-commit-refused", |_| {
+            let cause = WeirError::Task {
+                task: "scale".into(),
+                reason: "the commit was refused (failpoint group-commit-refused)".into(),
+            };
+            self.reset_to_committed(&cause)
+        });
         if let Err(e) = self.producer.commit_transaction(&offsets, &group) {
             return match self.classify(e) {
                 CommitRefusal::Migrated(e) => self.reset_to_committed(&e),
@@ -1131,8 +1139,17 @@ fn poll_loop(
         if let Some(e) = inst.failed.take() {
             return Err(e);
         }
+        // Partitions restored and sought in this iteration. The message
+        // polled above, if it is from one of them, was fetched before the
+        // seek: at a position the restore no longer matches (after a reset,
+        // ahead of the committed offset). Applying it would move the
+        // position past records the seek fetches again, which the
+        // below-position check would then skip: lost updates (and, without
+        // that check, duplicates). It is dropped; the seek re-reads it.
+        let mut activated: Vec<(String, i32)> = Vec::new();
         if !inst.pending.is_empty() {
             shared.ready.store(false, Ordering::Relaxed);
+            activated = inst.pending.clone();
             inst.activate(consumer)?;
         }
         // Ready once every assigned partition is restored (an instance
@@ -1160,7 +1177,19 @@ fn poll_loop(
                         "first record read"
                     );
                 }
-                inst.on_message(&m)?;
+                let stale = activated
+                    .iter()
+                    .any(|(t, p)| t == m.topic() && *p == m.partition());
+                if stale {
+                    debug!(
+                        topic = m.topic(),
+                        partition = m.partition(),
+                        offset = m.offset(),
+                        "dropped a record fetched before its partition's restore and seek"
+                    );
+                } else {
+                    inst.on_message(&m)?;
+                }
             }
         }
         if inst.due() {
