@@ -115,15 +115,9 @@ pub fn report_lag(metrics: &Metrics, stats: &Statistics) {
     {
         for (topic, t) in &stats.topics {
             for (partition, p) in &t.partitions {
-                if *partition < 0 {
-                    continue;
-                }
-                if !p.desired {
-                    // No longer this consumer's (group mode, after a
-                    // revocation): its last lag would be counted twice.
-                    let _ = metrics
-                        .consumer_lag
-                        .remove_label_values(&[topic.as_str(), &partition.to_string()]);
+                // Statistics list every partition of the topic; another
+                // source consumer reports the ones this one is not given.
+                if *partition < 0 || !p.desired {
                     continue;
                 }
                 // read_committed: the end is the last stable offset.

@@ -61,12 +61,17 @@ impl<O: Operator> KeyedTask<O> {
         // no watermark series (a 0 would read as 1970).
         let mut watermark_gauge = None;
         let inputs = std::mem::take(&mut self.inputs);
+        // Answered between two batches (at the top of each turn), and an
+        // idle subtask wakes up for one.
+        let mut queries = std::mem::replace(&mut self.queries, crossbeam_channel::never());
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(());
             }
             self.output.release_if_committed()?;
-            self.answer_queries();
+            while let Ok(q) = queries.try_recv() {
+                self.answer(q);
+            }
             if let Some(pending) = run.aligner.pending() {
                 let cancelled = self.output.gate.cancelled();
                 if cancelled >= pending && run.aligner.cancel(cancelled) {
@@ -89,7 +94,6 @@ impl<O: Operator> KeyedTask<O> {
                 select.recv(&inputs[*i]);
             }
             // An idle subtask wakes up for a query too.
-            let queries = self.queries.clone();
             let query_op = select.recv(&queries);
             let Ok(op) = select.select_timeout(Duration::from_millis(50)) else {
                 continue;
@@ -98,7 +102,7 @@ impl<O: Operator> KeyedTask<O> {
                 match op.recv(&queries) {
                     Ok(q) => self.answer(q),
                     // The endpoint forgot this attempt's routes.
-                    Err(_) => self.queries = crossbeam_channel::never(),
+                    Err(_) => queries = crossbeam_channel::never(),
                 }
                 continue;
             }
@@ -163,13 +167,6 @@ impl<O: Operator> KeyedTask<O> {
                     }
                 }
             }
-        }
-    }
-
-    /// Answers the queries waiting, between two batches.
-    fn answer_queries(&mut self) {
-        while let Ok(q) = self.queries.try_recv() {
-            self.answer(q);
         }
     }
 

@@ -244,6 +244,12 @@ impl Instance {
                 "partition revoked"
             );
             self.pending.retain(|p| *p != tp);
+            // Its lag is the new owner's to report now; a stale value here
+            // would count it twice in a sum over instances.
+            let _ = self
+                .metrics
+                .consumer_lag
+                .remove_label_values(&[tp.0.as_str(), &tp.1.to_string()]);
             if tp.0 == self.topic {
                 self.tasks.remove(&(tp.1 as u32));
             } else {

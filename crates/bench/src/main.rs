@@ -32,7 +32,7 @@ use weir_testkit::{
 };
 
 use measure::{end_offsets, verify, ProcessGroup};
-use systems::{weir_binary, Ctx, System};
+use systems::{weir_binary, weir_run, Ctx, System};
 
 #[derive(Debug, Parser)]
 #[command(about = "weir benchmarks against the local Kafka broker")]
@@ -536,12 +536,7 @@ fn run_once(
             .collect(),
         None => Vec::new(),
     };
-    argv.extend([
-        weir_binary().display().to_string(),
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ]);
+    argv.extend(weir_run(&weir_binary(), &config));
     let pg = ProcessGroup::start(
         &[argv],
         &dir.path().join("weir.log"),

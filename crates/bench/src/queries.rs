@@ -12,7 +12,7 @@ use serde_json::json;
 use weir_testkit::{create_topic, http, unique, word_lines, JobSpec, Rng};
 
 use crate::measure::{self, ProcessGroup};
-use crate::systems::weir_binary;
+use crate::systems::{weir_binary, weir_run};
 use crate::{input_topic, machine, median, range, save, WORDS_PER_RECORD};
 
 /// Threads sharing the query rate: one blocking connection per request, so
@@ -105,12 +105,7 @@ fn run_once(
     let config = spec.write();
     let group = format!("weir-{}-{}", spec.name, output);
     let started = Instant::now();
-    let argv = vec![
-        weir_binary().display().to_string(),
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
+    let argv = weir_run(&weir_binary(), &config);
     let pg = ProcessGroup::start(
         &[argv],
         &dir.path().join("weir.log"),

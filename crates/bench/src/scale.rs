@@ -14,7 +14,7 @@ use serde_json::json;
 use weir_testkit::{bootstrap, create_topic, distinct_lines, produce, unique, word_lines, JobSpec};
 
 use crate::measure::{self, ProcessGroup};
-use crate::systems::weir_binary;
+use crate::systems::{weir_binary, weir_run};
 
 const TASKS: u32 = 8;
 /// Keys fed steadily around a kill: each appears about 50 times a second.
@@ -106,14 +106,8 @@ impl GroupJob {
             ..JobSpec::word_count(&self.instance_dir(i), &self.input, &self.output)
         };
         let config = spec.write();
-        let weir = weir_binary();
         ProcessGroup::start(
-            &[vec![
-                weir.display().to_string(),
-                "run".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ]],
+            &[weir_run(&weir_binary(), &config)],
             &self.instance_dir(i).join("weir.log"),
             &[
                 ("RUST_LOG", log_filter),

@@ -59,6 +59,16 @@ fn weir_log_filter() -> String {
     std::env::var("WEIR_BENCH_LOG").unwrap_or_else(|_| "info".into())
 }
 
+/// The command line of `weir run` with `config`.
+pub fn weir_run(binary: &Path, config: &Path) -> Vec<String> {
+    vec![
+        binary.display().to_string(),
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ]
+}
+
 /// The release `weir` next to this benchmark binary, or `$WEIR_BIN` (to
 /// compare two builds with the same harness).
 pub fn weir_binary() -> PathBuf {
@@ -146,12 +156,7 @@ impl System {
                 };
                 let config = spec.write();
                 ProcessGroup::start(
-                    &[vec![
-                        s(&ctx.weir),
-                        "run".into(),
-                        "--config".into(),
-                        s(&config),
-                    ]],
+                    &[weir_run(&ctx.weir, &config)],
                     &log,
                     &[("RUST_LOG", &weir_log_filter())],
                 )
@@ -171,12 +176,7 @@ impl System {
                 };
                 let config = spec.write();
                 ProcessGroup::start(
-                    &[vec![
-                        s(&ctx.weir),
-                        "run".into(),
-                        "--config".into(),
-                        s(&config),
-                    ]],
+                    &[weir_run(&ctx.weir, &config)],
                     &log,
                     &[("RUST_LOG", &weir_log_filter())],
                 )
