@@ -239,11 +239,12 @@ async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> 
         return denied;
     }
     if state.group_mode {
-        return (
+        return json_error(
             StatusCode::NOT_IMPLEMENTED,
-            Json(serde_json::json!({ "error": "savepoints are not available with scale.mode = \"group\": each task's committed checkpoint is in checkpoint.dir" })),
-        )
-            .into_response();
+            "savepoints are not available with scale.mode = \"group\": each task's committed \
+             checkpoint is in checkpoint.dir"
+                .into(),
+        );
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     // The queue is bounded (`runtime::SAVEPOINT_QUEUE`): when it is full the
@@ -252,11 +253,10 @@ async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> 
     match state.savepoints.try_send(SavepointRequest { reply: tx }) {
         Ok(()) => {}
         Err(crossbeam_channel::TrySendError::Full(_)) => {
-            return (
+            return json_error(
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({ "error": "busy: a savepoint is already queued; retry later" })),
-            )
-                .into_response();
+                "busy: a savepoint is already queued; retry later".into(),
+            );
         }
         Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
             return (StatusCode::SERVICE_UNAVAILABLE, "job is not running\n").into_response();
@@ -264,16 +264,11 @@ async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> 
     }
     match tokio::time::timeout(state.savepoint_timeout, rx).await {
         Ok(Ok(Ok(path))) => Json(serde_json::json!({ "path": path })).into_response(),
-        Ok(Ok(Err(reason))) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Json(serde_json::json!({ "error": reason })),
-        )
-            .into_response(),
-        Ok(Err(_)) | Err(_) => (
+        Ok(Ok(Err(reason))) => json_error(StatusCode::INTERNAL_SERVER_ERROR, reason),
+        Ok(Err(_)) | Err(_) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "error": "no checkpoint completed the savepoint in time" })),
-        )
-            .into_response(),
+            "no checkpoint completed the savepoint in time".into(),
+        ),
     }
 }
 

@@ -17,8 +17,10 @@ use serde::Serialize;
 
 use super::metadata::{CheckpointMetadata, StateHandle};
 use super::store::inspect_any;
+use crate::config::AggregateFunction;
 use crate::error::{Result, WeirError};
 use crate::operators::window::{unflip, WindowAcc, WATERMARK_TAG};
+use crate::operators::Pipeline;
 use crate::state::backend::{FAMILIES, VALUES};
 use crate::state::key_groups::key_group;
 use crate::state::{changes, split_key, state_key, Accumulator, StateValue};
@@ -100,8 +102,9 @@ impl CheckpointReader {
         &self.folder
     }
 
-    /// The result name of the operator's values (`count`, `sum`, ...).
-    pub fn result_name(&self, uid: &str) -> Result<&'static str> {
+    /// The function whose result the operator's values show (`count`,
+    /// `sum`, ...), from the kind the checkpoint recorded.
+    pub fn function(&self, uid: &str) -> Result<AggregateFunction> {
         let op = self
             .meta
             .topology
@@ -109,13 +112,7 @@ impl CheckpointReader {
             .iter()
             .find(|o| o.uid == uid)
             .ok_or_else(|| self.unknown_operator(uid))?;
-        Ok(match op.kind.strip_prefix("aggregate/") {
-            Some("sum") => "sum",
-            Some("min") => "min",
-            Some("max") => "max",
-            Some("avg") => "avg",
-            _ => "count",
-        })
+        Ok(Pipeline::function_of_kind(&op.kind).unwrap_or(AggregateFunction::Count))
     }
 
     fn unknown_operator(&self, uid: &str) -> WeirError {
@@ -329,16 +326,5 @@ fn decode(dir: &Path, full: &[u8], value: &[u8]) -> Result<Entry> {
             })
         }
         _ => Err(corrupt("neither a value, a window nor a watermark")),
-    }
-}
-
-/// The value a result name stands for, as the job's output shows it.
-pub fn result_value(name: &str, acc: &Accumulator) -> serde_json::Value {
-    match name {
-        "sum" => acc.sum.into(),
-        "min" => acc.min.into(),
-        "max" => acc.max.into(),
-        "avg" => (acc.sum / acc.count as f64).into(),
-        _ => acc.count.into(),
     }
 }

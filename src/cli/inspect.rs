@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::OutputFormat;
-use crate::checkpoint::reader::{result_value, CheckpointReader, Entry};
+use crate::checkpoint::reader::{CheckpointReader, Entry};
 use crate::checkpoint::store::COMMITTED;
 use crate::checkpoint::CheckpointStore;
-use crate::config::Config;
+use crate::config::{AggregateFunction, Config};
 use crate::error::{Result, WeirError};
+use crate::operators::result_value;
 use crate::operators::window::rfc3339_millis;
 
 /// Finds the folder `--checkpoint` names: a folder path (checkpoint or
@@ -143,9 +144,10 @@ pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
 }
 
 /// One entry as the job's output would show it.
-fn entry_json(name: &str, e: &Entry) -> Option<Value> {
+fn entry_json(f: AggregateFunction, e: &Entry) -> Option<Value> {
+    let (name, value) = (f.name(), |acc| result_value(f, acc));
     match e {
-        Entry::Value { key, acc } => Some(json!({ "key": key, name: result_value(name, acc) })),
+        Entry::Value { key, acc } => Some(json!({ "key": key, name: value(acc) })),
         Entry::Window {
             key,
             start,
@@ -155,15 +157,15 @@ fn entry_json(name: &str, e: &Entry) -> Option<Value> {
             "key": key,
             "window_start": rfc3339_millis(*start),
             "window_end": rfc3339_millis(*end),
-            name: result_value(name, acc),
+            name: value(acc),
         })),
         Entry::Watermark { .. } => None,
     }
 }
 
-fn entry_text(name: &str, e: &Entry) -> Option<String> {
+fn entry_text(f: AggregateFunction, e: &Entry) -> Option<String> {
     match e {
-        Entry::Value { key, acc } => Some(format!("{key}\t{}", result_value(name, acc))),
+        Entry::Value { key, acc } => Some(format!("{key}\t{}", result_value(f, acc))),
         Entry::Window {
             key,
             start,
@@ -173,17 +175,29 @@ fn entry_text(name: &str, e: &Entry) -> Option<String> {
             "{key}\t{}\t{}\t{}",
             rfc3339_millis(*start),
             rfc3339_millis(*end),
-            result_value(name, acc)
+            result_value(f, acc)
         )),
         Entry::Watermark { .. } => None,
     }
 }
 
-fn render(name: &str, e: &Entry, format: OutputFormat) -> Option<String> {
-    match format {
-        OutputFormat::Json => entry_json(name, e).map(|v| v.to_string()),
-        OutputFormat::Text => entry_text(name, e),
-    }
+/// Writes one entry as a line; false for entries that are not keyed
+/// values (watermarks).
+fn write_entry(
+    out: &mut dyn Write,
+    f: AggregateFunction,
+    e: &Entry,
+    format: OutputFormat,
+) -> Result<bool> {
+    let line = match format {
+        OutputFormat::Json => entry_json(f, e).map(|v| v.to_string()),
+        OutputFormat::Text => entry_text(f, e),
+    };
+    let Some(line) = line else {
+        return Ok(false);
+    };
+    writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))?;
+    Ok(true)
 }
 
 /// `weir state get`: the key's value (or windows), one line each; false
@@ -196,12 +210,10 @@ pub fn get(
     out: &mut dyn Write,
 ) -> Result<bool> {
     let reader = CheckpointReader::open(folder)?;
-    let name = reader.result_name(operator)?;
+    let f = reader.function(operator)?;
     let entries = reader.get(operator, key)?;
     for e in &entries {
-        if let Some(line) = render(name, e, format) {
-            writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))?;
-        }
+        write_entry(out, f, e, format)?;
     }
     Ok(!entries.is_empty())
 }
@@ -216,13 +228,10 @@ pub fn scan(
     out: &mut dyn Write,
 ) -> Result<u64> {
     let reader = CheckpointReader::open(folder)?;
-    let name = reader.result_name(operator)?;
+    let f = reader.function(operator)?;
     let mut n = 0;
     reader.scan(operator, prefix, &mut |e| {
-        if let Some(line) = render(name, &e, format) {
-            writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))?;
-            n += 1;
-        }
+        n += u64::from(write_entry(out, f, &e, format)?);
         Ok(())
     })?;
     Ok(n)

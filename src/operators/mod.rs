@@ -12,6 +12,17 @@ use crate::config::{AggregateFunction, Config, PipelineConfig, RecordFormat};
 use crate::state::Accumulator;
 use crate::time::timestamp::{normalize_pointer, TimestampExtractor};
 
+/// The result of `function` over an accumulator, as the output shows it.
+pub fn result_value(function: AggregateFunction, acc: &Accumulator) -> Value {
+    match function {
+        AggregateFunction::Count => acc.count.into(),
+        AggregateFunction::Sum => acc.sum.into(),
+        AggregateFunction::Min => acc.min.into(),
+        AggregateFunction::Max => acc.max.into(),
+        AggregateFunction::Avg => (acc.sum / acc.count as f64).into(),
+    }
+}
+
 /// A pipeline built from `[pipeline]` and `[source] format`.
 #[derive(Debug, Clone)]
 pub enum Pipeline {
@@ -45,12 +56,30 @@ impl Pipeline {
         }
     }
 
+    /// The function whose result the output carries (a word count counts).
+    pub fn function(&self) -> AggregateFunction {
+        match self {
+            Self::WordCount { .. } => AggregateFunction::Count,
+            Self::Aggregate { function, .. } => *function,
+        }
+    }
+
+    /// The function of a pipeline by its [`Pipeline::kind`], as checkpoints
+    /// record it (offline reads); None for a kind this weir does not write.
+    pub fn function_of_kind(kind: &str) -> Option<AggregateFunction> {
+        use AggregateFunction::*;
+        if kind == "word-count" {
+            return Some(Count);
+        }
+        let name = kind.strip_prefix("aggregate/")?;
+        [Count, Sum, Min, Max, Avg]
+            .into_iter()
+            .find(|f| f.name() == name)
+    }
+
     /// The name of the result field: the function's name.
     pub fn result_name(&self) -> &'static str {
-        match self {
-            Self::WordCount { .. } => "count",
-            Self::Aggregate { function, .. } => function.name(),
-        }
+        self.function().name()
     }
 
     /// The result of an accumulator as an object, `{"count": 3}`: what the
@@ -63,16 +92,7 @@ impl Pipeline {
 
     /// The result of an accumulator as a JSON value.
     pub fn result_value(&self, acc: &Accumulator) -> Value {
-        match self {
-            Self::WordCount { .. } => acc.count.into(),
-            Self::Aggregate { function, .. } => match function {
-                AggregateFunction::Count => acc.count.into(),
-                AggregateFunction::Sum => acc.sum.into(),
-                AggregateFunction::Min => acc.min.into(),
-                AggregateFunction::Max => acc.max.into(),
-                AggregateFunction::Avg => (acc.sum / acc.count as f64).into(),
-            },
-        }
+        result_value(self.function(), acc)
     }
 
     /// Decodes one record value and calls `emit(key, value, timestamp)` per
@@ -205,6 +225,24 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recorded_kind_names_its_function_again() {
+        use AggregateFunction::*;
+        let wc = Pipeline::WordCount {
+            format: RecordFormat::Text,
+        };
+        assert_eq!(Pipeline::function_of_kind(&wc.kind()), Some(Count));
+        for f in [Count, Sum, Min, Max, Avg] {
+            let p = Pipeline::Aggregate {
+                key: "/k".into(),
+                field: Some("/v".into()),
+                function: f,
+            };
+            assert_eq!(Pipeline::function_of_kind(&p.kind()), Some(f));
+        }
+        assert_eq!(Pipeline::function_of_kind("aggregate/median"), None);
+    }
 
     fn collect(p: &Pipeline, v: &[u8]) -> Result<Vec<(String, f64)>, String> {
         let mut out = Vec::new();

@@ -543,10 +543,7 @@ fn run_once(
         &[("RUST_LOG", "warn")],
     );
     let client = measure::consumer(&group);
-    let total: i64 = ends.iter().map(|(_, e)| e).sum();
-    while measure::committed_total_with(&client, input, ends) < total {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    measure::wait_committed(&client, input, ends, Duration::from_millis(20));
     let seconds = started.elapsed().as_secs_f64();
     let cpu_seconds = pg.cpu_seconds();
     let peak_rss_mb = pg.peak_rss_mb();
@@ -831,10 +828,7 @@ fn checkpoint_cost(args: CostArgs) {
         let group = system.group(&ctx);
         let pg = system.launch(&ctx, false);
         let client = measure::consumer(&group);
-        let total: i64 = ends.iter().map(|(_, e)| e).sum();
-        while measure::committed_total_with(&client, &input, &ends) < total {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        measure::wait_committed(&client, &input, &ends, Duration::from_millis(100));
         // A few more checkpoints with the full state in place.
         std::thread::sleep(Duration::from_secs(5));
         let addr = admin_addr(&ctx.dir.join("system.log"));

@@ -200,6 +200,15 @@ pub fn committed_total_with(c: &BaseConsumer, topic: &str, ends: &[(i32, i64)]) 
         .sum()
 }
 
+/// Waits, asking every `poll`, until the group of `c` has committed the
+/// end offsets `ends` of `topic`: the input is done.
+pub fn wait_committed(c: &BaseConsumer, topic: &str, ends: &[(i32, i64)], poll: Duration) {
+    let total: i64 = ends.iter().map(|(_, e)| e).sum();
+    while committed_total_with(c, topic, ends) < total {
+        std::thread::sleep(poll);
+    }
+}
+
 /// Reads `output` with read_committed and checks every final count.
 pub fn verify(output: &str, expected: &HashMap<String, u64>) -> Result<(), String> {
     let got = last_counts(&read_topic(

@@ -125,10 +125,7 @@ fn run_once(
     }
     let queries_started = Instant::now();
     let client = measure::consumer(&group);
-    let total: i64 = ends.iter().map(|(_, e)| e).sum();
-    while measure::committed_total_with(&client, input, ends) < total {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    measure::wait_committed(&client, input, ends, Duration::from_millis(20));
     let seconds = started.elapsed().as_secs_f64();
     let cpu_seconds = pg.cpu_seconds();
     let query_seconds = queries_started.elapsed().as_secs_f64();
