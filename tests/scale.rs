@@ -249,6 +249,16 @@ impl Cluster {
             .collect()
     }
 
+    /// How many partitions (tasks and input partitions) an instance owns.
+    fn partitions_of(&mut self, i: usize) -> usize {
+        let w = self.running.get_mut(&i).expect("running");
+        let addr = w.admin_addr(Duration::from_secs(30));
+        let (status, body) = http(&addr, "GET", "/tasks", None);
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["tasks"].as_array().unwrap().len() + v["inputs"].as_array().unwrap().len()
+    }
+
     /// Interactive queries: of the running instances, exactly the one
     /// owning a key's task answers its count; the others answer 421 naming
     /// the task.
@@ -358,9 +368,14 @@ fn scales_one_three_one(storage: Storage, base: &Path, protocol: &'static str) {
     c.start(1);
     c.start(2);
     let feeder = feed(&c.input, thirds[1].clone(), 500, Duration::from_millis(300));
-    // The tasks spread out over all three.
+    // The work spreads out over all three: tasks leave i0, and each new
+    // instance owns partitions (the group's assignor may give one of them
+    // only input partitions and the other only tasks).
     let started = Instant::now();
-    while c.tasks_of(1).is_empty() || c.tasks_of(2).is_empty() {
+    while c.tasks_of(0).len() == TASKS as usize
+        || c.partitions_of(1) == 0
+        || c.partitions_of(2) == 0
+    {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "tasks never moved:\n{}",
