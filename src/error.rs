@@ -161,6 +161,20 @@ pub enum WeirError {
 
     #[error("lock {path}: {reason}")]
     Locked { path: PathBuf, reason: String },
+
+    /// A job graph that cannot run, with every problem found, each naming
+    /// its node.
+    #[error("job {job:?} cannot run: {}", problems.join("; "))]
+    Graph { job: String, problems: Vec<String> },
+
+    /// An operator's logic refused its input (a retraction it cannot
+    /// handle, an overflow); a replay would meet the same row again.
+    #[error("operator {uid:?} subtask {subtask}: {reason}")]
+    Operator {
+        uid: String,
+        subtask: u32,
+        reason: String,
+    },
 }
 
 pub type Result<T, E = WeirError> = std::result::Result<T, E>;
@@ -207,6 +221,8 @@ impl WeirError {
                 | Self::GroupFenced { .. }
                 | Self::Stuck { .. }
                 | Self::Locked { .. }
+                | Self::Graph { .. }
+                | Self::Operator { .. }
         )
     }
 

@@ -16,21 +16,52 @@
 //! - [`window`]: window assignment and session merging.
 //! - [`scale`]: group mode: instances sharing a job through a consumer group,
 //!   a repartition topic and shared checkpoint storage.
+//! - [`dataflow`]: job graphs: rows, operators, named state tables, the
+//!   Rust API that builds a graph ([`dataflow::builder`]).
+//! - [`engine`]: runs a job graph (single mode) on the runtime's
+//!   Coordinator, commit point and restart loop.
+//! - [`service`]: the admin endpoint, stop signals and job thread around a job.
 
 pub mod admin;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod dataflow;
 pub mod element;
+pub mod engine;
 pub mod error;
 pub mod kafka;
 pub mod observe;
 pub mod operators;
 pub mod runtime;
 pub mod scale;
+pub mod service;
 pub mod state;
 pub mod time;
 pub mod window;
 
 pub use config::Config;
 pub use error::{Result, WeirError};
+
+/// Runs a job graph built with [`dataflow::builder`] as the `weir` binary
+/// runs its built-in pipelines: the configuration file `config` (Kafka,
+/// checkpoints, state, restart, admin, log; see
+/// [`Config::load_for_graph`]), the admin endpoint, SIGTERM for a final
+/// checkpoint, and restarts from the last checkpoint. `RUST_LOG` or
+/// `log.level` set what is logged. Returns the process's exit code.
+pub fn run(graph: dataflow::Graph, config: &std::path::Path) -> std::process::ExitCode {
+    observe::mark_process_start();
+    let _failpoints = fail::FailScenario::setup();
+    let config = match Config::load_for_graph(config) {
+        Ok(c) => std::sync::Arc::new(c),
+        Err(e) => {
+            eprint!("{e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    service::init_logging(cli::LogFormat::Text, config.log.level.as_deref());
+    let graph = std::sync::Arc::new(graph);
+    service::serve(config, None, move |config, shared, restore_from| {
+        engine::run(graph, config, shared, restore_from)
+    })
+}

@@ -239,11 +239,13 @@ fn topology() -> Topology {
                 uid: "kafka-source".into(),
                 kind: "kafka-source".into(),
                 parallelism: SOURCES as u32,
+                state: None,
             },
             OperatorInfo {
                 uid: "word-count".into(),
                 kind: "word-count".into(),
                 parallelism: KEYED as u32,
+                state: None,
             },
         ],
     }

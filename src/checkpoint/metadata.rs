@@ -77,6 +77,34 @@ pub struct OperatorInfo {
     pub uid: String,
     pub kind: String,
     pub parallelism: u32,
+    /// The keyed state of a job graph's operator: what a restore checks
+    /// (state another operator wrote is refused) and what `weir state`
+    /// decodes by. None for the built-in pipelines and for stateless nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<StateInfo>,
+}
+
+/// A keyed operator's key and tables, as a checkpoint records them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateInfo {
+    /// The key columns' names and types (`VARCHAR`, `BIGINT`, ...).
+    pub key: Vec<KeyColumn>,
+    pub tables: Vec<TableInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyColumn {
+    pub name: String,
+    pub data_type: String,
+}
+
+/// One state table: its name, what it holds per key (`value`, `list`,
+/// `map`) and its codec's name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableInfo {
+    pub name: String,
+    pub kind: String,
+    pub codec: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -232,6 +232,25 @@ impl CheckpointReader {
         f: &mut dyn FnMut(Entry) -> Result<()>,
     ) -> Result<()> {
         let dir = self.folder.join(&h.path);
+        self.for_each_raw(h, prefix, &mut |k, v| f(decode(&dir, k, v)?))
+    }
+
+    /// The snapshots of operator `uid`, in subtask order.
+    pub fn snapshots(&self, uid: &str) -> Result<Vec<&StateHandle>> {
+        self.handles(uid)
+    }
+
+    /// Visits the raw entries `(full key, value)` of one snapshot's values
+    /// family (RocksDB with the changes file over it), in key order,
+    /// optionally only under `prefix`: for readers that decode by a
+    /// codec of their own (job graphs' tables).
+    pub fn for_each_raw(
+        &self,
+        h: &StateHandle,
+        prefix: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let dir = self.folder.join(&h.path);
         let mut opts = Options::default();
         opts.set_db_log_dir(&self.log_dir);
         let db = DB::open_cf_for_read_only(&opts, &dir, FAMILIES, false)
@@ -252,7 +271,7 @@ impl CheckpointReader {
             None => IteratorMode::Start,
         };
         let mut pending = overlay.into_iter().peekable();
-        let mut emit = |k: &[u8], v: &[u8]| -> Result<()> { f(decode(&dir, k, v)?) };
+        let mut emit = |k: &[u8], v: &[u8]| -> Result<()> { f(k, v) };
         for item in db.iterator_cf(cf, mode) {
             let (k, v) =
                 item.map_err(|e| WeirError::state(format!("read {}", dir.display()), e))?;

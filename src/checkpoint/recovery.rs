@@ -222,6 +222,41 @@ fn check_topology(m: &CheckpointMetadata, current: &Topology, discard: Vec<u64>)
             m.checkpoint_id, only_checkpoint, only_job
         ));
     }
+    // A job graph's keyed operator reads its state by its key types and
+    // table codecs: state written under others would not decode, or would
+    // decode as something else.
+    for theirs in &m.topology.operators {
+        let Some(mine) = current.operators.iter().find(|o| o.uid == theirs.uid) else {
+            continue;
+        };
+        if let (Some(a), Some(b)) = (&theirs.state, &mine.state) {
+            if a != b {
+                let show = |s: &crate::checkpoint::metadata::StateInfo| {
+                    let key: Vec<String> = s
+                        .key
+                        .iter()
+                        .map(|k| format!("{} {}", k.name, k.data_type))
+                        .collect();
+                    let tables: Vec<String> = s
+                        .tables
+                        .iter()
+                        .map(|t| format!("{} ({} of {})", t.name, t.kind, t.codec))
+                        .collect();
+                    format!("key ({}), tables [{}]", key.join(", "), tables.join(", "))
+                };
+                return Decision::Refuse(format!(
+                    "checkpoint {} holds state of operator {:?} with {}, but the job's operator {:?} has {}: \
+                     its state cannot be read. Give the changed operator a new uid to start it with empty \
+                     state, or run the version of the job that wrote the checkpoint",
+                    m.checkpoint_id,
+                    theirs.uid,
+                    show(a),
+                    mine.uid,
+                    show(b)
+                ));
+            }
+        }
+    }
     Decision::Restore {
         checkpoint: Box::new(m.clone()),
         discard,
@@ -241,11 +276,13 @@ mod tests {
                     uid: "kafka-source".into(),
                     kind: "source".into(),
                     parallelism: 2,
+                    state: None,
                 },
                 OperatorInfo {
                     uid: uid.into(),
                     kind: "keyed".into(),
                     parallelism: 2,
+                    state: None,
                 },
             ],
         }
@@ -485,6 +522,48 @@ mod tests {
         let mut o = observed(vec![valid(3, 30, false)], None);
         o.topology.max_parallelism = 64;
         assert!(matches!(decide(&o), Decision::Refuse(m) if m.contains("max_parallelism")));
+    }
+
+    #[test]
+    fn a_graph_operator_whose_tables_changed_is_refused_naming_both() {
+        use crate::checkpoint::metadata::{KeyColumn, StateInfo, TableInfo};
+        let state = |codec: &str| {
+            Some(StateInfo {
+                key: vec![KeyColumn {
+                    name: "user".into(),
+                    data_type: "VARCHAR".into(),
+                }],
+                tables: vec![TableInfo {
+                    name: "acc".into(),
+                    kind: "value".into(),
+                    codec: codec.into(),
+                }],
+            })
+        };
+        let mut checkpoint = meta(3, 30);
+        checkpoint.topology.operators[1].state = state("accumulators");
+        let mut o = observed(vec![], None);
+        o.forced = Some(Box::new(checkpoint));
+        o.topology = topology("word-count");
+        o.topology.operators[1].state = state("accumulators");
+        assert_eq!(
+            restored(&decide(&o)),
+            (3, vec![]),
+            "the same tables restore"
+        );
+        o.topology.operators[1].state = state("row");
+        match decide(&o) {
+            Decision::Refuse(msg) => {
+                assert!(msg.contains("\"word-count\""), "{msg}");
+                assert!(
+                    msg.contains("acc (value of accumulators)")
+                        && msg.contains("acc (value of row)"),
+                    "{msg}"
+                );
+                assert!(msg.contains("new uid"), "{msg}");
+            }
+            other => panic!("must refuse, got {other:?}"),
+        }
     }
 
     #[test]

@@ -200,16 +200,31 @@ fn write_entry(
     Ok(true)
 }
 
+/// The built-in pipelines keep one table; `--table` names a graph's.
+fn no_tables(table: Option<&str>) -> Result<()> {
+    match table {
+        None => Ok(()),
+        Some(t) => Err(WeirError::Recovery(format!(
+            "--table {t:?}: the operator is a built-in pipeline's, whose state has no named tables"
+        ))),
+    }
+}
+
 /// `weir state get`: the key's value (or windows), one line each; false
 /// when the checkpoint holds nothing for the key.
 pub fn get(
     folder: &Path,
     operator: &str,
     key: &str,
+    table: Option<&str>,
     format: OutputFormat,
     out: &mut dyn Write,
 ) -> Result<bool> {
     let reader = CheckpointReader::open(folder)?;
+    if let Some(info) = super::graph_state::state_info(&reader, operator) {
+        return super::graph_state::get(&reader, operator, info, key, table, format, out);
+    }
+    no_tables(table)?;
     let f = reader.function(operator)?;
     let entries = reader.get(operator, key)?;
     for e in &entries {
@@ -224,10 +239,15 @@ pub fn scan(
     folder: &Path,
     operator: &str,
     prefix: &str,
+    table: Option<&str>,
     format: OutputFormat,
     out: &mut dyn Write,
 ) -> Result<u64> {
     let reader = CheckpointReader::open(folder)?;
+    if let Some(info) = super::graph_state::state_info(&reader, operator) {
+        return super::graph_state::scan(&reader, operator, info, prefix, table, format, out);
+    }
+    no_tables(table)?;
     let f = reader.function(operator)?;
     let mut n = 0;
     reader.scan(operator, prefix, &mut |e| {

@@ -1,6 +1,7 @@
 //! The `weir` command: `run`, `validate`, `checkpoints list|show`,
 //! `state get|scan`.
 
+pub mod graph_state;
 pub mod inspect;
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,9 @@ pub struct CheckpointArgs {
     /// The keyed operator's uid (see `weir checkpoints show`).
     #[arg(long)]
     pub operator: String,
+    /// Only this state table of a job graph's operator (all by default).
+    #[arg(long)]
+    pub table: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }

@@ -36,7 +36,8 @@ pub struct Coordinator {
     pub store: CheckpointStore,
     pub topology: Topology,
     pub sources: Vec<Sender<SourceCommand>>,
-    pub keyed_parallelism: u32,
+    /// Acks of tasks other than sources expected per checkpoint.
+    pub task_acks: usize,
     pub acks: Receiver<Ack>,
     /// Where a prepared checkpoint becomes committed (a Kafka transaction
     /// with exactly-once delivery).
@@ -120,6 +121,20 @@ impl AckCollector {
                     Err(reason) => self
                         .declined
                         .push(format!("keyed subtask {subtask}: {reason}")),
+                }
+            }
+            Ack::Task {
+                task,
+                handles,
+                alignment_ms,
+                sync_ms,
+                ..
+            } => {
+                self.alignment_ms = self.alignment_ms.max(alignment_ms);
+                self.snapshot_ms = self.snapshot_ms.max(sync_ms);
+                match handles {
+                    Ok(h) => self.state.extend(h),
+                    Err(reason) => self.declined.push(format!("task {task}: {reason}")),
                 }
             }
         }
@@ -306,7 +321,7 @@ impl Coordinator {
                     reason: format!("source subtask {i} is gone"),
                 })?;
         }
-        let mut round = AckCollector::new(id, self.sources.len() + self.keyed_parallelism as usize);
+        let mut round = AckCollector::new(id, self.sources.len() + self.task_acks);
         let ack_window = match self.commit.transaction_age() {
             Some(age) => self.budget.ack_deadline(age),
             None => self.config.checkpoint.timeout,
@@ -373,7 +388,7 @@ impl Coordinator {
             // transaction nothing else waits for the checkpoint to finish.
             self.gate.release(id);
         }
-        state.sort_by_key(|h| h.subtask);
+        state.sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
         let mut meta = CheckpointMetadata {
             format_version: FORMAT_VERSION,
             job: self.config.job.name.clone(),

@@ -53,11 +53,13 @@ pub fn topology(c: &Config) -> Topology {
                 uid: SOURCE_UID.into(),
                 kind: "kafka-source".into(),
                 parallelism: c.job.parallelism,
+                state: None,
             },
             OperatorInfo {
                 uid: c.keyed_uid(),
                 kind: Pipeline::from_config(c).kind(),
                 parallelism: c.job.parallelism,
+                state: None,
             },
         ],
     }
@@ -66,6 +68,29 @@ pub fn topology(c: &Config) -> Topology {
 /// Runs the job until a stop request completes a final checkpoint (Ok),
 /// a fatal error, or the restart budget is spent.
 pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>) -> Result<()> {
+    run_attempts(
+        config,
+        shared,
+        restore_from,
+        |config, shared, restore_from, progressed| {
+            if config.is_group() {
+                crate::scale::engine::run_attempt(config, shared, progressed)
+            } else {
+                run_attempt(config, shared, restore_from, progressed)
+            }
+        },
+    )
+}
+
+/// The restart loop around `attempt`, shared by the built-in pipelines and
+/// job graphs: the state-directory lock, the owner token, the restart
+/// budget with backoff, and the checks that no other instance took over.
+pub fn run_attempts(
+    config: Arc<Config>,
+    shared: JobShared,
+    restore_from: Option<PathBuf>,
+    attempt: impl Fn(&Arc<Config>, &JobShared, Option<PathBuf>, &Arc<AtomicBool>) -> Result<()>,
+) -> Result<()> {
     let stop = shared.stop.clone();
     // Only the state directory is locked. The checkpoint directory may be
     // shared storage that a replacement instance takes over while the old
@@ -92,11 +117,7 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
     let mut restore_from = restore_from;
     loop {
         let progressed = Arc::new(AtomicBool::new(false));
-        let result = if config.is_group() {
-            crate::scale::engine::run_attempt(&config, &shared, &progressed)
-        } else {
-            run_attempt(&config, &shared, restore_from.take(), &progressed)
-        };
+        let result = attempt(&config, &shared, restore_from.take(), &progressed);
         shared.ready.store(false, Ordering::Relaxed);
         // Queries answer 503 "no job attempt is running" until the next
         // attempt registers its subtasks.
@@ -155,14 +176,18 @@ pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>
 }
 
 /// What recovery settled on.
-struct Restored {
+pub(crate) struct Restored {
     /// The checkpoint and the folder it is in.
-    checkpoint: Option<(CheckpointMetadata, PathBuf)>,
-    next_id: u64,
+    pub(crate) checkpoint: Option<(CheckpointMetadata, PathBuf)>,
+    pub(crate) next_id: u64,
 }
 
-fn recover(
+/// Decides what to restore (docs/recovery.md): the checkpoint whose
+/// transaction committed, checked against `topology` and verified, or a
+/// fresh start; refuses where neither is safe.
+pub(crate) fn recover(
     config: &Config,
+    topology: Topology,
     store: &CheckpointStore,
     group: &rdkafka::consumer::BaseConsumer,
     partitions: &[(String, i32)],
@@ -189,7 +214,7 @@ fn recover(
     let observed = Observed {
         folders,
         group: group_offsets,
-        topology: topology(config),
+        topology,
         forced,
     };
     for (folder, reason) in recovery::skipped(&observed) {
@@ -267,7 +292,14 @@ fn run_attempt(
     // Fence older instances first: their open transaction is aborted and
     // they can no longer commit, so the offsets read next are final.
     let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
-    let restored = recover(config, &store, &group, &partitions, restore_from)?;
+    let restored = recover(
+        config,
+        topology(config),
+        &store,
+        &group,
+        &partitions,
+        restore_from,
+    )?;
     let restored_id = restored
         .checkpoint
         .as_ref()
@@ -471,7 +503,7 @@ fn run_attempt(
         store,
         topology: topology(config),
         sources: commands,
-        keyed_parallelism: p,
+        task_acks: p as usize,
         acks: ack_rx,
         commit: Box::new(KafkaCommitPoint {
             producer: producer.clone(),
@@ -504,6 +536,25 @@ fn run_attempt(
         mode = ?config.checkpoint.mode,
         "job running"
     );
+    let mut tasks: Vec<(String, TaskBody)> = Vec::new();
+    for t in source_tasks {
+        tasks.push((format!("source-{}", t.subtask), Box::new(move || t.run())));
+    }
+    tasks.extend(keyed_tasks);
+    tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
+    supervise(tasks, &cancel, &producer, shared)
+}
+
+/// Runs an attempt's tasks, each on its own thread, until the Coordinator
+/// ends or a task fails; then cancels the rest, waits for them within
+/// [`STOP_TIMEOUT`], and aborts the open transaction of a failed attempt.
+/// The cause of a failure wins over its consequences.
+pub(crate) fn supervise(
+    tasks: Vec<(String, TaskBody)>,
+    cancel: &CancellationToken,
+    producer: &SinkProducer,
+    shared: &JobShared,
+) -> Result<()> {
     let (done_tx, done_rx) = unbounded::<(String, Result<()>)>();
     let mut threads = Vec::new();
     let mut spawn = |name: String, f: Box<dyn FnOnce() -> Result<()> + Send>| {
@@ -529,14 +580,10 @@ fn run_attempt(
             .expect("spawn a task thread");
         threads.push(handle);
     };
-    let total = source_tasks.len() + keyed_tasks.len() + 1;
-    for t in source_tasks {
-        spawn(format!("source-{}", t.subtask), Box::new(move || t.run()));
-    }
-    for (name, run) in keyed_tasks {
+    let total = tasks.len();
+    for (name, run) in tasks {
         spawn(name, run);
     }
-    spawn("coordinator".into(), Box::new(move || coordinator.run()));
     drop(done_tx);
     shared.ready.store(true, Ordering::Relaxed);
 
@@ -612,7 +659,7 @@ fn run_attempt(
 }
 
 /// A task's body, run on its own thread.
-type TaskBody = Box<dyn FnOnce() -> Result<()> + Send>;
+pub(crate) type TaskBody = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// Opens a keyed subtask's state, restored from `folder` when there is a
 /// checkpoint, else empty (removing whatever a previous attempt left).

@@ -98,12 +98,24 @@ pub enum Ack {
         alignment_ms: u64,
         sync_ms: u64,
     },
+    /// A task of a job graph (`crate::engine`): the snapshots of its keyed
+    /// operators (none for a stateless task, whose ack still says that its
+    /// output of the epoch reached the producer).
+    Task {
+        task: String,
+        checkpoint_id: u64,
+        handles: std::result::Result<Vec<StateHandle>, String>,
+        alignment_ms: u64,
+        sync_ms: u64,
+    },
 }
 
 impl Ack {
     pub fn checkpoint_id(&self) -> u64 {
         match self {
-            Ack::Source { checkpoint_id, .. } | Ack::Keyed { checkpoint_id, .. } => *checkpoint_id,
+            Ack::Source { checkpoint_id, .. }
+            | Ack::Keyed { checkpoint_id, .. }
+            | Ack::Task { checkpoint_id, .. } => *checkpoint_id,
         }
     }
 }

@@ -34,7 +34,8 @@ enum Held {
     Results(ProduceBatch),
     Result {
         key: Vec<u8>,
-        value: Vec<u8>,
+        /// None: a tombstone (an upsert sink's delete).
+        value: Option<Vec<u8>>,
         timestamp: Option<i64>,
     },
     DeadLetter(Box<DeadLetter>),
@@ -143,10 +144,31 @@ impl Output {
         }
         let held = Held::Result {
             key: key.to_vec(),
-            value: self.buf.clone(),
+            value: Some(self.buf.clone()),
             timestamp,
         };
         self.hold(held)
+    }
+
+    /// A tombstone for `key` (a record without a value: an upsert sink's
+    /// delete), in order with the results around it.
+    pub fn send_tombstone(&mut self, key: &[u8]) -> Result<()> {
+        if self.awaiting.is_some() {
+            self.release_if_committed()?;
+        }
+        if self.awaiting.is_none() {
+            self.flush_batch()?;
+            crate::crash_point!("mid-transaction-produce");
+            let sent = self
+                .producer
+                .send(&self.sink_topic, Some(key), None, None, None);
+            return self.sent(sent, key);
+        }
+        self.hold(Held::Result {
+            key: key.to_vec(),
+            value: None,
+            timestamp: None,
+        })
     }
 
     /// Sends the gathered results with one batch call. The keyed task
@@ -264,9 +286,13 @@ impl Output {
                 value,
                 timestamp,
             } => {
-                let sent =
-                    self.producer
-                        .send(&self.sink_topic, Some(&key), Some(&value), None, timestamp);
+                let sent = self.producer.send(
+                    &self.sink_topic,
+                    Some(&key),
+                    value.as_deref(),
+                    None,
+                    timestamp,
+                );
                 self.sent(sent, &key)
             }
             Held::DeadLetter(dl) => {

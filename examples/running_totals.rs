@@ -1,0 +1,62 @@
+//! An updating result flowing into a later stage: per user, the running
+//! total of `amount`; then, per total, how many users have it now. When a
+//! user's total moves from 10 to 15, the second stage retracts the user
+//! from 10 and adds them to 15, so the output (an upsert topic keyed by
+//! `{"total": ...}`, tombstones for totals no user has any more) always
+//! shows the true current distribution.
+//!
+//! ```text
+//! cargo run --example running_totals -- run --config weir.toml
+//! ```
+//! Topics from `TOTALS_INPUT` and `TOTALS_OUTPUT` (default `payments`,
+//! `users-per-total`). Input: `{"user": "u1", "amount": 5}`.
+
+use std::process::ExitCode;
+
+use weir::dataflow::prelude::*;
+
+fn graph(input: &str, output: &str) -> weir::Result<Graph> {
+    let job = JobBuilder::new("running-totals");
+    let payments = job.source(
+        "payments",
+        KafkaSource::json(
+            &[input],
+            Schema::of(&[("user", DataType::String), ("amount", DataType::BigInt)]),
+        ),
+    );
+    let amount = payments.schema().index_of("amount");
+    let totals = payments.key_by(&["user"]).aggregate(
+        "totals",
+        vec![Agg {
+            function: AggFunction::Sum,
+            column: amount,
+            name: "total".into(),
+        }],
+    );
+    totals
+        .key_by(&["total"])
+        .aggregate("users-per-total", vec![Agg::count("users")])
+        .sink("out", KafkaSink::upsert(output, &["total"]));
+    job.build()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(config) = args
+        .iter()
+        .position(|a| a == "--config")
+        .and_then(|i| args.get(i + 1))
+    else {
+        eprintln!("usage: running_totals run --config <weir.toml>");
+        return ExitCode::from(2);
+    };
+    let input = std::env::var("TOTALS_INPUT").unwrap_or_else(|_| "payments".into());
+    let output = std::env::var("TOTALS_OUTPUT").unwrap_or_else(|_| "users-per-total".into());
+    match graph(&input, &output) {
+        Ok(g) => weir::run(g, std::path::Path::new(config)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

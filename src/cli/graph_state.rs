@@ -1,0 +1,362 @@
+//! `weir state get|scan` for the keyed operators of a job graph: entries
+//! are decoded with each table's codec, as the checkpoint recorded it
+//! (`StateInfo` in `_metadata`), never guessed from their length.
+//!
+//! A key is given as the operator's key columns: the value itself for a
+//! one-column key (`--key u1`, `--key 42`, `--key 2026-11-30T10:00:00Z`),
+//! or a JSON array for several (`--key '["2026-11-30T10:00:00Z", 3]'`).
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{json, Value as Json};
+
+use super::OutputFormat;
+use crate::checkpoint::metadata::{KeyColumn, StateInfo};
+use crate::checkpoint::reader::CheckpointReader;
+use crate::dataflow::codec::{self, get_varint, put_varint, StateCodec};
+use crate::dataflow::json::format_timestamp;
+use crate::dataflow::ops::aggregate::Accumulators;
+use crate::dataflow::row::{Decimal, Row, Value};
+use crate::error::{Result, WeirError};
+use crate::state::key_groups::key_group;
+
+/// The recorded state of `uid`, if it is a job graph's keyed operator.
+pub fn state_info<'a>(reader: &'a CheckpointReader, uid: &str) -> Option<&'a StateInfo> {
+    reader
+        .metadata()
+        .topology
+        .operators
+        .iter()
+        .find(|o| o.uid == uid)
+        .and_then(|o| o.state.as_ref())
+}
+
+/// A value as JSON without its column's type: timestamps as RFC 3339,
+/// decimals with their digits, structs as arrays.
+pub fn value_json(v: &Value) -> Json {
+    match v {
+        Value::Null => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Int(i) => json!(i),
+        Value::Double(d) => serde_json::Number::from_f64(*d).map_or(Json::Null, Json::Number),
+        Value::Decimal(d) => {
+            serde_json::from_str(&d.to_string()).unwrap_or_else(|_| Json::String(d.to_string()))
+        }
+        Value::String(s) => Json::String(s.clone()),
+        Value::Bytes(b) => Json::String(String::from_utf8_lossy(b).into_owned()),
+        Value::Timestamp(ms) => Json::String(format_timestamp(*ms)),
+        Value::List(items) | Value::Struct(items) => {
+            Json::Array(items.iter().map(value_json).collect())
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// One stored value by its codec's name; an unknown codec (an operator's
+/// own) shows its bytes in hex.
+fn decode_by_codec(codec: &str, bytes: &[u8]) -> std::result::Result<Json, String> {
+    Ok(match codec {
+        "row" => {
+            let r = Row::decode(bytes)?;
+            json!({"kind": r.kind.short(), "values": r.values.iter().map(value_json).collect::<Vec<_>>()})
+        }
+        "value" => value_json(&Value::decode(bytes)?),
+        "values" => Json::Array(
+            Vec::<Value>::decode(bytes)?
+                .iter()
+                .map(value_json)
+                .collect(),
+        ),
+        "i64" => json!(i64::decode(bytes)?),
+        "accumulators" => {
+            let acc = Accumulators::decode(bytes)?;
+            let parts: Vec<Json> = acc
+                .parts()
+                .map(|(n, v)| json!({"n": n, "value": value_json(v)}))
+                .collect();
+            json!({"rows": acc.rows(), "parts": parts})
+        }
+        other => json!({"codec": other, "hex": hex(bytes)}),
+    })
+}
+
+fn decode_list(codec: &str, bytes: &[u8]) -> std::result::Result<Json, String> {
+    let mut input = bytes;
+    let n = get_varint(&mut input)? as usize;
+    let mut items = Vec::new();
+    for _ in 0..n {
+        let len = get_varint(&mut input)? as usize;
+        if input.len() < len {
+            return Err("a list item is cut short".into());
+        }
+        let (item, rest) = input.split_at(len);
+        items.push(decode_by_codec(codec, item)?);
+        input = rest;
+    }
+    Ok(Json::Array(items))
+}
+
+/// The key the user typed, as the operator's key values.
+fn parse_key(text: &str, columns: &[KeyColumn]) -> Result<Vec<Value>> {
+    let bad = |why: String| {
+        let cols: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.data_type))
+            .collect();
+        WeirError::Recovery(format!(
+            "--key {text:?}: {why} (the key columns are: {})",
+            cols.join(", ")
+        ))
+    };
+    let parts: Vec<Json> = if columns.len() == 1 {
+        vec![match serde_json::from_str::<Json>(text) {
+            Ok(j) if !matches!(j, Json::String(_)) && columns[0].data_type != "VARCHAR" => j,
+            _ => Json::String(text.to_string()),
+        }]
+    } else {
+        match serde_json::from_str::<Json>(text) {
+            Ok(Json::Array(items)) if items.len() == columns.len() => items,
+            _ => {
+                return Err(bad(format!(
+                    "give a JSON array of {} values",
+                    columns.len()
+                )))
+            }
+        }
+    };
+    parts
+        .iter()
+        .zip(columns)
+        .map(|(j, c)| {
+            let t = c.data_type.as_str();
+            Ok(match (t, j) {
+                (_, Json::Null) => Value::Null,
+                ("VARCHAR", Json::String(s)) => Value::String(s.clone()),
+                ("VARCHAR", other) => Value::String(other.to_string()),
+                ("BIGINT" | "INT", Json::Number(n)) if n.is_i64() => {
+                    Value::Int(n.as_i64().expect("i64"))
+                }
+                ("DOUBLE", Json::Number(n)) => Value::Double(n.as_f64().unwrap_or(f64::NAN)),
+                ("BOOLEAN", Json::Bool(b)) => Value::Bool(*b),
+                ("TIMESTAMP(3)", Json::String(s)) => {
+                    Value::Timestamp(crate::dataflow::json::parse_timestamp(s).map_err(bad)?)
+                }
+                ("TIMESTAMP(3)", Json::Number(n)) if n.is_i64() => {
+                    Value::Timestamp(n.as_i64().expect("i64"))
+                }
+                ("BYTES", Json::String(s)) => Value::Bytes(s.as_bytes().to_vec()),
+                (t, j) if t.starts_with("DECIMAL(") => {
+                    let scale = t
+                        .trim_end_matches(')')
+                        .rsplit(',')
+                        .next()
+                        .and_then(|s| s.trim().parse::<u8>().ok())
+                        .unwrap_or(0);
+                    let text = match j {
+                        Json::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    Value::Decimal(Decimal::parse(&text, scale).map_err(bad)?)
+                }
+                (t, j) => return Err(bad(format!("{j} is not a {t} for column {:?}", c.name))),
+            })
+        })
+        .collect()
+}
+
+/// One entry's parts: key group, table index, key bytes, map key.
+fn split(full: &[u8]) -> Option<(u32, u8, &[u8], &[u8])> {
+    let (kg, rest) = full.split_first_chunk::<2>()?;
+    let (&table, mut rest) = rest.split_first()?;
+    let n = get_varint(&mut rest).ok()? as usize;
+    if rest.len() < n {
+        return None;
+    }
+    let (key, map_key) = rest.split_at(n);
+    Some((u32::from(u16::from_be_bytes(*kg)), table, key, map_key))
+}
+
+fn entry(info: &StateInfo, full: &[u8], value: &[u8], dir: &Path) -> Result<Json> {
+    let corrupt = |why: String| {
+        WeirError::Recovery(format!(
+            "state in {} has an entry it cannot decode ({} key bytes): {why}",
+            dir.display(),
+            full.len()
+        ))
+    };
+    let (_, table, key, map_key) =
+        split(full).ok_or_else(|| corrupt("the key is cut short".into()))?;
+    let t = info
+        .tables
+        .get(usize::from(table))
+        .ok_or_else(|| corrupt(format!("table {table} is not declared")))?;
+    let key = codec::decode_key(key).map_err(corrupt)?;
+    let decoded = match t.kind.as_str() {
+        "list" => decode_list(&t.codec, value),
+        _ => decode_by_codec(&t.codec, value),
+    }
+    .map_err(|e| corrupt(format!("table {:?} ({}): {e}", t.name, t.codec)))?;
+    let mut out = json!({"table": t.name, "key": key.iter().map(value_json).collect::<Vec<_>>()});
+    if t.kind == "map" {
+        out["map_key"] = Json::String(hex(map_key));
+    }
+    out["value"] = decoded;
+    Ok(out)
+}
+
+fn write(out: &mut dyn Write, e: &Json, format: OutputFormat) -> Result<()> {
+    let line = match format {
+        OutputFormat::Json => e.to_string(),
+        OutputFormat::Text => {
+            let mut parts = vec![
+                e["table"].as_str().unwrap_or("").to_string(),
+                e["key"].to_string(),
+            ];
+            if let Some(m) = e.get("map_key") {
+                parts.push(m.as_str().unwrap_or("").to_string());
+            }
+            parts.push(e["value"].to_string());
+            parts.join("\t")
+        }
+    };
+    writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))
+}
+
+fn table_index(info: &StateInfo, uid: &str, table: Option<&str>) -> Result<Option<u8>> {
+    let Some(name) = table else {
+        return Ok(None);
+    };
+    match info.tables.iter().position(|t| t.name == name) {
+        Some(i) => Ok(Some(i as u8)),
+        None => {
+            let names: Vec<&str> = info.tables.iter().map(|t| t.name.as_str()).collect();
+            Err(WeirError::Recovery(format!(
+                "operator {uid:?} has no table {name:?}; its tables: {}",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+/// `weir state get` for a graph operator: every table's entries of `key`
+/// (or of `table` only); false when there are none.
+pub fn get(
+    reader: &CheckpointReader,
+    uid: &str,
+    info: &StateInfo,
+    key: &str,
+    table: Option<&str>,
+    format: OutputFormat,
+    out: &mut dyn Write,
+) -> Result<bool> {
+    let only = table_index(info, uid, table)?;
+    let values = parse_key(key, &info.key)?;
+    let mut encoded = Vec::new();
+    for v in &values {
+        codec::encode_value(v, &mut encoded);
+    }
+    let kg = key_group(&encoded, reader.metadata().topology.max_parallelism);
+    let Some(h) = reader
+        .snapshots(uid)?
+        .into_iter()
+        .find(|h| h.key_groups.0 <= kg && kg < h.key_groups.1)
+    else {
+        return Ok(false);
+    };
+    let dir = reader.folder().join(&h.path);
+    let mut found = false;
+    for t in 0..info.tables.len() as u8 {
+        if only.is_some_and(|o| o != t) {
+            continue;
+        }
+        let mut prefix = Vec::new();
+        prefix.extend_from_slice(&(kg as u16).to_be_bytes());
+        prefix.push(t);
+        put_varint(encoded.len() as u64, &mut prefix);
+        prefix.extend_from_slice(&encoded);
+        reader.for_each_raw(h, Some(&prefix), &mut |k, v| {
+            found = true;
+            write(out, &entry(info, k, v, &dir)?, format)
+        })?;
+    }
+    Ok(found)
+}
+
+/// `weir state scan` for a graph operator: every entry (of `table`) whose
+/// first key column, as text, starts with `prefix`. Returns how many.
+pub fn scan(
+    reader: &CheckpointReader,
+    uid: &str,
+    info: &StateInfo,
+    prefix: &str,
+    table: Option<&str>,
+    format: OutputFormat,
+    out: &mut dyn Write,
+) -> Result<u64> {
+    let only = table_index(info, uid, table)?;
+    let mut n = 0u64;
+    for h in reader.snapshots(uid)? {
+        let dir = reader.folder().join(&h.path);
+        reader.for_each_raw(h, None, &mut |k, v| {
+            if let (Some(o), Some((_, t, _, _))) = (only, split(k)) {
+                if o != t {
+                    return Ok(());
+                }
+            }
+            let e = entry(info, k, v, &dir)?;
+            let first = match &e["key"][0] {
+                Json::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if first.starts_with(prefix) {
+                n += 1;
+                write(out, &e, format)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_by_their_column_types() {
+        let col = |name: &str, t: &str| KeyColumn {
+            name: name.into(),
+            data_type: t.into(),
+        };
+        assert_eq!(
+            parse_key("u1", &[col("user", "VARCHAR")]).unwrap(),
+            vec![Value::from("u1")]
+        );
+        assert_eq!(
+            parse_key("42", &[col("user", "VARCHAR")]).unwrap(),
+            vec![Value::from("42")]
+        );
+        assert_eq!(
+            parse_key("42", &[col("n", "BIGINT")]).unwrap(),
+            vec![Value::Int(42)]
+        );
+        let two = [col("window_start", "TIMESTAMP(3)"), col("n", "BIGINT")];
+        assert_eq!(
+            parse_key(r#"["2025-11-30T10:00:00Z", 3]"#, &two).unwrap(),
+            vec![Value::Timestamp(1_764_496_800_000), Value::Int(3)]
+        );
+        let e = parse_key("x", &two).unwrap_err().to_string();
+        assert!(
+            e.contains("JSON array of 2") && e.contains("window_start TIMESTAMP(3)"),
+            "{e}"
+        );
+        let e = parse_key("x", &[col("n", "BIGINT")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a BIGINT"), "{e}");
+    }
+}

@@ -1,0 +1,381 @@
+//! The job graph: nodes are sources, operators and sinks with stable uids;
+//! edges are `forward` or `hash(key columns)`. The runtime cuts the graph
+//! into stages where rows change hands (a hash edge, or a node with several
+//! inputs); everything joined by forward edges inside a stage chains into
+//! one task, as Flink chains operators.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::operator::Operator;
+use super::row::{Field, Schema};
+use super::state::TableSpec;
+use crate::checkpoint::metadata::{KeyColumn, OperatorInfo, StateInfo, TableInfo};
+use crate::checkpoint::Topology;
+use crate::config::{BadRecordPolicy, StartPosition};
+
+pub type NodeId = usize;
+
+/// How rows cross an edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exchange {
+    /// Subtask i to subtask i; chained when it can be.
+    Forward,
+    /// By the key group of these columns (of the upstream schema).
+    Hash(Vec<usize>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge {
+    pub from: NodeId,
+    pub to: NodeId,
+    /// 0, or 1 for the second input of a two-input operator.
+    pub port: usize,
+    pub exchange: Exchange,
+}
+
+/// How a source decodes Kafka record values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// UTF-8 text: one VARCHAR column, `line`.
+    Text,
+    /// A JSON object per record, decoded by the schema ([`super::json`]).
+    Json,
+}
+
+/// Event time at a source: which column holds it (None: the Kafka record
+/// timestamp) and how far records may be out of order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventTimeSpec {
+    pub column: Option<usize>,
+    pub max_out_of_orderness_ms: i64,
+    pub idle_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpec {
+    pub topics: Vec<String>,
+    pub format: SourceFormat,
+    pub start: StartPosition,
+    pub on_bad_record: BadRecordPolicy,
+    pub dead_letter_topic: Option<String>,
+    pub event_time: Option<EventTimeSpec>,
+}
+
+/// What a sink writes for each change kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkMode {
+    /// Inserts only; any other kind stops the job, naming the sink.
+    Append,
+    /// By the key columns: inserts and update-afters as values, deletes as
+    /// tombstones, update-befores dropped (the next value replaces them).
+    Upsert,
+    /// Every change, with an `"op"` field (`+I`, `-U`, `+U`, `-D`).
+    Changelog,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkSpec {
+    pub topic: String,
+    pub mode: SinkMode,
+    /// The Kafka key: these columns as a JSON object (none: no key).
+    pub key: Vec<usize>,
+}
+
+/// Makes one instance of an operator per subtask.
+pub type OperatorFactory = Arc<dyn Fn() -> Box<dyn Operator> + Send + Sync>;
+
+#[derive(Clone)]
+pub struct OperatorSpec {
+    pub factory: OperatorFactory,
+    /// 1, or 2 for a two-input operator.
+    pub inputs: usize,
+    /// Keyed operators have state (their tables and timers) and need hash inputs.
+    pub keyed: bool,
+    pub tables: Vec<TableSpec>,
+}
+
+#[derive(Clone)]
+pub enum NodeBody {
+    Source(SourceSpec),
+    Operator(OperatorSpec),
+    Sink(SinkSpec),
+}
+
+#[derive(Clone)]
+pub struct Node {
+    /// Stable across versions of the job: state and checkpoints are found by it.
+    pub uid: String,
+    /// What it is, as checkpoints record it ("window-aggregate", "filter").
+    pub kind: String,
+    /// The schema of its output (a sink's: its input's).
+    pub schema: Schema,
+    pub body: NodeBody,
+}
+
+impl Node {
+    pub fn is_keyed(&self) -> bool {
+        matches!(&self.body, NodeBody::Operator(o) if o.keyed)
+    }
+}
+
+/// A stage: the nodes that run chained in one task, head first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    pub nodes: Vec<NodeId>,
+}
+
+impl Stage {
+    pub fn head(&self) -> NodeId {
+        self.nodes[0]
+    }
+}
+
+#[derive(Clone)]
+pub struct Graph {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+}
+
+impl Graph {
+    pub fn inputs(&self, node: NodeId) -> impl Iterator<Item = &Edge> {
+        self.edges.iter().filter(move |e| e.to == node)
+    }
+
+    pub fn outputs(&self, node: NodeId) -> impl Iterator<Item = &Edge> {
+        self.edges.iter().filter(move |e| e.from == node)
+    }
+
+    /// Whether `node` chains into the task of its single input.
+    pub fn is_chained(&self, node: NodeId) -> bool {
+        let inputs: Vec<_> = self.inputs(node).collect();
+        matches!(inputs[..], [e] if e.exchange == Exchange::Forward)
+    }
+
+    /// Every problem with the graph, each naming the node.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut uids = BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.uid.is_empty()
+                || !n
+                    .uid
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                problems.push(format!(
+                    "node {i}: uid {:?} must be non-empty ASCII letters, digits, '-', '_' or '.'",
+                    n.uid
+                ));
+            }
+            if let Some(j) = uids.insert(n.uid.as_str(), i) {
+                problems.push(format!(
+                    "uid {:?} is used by nodes {j} and {i}: uids name state and must be unique",
+                    n.uid
+                ));
+            }
+        }
+        for e in &self.edges {
+            if e.from >= self.nodes.len() || e.to >= self.nodes.len() || e.from >= e.to {
+                problems.push(format!(
+                    "edge {} -> {}: edges go from an earlier node to a later one",
+                    e.from, e.to
+                ));
+                return problems;
+            }
+            if let Exchange::Hash(cols) = &e.exchange {
+                let schema = &self.nodes[e.from].schema;
+                if cols.is_empty() || cols.iter().any(|c| *c >= schema.len()) {
+                    problems.push(format!(
+                        "edge {} -> {}: key columns {cols:?} are not columns of {:?} ({schema})",
+                        self.nodes[e.from].uid, self.nodes[e.to].uid, self.nodes[e.from].uid
+                    ));
+                }
+            }
+        }
+        let mut topics: BTreeMap<&str, &str> = BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let inputs: Vec<&Edge> = self.inputs(i).collect();
+            let uid = &n.uid;
+            match &n.body {
+                NodeBody::Source(s) => {
+                    if !inputs.is_empty() {
+                        problems.push(format!("source {uid:?} has inputs"));
+                    }
+                    if s.topics.is_empty() {
+                        problems.push(format!("source {uid:?} reads no topic"));
+                    }
+                    for t in &s.topics {
+                        if let Some(other) = topics.insert(t, uid) {
+                            problems.push(format!("topic {t:?} is read by sources {other:?} and {uid:?}; one source per topic (offsets are kept per partition)"));
+                        }
+                    }
+                    if s.on_bad_record == BadRecordPolicy::DeadLetter
+                        && s.dead_letter_topic.is_none()
+                    {
+                        problems.push(format!(
+                            "source {uid:?}: on_bad_record dead-letter needs a dead-letter topic"
+                        ));
+                    }
+                }
+                NodeBody::Operator(o) => {
+                    for port in 0..o.inputs {
+                        if !inputs.iter().any(|e| e.port == port) {
+                            problems.push(format!("operator {uid:?} has nothing on input {port}"));
+                        }
+                    }
+                    if inputs.iter().any(|e| e.port >= o.inputs) {
+                        problems.push(format!("operator {uid:?} takes {} input(s)", o.inputs));
+                    }
+                    if o.keyed && inputs.iter().any(|e| e.exchange == Exchange::Forward) {
+                        problems.push(format!("keyed operator {uid:?} needs its inputs keyed (key_by) so that each key's state lives in one subtask"));
+                    }
+                    if o.tables.len() > usize::from(u8::MAX) {
+                        problems.push(format!("operator {uid:?} declares more than 255 tables"));
+                    }
+                }
+                NodeBody::Sink(s) => {
+                    if inputs.len() != 1 {
+                        problems.push(format!("sink {uid:?} must have one input"));
+                    }
+                    if self.outputs(i).next().is_some() {
+                        problems.push(format!("sink {uid:?} has outputs"));
+                    }
+                    if s.mode == SinkMode::Upsert && s.key.is_empty() {
+                        problems.push(format!("upsert sink {uid:?} needs key columns"));
+                    }
+                    if s.topic.is_empty() {
+                        problems.push(format!("sink {uid:?} has no topic"));
+                    }
+                }
+            }
+        }
+        if !self
+            .nodes
+            .iter()
+            .any(|n| matches!(n.body, NodeBody::Sink(_)))
+        {
+            problems.push("the job has no sink".into());
+        }
+        problems
+    }
+
+    /// The stages, in node order: a node heads a stage unless it is
+    /// chained into its input's.
+    pub fn stages(&self) -> Vec<Stage> {
+        let mut stage_of: Vec<usize> = vec![usize::MAX; self.nodes.len()];
+        let mut stages: Vec<Stage> = Vec::new();
+        for n in 0..self.nodes.len() {
+            let chained = self
+                .is_chained(n)
+                .then(|| self.inputs(n).next().expect("one input").from);
+            match chained {
+                Some(up) => {
+                    stage_of[n] = stage_of[up];
+                    stages[stage_of[up]].nodes.push(n);
+                }
+                None => {
+                    stage_of[n] = stages.len();
+                    stages.push(Stage { nodes: vec![n] });
+                }
+            }
+        }
+        stages
+    }
+
+    /// The key columns (name and type) a keyed node's state is kept under:
+    /// those of its first input's hash edge.
+    pub fn key_columns(&self, node: NodeId) -> Vec<Field> {
+        self.inputs(node)
+            .find_map(|e| match &e.exchange {
+                Exchange::Hash(cols) => Some(
+                    cols.iter()
+                        .filter_map(|c| self.nodes[e.from].schema.fields.get(*c).cloned())
+                        .collect(),
+                ),
+                Exchange::Forward => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// The shape checkpoints record and restores compare, with each keyed
+    /// node's key and tables.
+    pub fn topology(&self, parallelism: u32, max_parallelism: u32) -> Topology {
+        Topology {
+            max_parallelism,
+            operators: self
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| OperatorInfo {
+                    uid: n.uid.clone(),
+                    kind: n.kind.clone(),
+                    parallelism,
+                    state: match &n.body {
+                        NodeBody::Operator(o) if o.keyed => Some(StateInfo {
+                            key: self
+                                .key_columns(i)
+                                .into_iter()
+                                .map(|f| KeyColumn {
+                                    name: f.name,
+                                    data_type: f.data_type.to_string(),
+                                })
+                                .collect(),
+                            tables: o
+                                .tables
+                                .iter()
+                                .map(|t| TableInfo {
+                                    name: t.name.clone(),
+                                    kind: format!("{:?}", t.kind).to_lowercase(),
+                                    codec: t.codec.to_string(),
+                                })
+                                .collect(),
+                        }),
+                        _ => None,
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// The graph as text: one line per node with its stage, its inputs and
+    /// its schema (`weir explain`, logs).
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for (s, stage) in self.stages().iter().enumerate() {
+            out.push_str(&format!("stage {s}\n"));
+            for n in &stage.nodes {
+                let node = &self.nodes[*n];
+                let inputs: Vec<String> = self
+                    .inputs(*n)
+                    .map(|e| {
+                        let from = &self.nodes[e.from];
+                        match &e.exchange {
+                            Exchange::Forward => format!("{}[{}] forward", from.uid, e.port),
+                            Exchange::Hash(cols) => {
+                                let names: Vec<&str> = cols
+                                    .iter()
+                                    .map(|c| from.schema.fields[*c].name.as_str())
+                                    .collect();
+                                format!("{}[{}] hash({})", from.uid, e.port, names.join(", "))
+                            }
+                        }
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "  {} ({}){}: {}\n",
+                    node.uid,
+                    node.kind,
+                    if inputs.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" <- {}", inputs.join(", "))
+                    },
+                    node.schema
+                ));
+            }
+        }
+        out
+    }
+}

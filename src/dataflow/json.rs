@@ -1,0 +1,297 @@
+//! JSON records under a schema: how a source decodes a Kafka value into a
+//! row and how a sink writes one. Fields map to columns by name; fields
+//! not in the schema are ignored, a missing field is NULL, nested objects
+//! are ROWs. A TIMESTAMP column reads RFC 3339 strings,
+//! `yyyy-MM-dd HH:mm:ss[.SSS]` strings (UTC) and epoch milliseconds, and
+//! is written as RFC 3339 UTC with milliseconds.
+
+use serde_json::Value as Json;
+
+use super::row::{DataType, Decimal, Field, Row, Schema, Value};
+
+/// Decodes one JSON object into an insert row of `schema`.
+pub fn decode_row(payload: &[u8], schema: &Schema) -> Result<Row, String> {
+    let json: Json =
+        serde_json::from_slice(payload).map_err(|e| format!("value is not valid JSON: {e}"))?;
+    let Json::Object(object) = json else {
+        return Err("value is JSON but not an object".into());
+    };
+    let mut values = Vec::with_capacity(schema.len());
+    for field in &schema.fields {
+        let v = match object.get(&field.name) {
+            None => Value::Null,
+            Some(j) => from_json(j, &field.data_type)
+                .map_err(|e| format!("field {:?}: {e}", field.name))?,
+        };
+        values.push(v);
+    }
+    Ok(Row::insert(values))
+}
+
+/// One JSON value as a value of type `t`.
+pub fn from_json(j: &Json, t: &DataType) -> Result<Value, String> {
+    if j.is_null() {
+        return Ok(Value::Null);
+    }
+    let wrong = || format!("{j} is not {t}");
+    Ok(match t {
+        DataType::Boolean => Value::Bool(j.as_bool().ok_or_else(wrong)?),
+        DataType::Int | DataType::BigInt => {
+            let i = j.as_i64().ok_or_else(wrong)?;
+            if *t == DataType::Int && i32::try_from(i).is_err() {
+                return Err(format!("{i} is out of INT's range"));
+            }
+            Value::Int(i)
+        }
+        DataType::Double => Value::Double(j.as_f64().ok_or_else(wrong)?),
+        DataType::Decimal { scale, .. } => match j {
+            Json::Number(n) => Value::Decimal(Decimal::parse(&n.to_string(), *scale)?),
+            Json::String(s) => Value::Decimal(Decimal::parse(s, *scale)?),
+            _ => return Err(wrong()),
+        },
+        DataType::String => match j {
+            Json::String(s) => Value::String(s.clone()),
+            // A number or an object where text is expected keeps its JSON text.
+            other => Value::String(other.to_string()),
+        },
+        DataType::Bytes => Value::Bytes(j.as_str().ok_or_else(wrong)?.as_bytes().to_vec()),
+        DataType::Timestamp => Value::Timestamp(match j {
+            Json::Number(n) => n.as_i64().ok_or_else(wrong)?,
+            Json::String(s) => parse_timestamp(s)?,
+            _ => return Err(wrong()),
+        }),
+        DataType::List(item) => Value::List(
+            j.as_array()
+                .ok_or_else(wrong)?
+                .iter()
+                .map(|x| from_json(x, item))
+                .collect::<Result<_, _>>()?,
+        ),
+        DataType::Struct(fields) => {
+            let object = j.as_object().ok_or_else(wrong)?;
+            Value::Struct(
+                fields
+                    .iter()
+                    .map(|f| match object.get(&f.name) {
+                        None => Ok(Value::Null),
+                        Some(x) => {
+                            from_json(x, &f.data_type).map_err(|e| format!("{}: {e}", f.name))
+                        }
+                    })
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+    })
+}
+
+/// Milliseconds since the epoch of an RFC 3339 / ISO-8601 timestamp, or
+/// of `yyyy-MM-dd HH:mm:ss[.SSS]` read as UTC.
+pub fn parse_timestamp(s: &str) -> Result<i64, String> {
+    if let Ok(ts) = s.parse::<jiff::Timestamp>() {
+        return Ok(ts.as_millisecond());
+    }
+    let civil = s.parse::<jiff::civil::DateTime>().map_err(|_| {
+        format!("{s:?} is not a timestamp (RFC 3339, or yyyy-MM-dd HH:mm:ss[.SSS])")
+    })?;
+    civil
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .map(|z| z.timestamp().as_millisecond())
+        .map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// `2026-11-30T10:00:00.000Z`.
+pub fn format_timestamp(ms: i64) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(ts) => {
+            let z = ts.to_zoned(jiff::tz::TimeZone::UTC);
+            format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                z.year(),
+                z.month(),
+                z.day(),
+                z.hour(),
+                z.minute(),
+                z.second(),
+                z.millisecond()
+            )
+        }
+        Err(_) => ms.to_string(),
+    }
+}
+
+/// Writes a JSON string.
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("a string serializes");
+    }
+}
+
+/// Writes a value of a column of type `t` as JSON. Written directly, not
+/// through `serde_json::Value`: fields stay in schema order and a decimal
+/// keeps its exact digits (`12.50`).
+pub fn write_value(v: &Value, t: &DataType, out: &mut Vec<u8>) {
+    use std::io::Write;
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Double(d) if d.is_finite() => {
+            serde_json::to_writer(&mut *out, d).expect("a finite double serializes");
+        }
+        // JSON has no NaN or infinity.
+        Value::Double(_) => out.extend_from_slice(b"null"),
+        Value::Decimal(d) => {
+            let _ = write!(out, "{d}");
+        }
+        Value::String(s) => write_str(s, out),
+        Value::Bytes(b) => write_str(&String::from_utf8_lossy(b), out),
+        Value::Timestamp(ms) => write_str(&format_timestamp(*ms), out),
+        Value::List(items) => {
+            let item = match t {
+                DataType::List(item) => item.as_ref(),
+                _ => &DataType::String,
+            };
+            out.push(b'[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(x, item, out);
+            }
+            out.push(b']');
+        }
+        Value::Struct(items) => match t {
+            DataType::Struct(fields) => write_object(items, fields, out),
+            _ => write_value(&Value::List(items.clone()), &DataType::String, out),
+        },
+    }
+}
+
+fn write_object(values: &[Value], fields: &[Field], out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (f, v)) in fields.iter().zip(values).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(&f.name, out);
+        out.push(b':');
+        write_value(v, &f.data_type, out);
+    }
+    out.push(b'}');
+}
+
+/// A row as a JSON object of its schema's columns, in schema order.
+pub fn encode_row(row: &Row, schema: &Schema, out: &mut Vec<u8>) {
+    out.clear();
+    write_object(&row.values, &schema.fields, out);
+}
+
+/// The columns `columns` of a row as a JSON object: a sink's Kafka key.
+pub fn encode_columns(row: &Row, schema: &Schema, columns: &[usize], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(b'{');
+    for (i, c) in columns.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let f = &schema.fields[*c];
+        write_str(&f.name, out);
+        out.push(b':');
+        write_value(row.get(*c), &f.data_type, out);
+    }
+    out.push(b'}');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::of(&[
+            ("auction", DataType::BigInt),
+            (
+                "price",
+                DataType::Decimal {
+                    precision: 10,
+                    scale: 2,
+                },
+            ),
+            ("at", DataType::Timestamp),
+            (
+                "who",
+                DataType::Struct(vec![
+                    Field::new("name", DataType::String),
+                    Field::new("tags", DataType::List(Box::new(DataType::String))),
+                ]),
+            ),
+            ("missing", DataType::Boolean),
+        ])
+    }
+
+    #[test]
+    fn objects_decode_by_name_and_ignore_other_fields() {
+        let row = decode_row(
+            br#"{"auction":7,"price":12.5,"at":"2026-11-30 10:00:00.250","who":{"name":"ann","tags":["a"]},"extra":1}"#,
+            &schema(),
+        )
+        .unwrap();
+        assert_eq!(row.values[0], Value::Int(7));
+        assert_eq!(
+            row.values[1].clone(),
+            Value::Decimal(Decimal {
+                unscaled: 1250,
+                scale: 2
+            })
+        );
+        assert_eq!(
+            format_timestamp(row.values[2].as_timestamp().unwrap()),
+            "2026-11-30T10:00:00.250Z"
+        );
+        assert_eq!(
+            row.values[3],
+            Value::Struct(vec![
+                Value::String("ann".into()),
+                Value::List(vec![Value::String("a".into())])
+            ])
+        );
+        assert_eq!(row.values[4], Value::Null);
+        let mut out = Vec::new();
+        encode_row(&row, &schema(), &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"auction":7,"price":12.50,"at":"2026-11-30T10:00:00.250Z","who":{"name":"ann","tags":["a"]},"missing":null}"#
+        );
+    }
+
+    #[test]
+    fn timestamps_read_three_ways() {
+        let want = parse_timestamp("2026-11-30T10:00:00Z").unwrap();
+        assert_eq!(parse_timestamp("2026-11-30T11:00:00+01:00").unwrap(), want);
+        assert_eq!(parse_timestamp("2026-11-30 10:00:00").unwrap(), want);
+        let s = Schema::of(&[("t", DataType::Timestamp)]);
+        let row = decode_row(format!("{{\"t\":{want}}}").as_bytes(), &s).unwrap();
+        assert_eq!(row.values[0], Value::Timestamp(want));
+        assert!(parse_timestamp("yesterday")
+            .unwrap_err()
+            .contains("not a timestamp"));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let e = decode_row(br#"{"auction":"x"}"#, &schema()).unwrap_err();
+        assert!(e.contains("\"auction\"") && e.contains("BIGINT"), "{e}");
+        let s = Schema::of(&[("n", DataType::Int)]);
+        assert!(decode_row(br#"{"n":3000000000}"#, &s)
+            .unwrap_err()
+            .contains("INT's range"));
+        assert!(decode_row(b"[1]", &s)
+            .unwrap_err()
+            .contains("not an object"));
+    }
+}

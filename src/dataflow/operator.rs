@@ -1,0 +1,408 @@
+//! The operator model. An operator sees rows, watermarks, timers and
+//! checkpoints through this small trait; the task runner (`crate::engine`)
+//! owns everything else (inputs, alignment, the watermark valve, timers'
+//! storage, exchanges, sinks, the snapshot protocol), so an operator is
+//! unit-tested with a [`Context`] over a temporary store and a
+//! [`Collector`], with no broker and no producer.
+
+use super::codec::StateCodec;
+use super::row::{Row, Value};
+use super::state::{key_prefix, split_timer_payload, timer_payload, KeyedStore, Table};
+use crate::error::Result;
+
+/// A row in flight with its event time and, after a hash exchange, the
+/// key it was routed by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub row: Row,
+    /// Event time (ms); [`crate::runtime::NO_TIMESTAMP`] without event time.
+    pub timestamp: i64,
+    /// The key group of `key` (0 on a forward edge).
+    pub key_group: u32,
+    /// The key columns' encoding ([`super::codec::encode_key`]); empty on
+    /// a forward edge.
+    pub key: Vec<u8>,
+}
+
+/// Where an operator emits its rows; the runtime passes them on to the
+/// next operator of the chain, an exchange or a sink.
+#[derive(Debug, Default)]
+pub struct Collector {
+    pub(crate) out: Vec<(Row, i64)>,
+}
+
+impl Collector {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Emits `row` with event time `timestamp`.
+    pub fn emit(&mut self, row: Row, timestamp: i64) {
+        self.out.push((row, timestamp));
+    }
+
+    /// What was emitted so far, taken (tests, and the runtime).
+    pub fn take(&mut self) -> Vec<(Row, i64)> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+}
+
+/// What an operator can reach while it handles one record or timer: the
+/// current key, the watermark, and its tables and timers (keyed
+/// operators only; a stateless operator has no store).
+pub struct Context {
+    pub uid: String,
+    pub subtask: u32,
+    store: Option<KeyedStore>,
+    key_group: u32,
+    key: Vec<u8>,
+    watermark: i64,
+    scratch: Vec<u8>,
+    value: Vec<u8>,
+    /// Records dropped for arriving after their window closed.
+    late: u64,
+}
+
+impl Context {
+    pub fn new(uid: &str, subtask: u32, store: Option<KeyedStore>) -> Self {
+        Self {
+            uid: uid.into(),
+            subtask,
+            store,
+            key_group: 0,
+            key: Vec::new(),
+            watermark: crate::time::MIN_WATERMARK,
+            scratch: Vec::with_capacity(64),
+            value: Vec::with_capacity(64),
+            late: 0,
+        }
+    }
+
+    pub(crate) fn set_key(&mut self, key_group: u32, key: &[u8]) {
+        self.key_group = key_group;
+        self.key.clear();
+        self.key.extend_from_slice(key);
+    }
+
+    pub(crate) fn set_watermark(&mut self, watermark: i64) {
+        self.watermark = watermark;
+    }
+
+    pub(crate) fn store_mut(&mut self) -> Option<&mut KeyedStore> {
+        self.store.as_mut()
+    }
+
+    /// Timers due at `watermark`, with the key each is for set in turn.
+    pub(crate) fn pop_due_timers(&mut self, watermark: i64) -> Vec<(i64, Vec<u8>)> {
+        match &mut self.store {
+            Some(s) => s.timers().pop_due(watermark),
+            None => Vec::new(),
+        }
+    }
+
+    /// Sets the current key from a fired timer; returns its tag.
+    pub(crate) fn enter_timer(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
+        let (kg, key, tag) = split_timer_payload(payload)?;
+        let tag = tag.to_vec();
+        let key = key.to_vec();
+        self.set_key(kg, &key);
+        Some(tag)
+    }
+
+    /// The current key's encoding.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    pub fn key_group(&self) -> u32 {
+        self.key_group
+    }
+
+    /// The current key's values (the key columns, in order).
+    pub fn key_values(&self) -> Result<Vec<Value>> {
+        super::codec::decode_key(&self.key).map_err(|e| crate::WeirError::Task {
+            task: self.uid.clone(),
+            reason: format!("key of {} bytes does not decode: {e}", self.key.len()),
+        })
+    }
+
+    /// The operator's current event-time watermark.
+    pub fn watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Counts a record dropped as late (`weir_late_records_total`).
+    pub fn count_late(&mut self) {
+        self.late += 1;
+    }
+
+    pub(crate) fn take_late(&mut self) -> u64 {
+        std::mem::take(&mut self.late)
+    }
+
+    fn store(&mut self) -> Result<&mut KeyedStore> {
+        let uid = &self.uid;
+        self.store.as_mut().ok_or_else(|| crate::WeirError::Task {
+            task: uid.clone(),
+            reason: "a stateless operator used keyed state (state needs a key_by before it)".into(),
+        })
+    }
+
+    fn full_key(&mut self, table: Table, map_key: Option<&[u8]>) {
+        key_prefix(self.key_group, table, &self.key, &mut self.scratch);
+        if let Some(mk) = map_key {
+            self.scratch.extend_from_slice(mk);
+        }
+    }
+
+    fn get_at<T: StateCodec>(&mut self, table: Table, map_key: Option<&[u8]>) -> Result<Option<T>> {
+        self.full_key(table, map_key);
+        let key = std::mem::take(&mut self.scratch);
+        let result = (|| {
+            let store = self.store()?;
+            match store.read(&key)? {
+                None => Ok(None),
+                Some(bytes) => store.decode::<T>(&key, &bytes).map(Some),
+            }
+        })();
+        self.scratch = key;
+        result
+    }
+
+    fn put_at<T: StateCodec>(
+        &mut self,
+        table: Table,
+        map_key: Option<&[u8]>,
+        value: Option<&T>,
+    ) -> Result<()> {
+        self.full_key(table, map_key);
+        let key = std::mem::take(&mut self.scratch);
+        let bytes = value.map(|v| {
+            self.value.clear();
+            v.encode(&mut self.value);
+            self.value.clone()
+        });
+        let result = self.store().and_then(|s| s.write(&key, bytes));
+        self.scratch = key;
+        result
+    }
+
+    /// The current key's value in a value table.
+    pub fn get<T: StateCodec>(&mut self, table: Table) -> Result<Option<T>> {
+        self.get_at(table, None)
+    }
+
+    pub fn put<T: StateCodec>(&mut self, table: Table, value: &T) -> Result<()> {
+        self.put_at(table, None, Some(value))
+    }
+
+    pub fn delete(&mut self, table: Table) -> Result<()> {
+        self.put_at::<Value>(table, None, None)
+    }
+
+    /// The current key's list in a list table (empty if none).
+    pub fn list<T: StateCodec>(&mut self, table: Table) -> Result<Vec<T>> {
+        Ok(self
+            .get_at::<ListOf<T>>(table, None)?
+            .map_or_else(Vec::new, |l| l.0))
+    }
+
+    pub fn set_list<T: StateCodec + Clone>(&mut self, table: Table, items: &[T]) -> Result<()> {
+        if items.is_empty() {
+            return self.delete(table);
+        }
+        self.put_at(table, None, Some(&ListOf(items.to_vec())))
+    }
+
+    /// One entry of the current key's map in a map table.
+    pub fn map_get<T: StateCodec>(&mut self, table: Table, map_key: &[u8]) -> Result<Option<T>> {
+        self.get_at(table, Some(map_key))
+    }
+
+    pub fn map_put<T: StateCodec>(
+        &mut self,
+        table: Table,
+        map_key: &[u8],
+        value: &T,
+    ) -> Result<()> {
+        self.put_at(table, Some(map_key), Some(value))
+    }
+
+    pub fn map_delete(&mut self, table: Table, map_key: &[u8]) -> Result<()> {
+        self.put_at::<Value>(table, Some(map_key), None)
+    }
+
+    /// Every entry of the current key's map, in map-key byte order.
+    pub fn map_entries<T: StateCodec>(&mut self, table: Table) -> Result<Vec<(Vec<u8>, T)>> {
+        self.full_key(table, None);
+        let prefix = self.scratch.clone();
+        let store = self.store()?;
+        let mut out = Vec::new();
+        for (k, v) in store.scan(&prefix)? {
+            let value = store.decode::<T>(&k, &v)?;
+            out.push((k[prefix.len()..].to_vec(), value));
+        }
+        Ok(out)
+    }
+
+    /// A timer for the current key at event time `time`; `tag` says what
+    /// it is for (it comes back to [`Operator::on_timer`]).
+    pub fn register_timer(&mut self, time: i64, tag: &[u8]) -> Result<()> {
+        let payload = timer_payload(self.key_group, &self.key, tag);
+        self.store()?.timers().register(time, payload);
+        Ok(())
+    }
+
+    pub fn delete_timer(&mut self, time: i64, tag: &[u8]) -> Result<()> {
+        let payload = timer_payload(self.key_group, &self.key, tag);
+        self.store()?.timers().delete(time, &payload);
+        Ok(())
+    }
+}
+
+/// A list table's value: its items, each with its own codec's bytes.
+struct ListOf<T>(Vec<T>);
+
+impl<T: StateCodec> StateCodec for ListOf<T> {
+    const NAME: &'static str = "list";
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        super::codec::put_varint(self.0.len() as u64, out);
+        let mut item = Vec::new();
+        for x in &self.0 {
+            item.clear();
+            x.encode(&mut item);
+            super::codec::put_varint(item.len() as u64, out);
+            out.extend_from_slice(&item);
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let mut input = bytes;
+        let n = super::codec::get_varint(&mut input)? as usize;
+        let mut items = Vec::with_capacity(n.min(input.len()));
+        for _ in 0..n {
+            let len = super::codec::get_varint(&mut input)? as usize;
+            if input.len() < len {
+                return Err("a list item is cut short".into());
+            }
+            let (item, rest) = input.split_at(len);
+            items.push(T::decode(item)?);
+            input = rest;
+        }
+        Ok(ListOf(items))
+    }
+}
+
+/// A node's logic. Every hook but `on_record` has a no-op default.
+pub trait Operator: Send {
+    /// One record on input `input` (0, or 1 for the second input of a
+    /// two-input operator), in order. A keyed operator's context has the
+    /// record's key set.
+    fn on_record(
+        &mut self,
+        input: usize,
+        record: Record,
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()>;
+
+    /// A timer of the current key fired (the watermark passed `time`).
+    fn on_timer(
+        &mut self,
+        _time: i64,
+        _tag: &[u8],
+        _ctx: &mut Context,
+        _out: &mut Collector,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The watermark advanced to `watermark`, after the timers it made due.
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut Context,
+        _out: &mut Collector,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The checkpoint barrier is aligned: emit what belongs to this epoch.
+    fn before_snapshot(&mut self, _ctx: &mut Context, _out: &mut Collector) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Test support: drives an operator the way the task runner does, over a
+/// store in a temporary directory, with no broker.
+#[cfg(test)]
+pub mod testing {
+    use super::*;
+    use crate::dataflow::codec::encode_key;
+    use crate::dataflow::state::TableSpec;
+
+    pub struct Harness<O> {
+        pub op: O,
+        pub ctx: Context,
+        pub key_columns: Vec<usize>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl<O: Operator> Harness<O> {
+        /// A keyed operator with `tables`, keyed by `key_columns` of its input.
+        pub fn keyed(op: O, tables: Vec<TableSpec>, key_columns: Vec<usize>) -> Self {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let store = KeyedStore::open_empty("test", tables, &dir.path().join("db"), 10_000)
+                .expect("open store");
+            Self {
+                op,
+                ctx: Context::new("test", 0, Some(store)),
+                key_columns,
+                _dir: dir,
+            }
+        }
+
+        /// One record on `input`; returns what was emitted.
+        pub fn record(
+            &mut self,
+            input: usize,
+            row: Row,
+            timestamp: i64,
+        ) -> Result<Vec<(Row, i64)>> {
+            let mut key = Vec::new();
+            encode_key(&row, &self.key_columns, &mut key);
+            let kg = crate::state::key_groups::key_group(&key, 128);
+            self.ctx.set_key(kg, &key);
+            let mut out = Collector::new();
+            self.op.on_record(
+                input,
+                Record {
+                    row,
+                    timestamp,
+                    key_group: kg,
+                    key,
+                },
+                &mut self.ctx,
+                &mut out,
+            )?;
+            Ok(out.take())
+        }
+
+        /// The watermark moves to `watermark`: due timers fire, then `on_watermark`.
+        pub fn watermark(&mut self, watermark: i64) -> Result<Vec<(Row, i64)>> {
+            let mut out = Collector::new();
+            self.ctx.set_watermark(watermark);
+            for (time, payload) in self.ctx.pop_due_timers(watermark) {
+                let tag = self.ctx.enter_timer(&payload).expect("timer payload");
+                self.op.on_timer(time, &tag, &mut self.ctx, &mut out)?;
+            }
+            self.op.on_watermark(watermark, &mut self.ctx, &mut out)?;
+            Ok(out.take())
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! Keyed aggregates: a running group aggregate (an updating result) and a
+//! window aggregate (one final row per key and window, when the watermark
+//! passes the window's end).
+//!
+//! The group aggregate consumes updating input too: an insert or
+//! update-after adds its row, an update-before or delete takes it away, so a
+//! later stage over an updating result retracts the old value before it
+//! adds the new one. It emits insert for a new key, update-before and
+//! update-after when a key's result changes, and delete when its last row
+//! is retracted.
+
+use crate::dataflow::codec::StateCodec;
+use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
+use crate::dataflow::state::{Table, TableSpec};
+use crate::error::{Result, WeirError};
+use crate::window::assign::{assign, Window, WindowSpec};
+
+/// One aggregate function and its input column (none: `COUNT(*)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFunction {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+impl AggFunction {
+    pub fn name(self) -> &'static str {
+        match self {
+            AggFunction::Count => "count",
+            AggFunction::Sum => "sum",
+            AggFunction::Min => "min",
+            AggFunction::Max => "max",
+            AggFunction::Avg => "avg",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agg {
+    pub function: AggFunction,
+    pub column: Option<usize>,
+    /// The output column's name.
+    pub name: String,
+}
+
+impl Agg {
+    /// `COUNT(*)` named `name`.
+    pub fn count(name: &str) -> Self {
+        Self {
+            function: AggFunction::Count,
+            column: None,
+            name: name.into(),
+        }
+    }
+
+    /// The output column's type given the input schema.
+    pub fn data_type(&self, input: &Schema) -> DataType {
+        match (self.function, self.column) {
+            (AggFunction::Count, _) => DataType::BigInt,
+            (AggFunction::Avg, _) => DataType::Double,
+            (_, Some(c)) => match input.fields.get(c).map(|f| &f.data_type) {
+                Some(DataType::Int) | None => DataType::BigInt,
+                Some(t) => t.clone(),
+            },
+            (_, None) => DataType::BigInt,
+        }
+    }
+}
+
+/// The output schema of an aggregate: key columns, then (for windows)
+/// `window_start, window_end`, then one column per aggregate.
+pub fn output_schema(input: &Schema, key: &[usize], window: bool, aggs: &[Agg]) -> Schema {
+    let mut fields: Vec<Field> = key.iter().map(|c| input.fields[*c].clone()).collect();
+    if window {
+        fields.push(Field::new("window_start", DataType::Timestamp));
+        fields.push(Field::new("window_end", DataType::Timestamp));
+    }
+    fields.extend(
+        aggs.iter()
+            .map(|a| Field::new(a.name.clone(), a.data_type(input))),
+    );
+    Schema::new(fields)
+}
+
+/// What one aggregate keeps: the non-null values counted, and their sum,
+/// minimum or maximum.
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    n: i64,
+    value: Value,
+}
+
+/// Everything kept per key (or per key and window): the rows counted, and
+/// one part per aggregate. Stored as a list of values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accumulators {
+    rows: i64,
+    parts: Vec<Part>,
+}
+
+impl StateCodec for Accumulators {
+    const NAME: &'static str = "accumulators";
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut values = Vec::with_capacity(1 + 2 * self.parts.len());
+        values.push(Value::Int(self.rows));
+        for p in &self.parts {
+            values.push(Value::Int(p.n));
+            values.push(p.value.clone());
+        }
+        values.encode(out);
+    }
+
+    fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let values = Vec::<Value>::decode(bytes)?;
+        let rows = values
+            .first()
+            .and_then(Value::as_int)
+            .ok_or("no row count")?;
+        let parts = values[1..]
+            .chunks(2)
+            .map(|c| match c {
+                [Value::Int(n), v] => Ok(Part {
+                    n: *n,
+                    value: v.clone(),
+                }),
+                _ => Err("an aggregate's part is not (count, value)".to_string()),
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(Self { rows, parts })
+    }
+}
+
+fn add_values(a: &Value, b: &Value, negate: bool) -> std::result::Result<Value, String> {
+    use Value::*;
+    Ok(match (a, b) {
+        (Null, x) if !negate => x.clone(),
+        (Null, Int(i)) => Int(i.checked_neg().ok_or("integer overflow in SUM")?),
+        (Null, Double(d)) => Double(-d),
+        (Null, Decimal(d)) => Decimal(crate::dataflow::row::Decimal {
+            unscaled: -d.unscaled,
+            scale: d.scale,
+        }),
+        (Int(x), Int(y)) => Int(if negate {
+            x.checked_sub(*y)
+        } else {
+            x.checked_add(*y)
+        }
+        .ok_or("integer overflow in SUM")?),
+        (Decimal(x), Decimal(y)) if x.scale == y.scale => Decimal(crate::dataflow::row::Decimal {
+            unscaled: if negate {
+                x.unscaled.checked_sub(y.unscaled)
+            } else {
+                x.unscaled.checked_add(y.unscaled)
+            }
+            .ok_or("decimal overflow in SUM")?,
+            scale: x.scale,
+        }),
+        (x, y) => {
+            let (x, y) = (
+                x.as_f64().ok_or("SUM of a value that is not a number")?,
+                y.as_f64().ok_or("SUM of a value that is not a number")?,
+            );
+            Double(if negate { x - y } else { x + y })
+        }
+    })
+}
+
+fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
+    use Value::*;
+    match (a, b) {
+        (Int(x), Int(y)) => x.cmp(y),
+        (String(x), String(y)) => x.cmp(y),
+        (Timestamp(x), Timestamp(y)) => x.cmp(y),
+        (Bool(x), Bool(y)) => x.cmp(y),
+        _ => a
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            .total_cmp(&b.as_f64().unwrap_or(f64::NAN)),
+    }
+}
+
+impl Accumulators {
+    /// Input rows counted (insertions less retractions).
+    pub fn rows(&self) -> i64 {
+        self.rows
+    }
+
+    /// Per aggregate: the non-null values counted, and their sum, minimum
+    /// or maximum so far.
+    pub fn parts(&self) -> impl Iterator<Item = (i64, &Value)> {
+        self.parts.iter().map(|p| (p.n, &p.value))
+    }
+
+    fn new(aggs: &[Agg]) -> Self {
+        Self {
+            rows: 0,
+            parts: aggs
+                .iter()
+                .map(|_| Part {
+                    n: 0,
+                    value: Value::Null,
+                })
+                .collect(),
+        }
+    }
+
+    /// Adds (or with `retract`, takes away) one input row.
+    fn apply(&mut self, aggs: &[Agg], row: &Row, retract: bool) -> std::result::Result<(), String> {
+        self.rows += if retract { -1 } else { 1 };
+        for (a, p) in aggs.iter().zip(self.parts.iter_mut()) {
+            let v = match a.column {
+                None => &Value::Null,
+                Some(c) => row.get(c),
+            };
+            if a.column.is_some() && v.is_null() {
+                continue; // SQL aggregates skip NULLs
+            }
+            p.n += if retract { -1 } else { 1 };
+            match a.function {
+                AggFunction::Count => {}
+                AggFunction::Sum | AggFunction::Avg => p.value = add_values(&p.value, v, retract)?,
+                AggFunction::Min | AggFunction::Max if retract => {
+                    return Err(format!(
+                        "{}({}) over an updating input (a row was retracted) is not supported yet",
+                        a.function.name().to_uppercase(),
+                        a.name
+                    ))
+                }
+                AggFunction::Min | AggFunction::Max => {
+                    let keep_new = p.value.is_null()
+                        || match a.function {
+                            AggFunction::Min => compare(v, &p.value).is_lt(),
+                            _ => compare(v, &p.value).is_gt(),
+                        };
+                    if keep_new {
+                        p.value = v.clone();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn results(&self, aggs: &[Agg], out: &mut Vec<Value>) {
+        for (a, p) in aggs.iter().zip(&self.parts) {
+            out.push(match a.function {
+                AggFunction::Count if a.column.is_none() => Value::Int(self.rows),
+                AggFunction::Count => Value::Int(p.n),
+                _ if p.n == 0 => Value::Null,
+                AggFunction::Avg => {
+                    Value::Double(p.value.as_f64().unwrap_or(f64::NAN) / p.n as f64)
+                }
+                _ => p.value.clone(),
+            });
+        }
+    }
+}
+
+fn failure(ctx: &Context, reason: String) -> WeirError {
+    WeirError::Operator {
+        uid: ctx.uid.clone(),
+        subtask: ctx.subtask,
+        reason,
+    }
+}
+
+/// A running aggregate per key: an updating result.
+pub struct GroupAggregate {
+    pub aggs: Vec<Agg>,
+}
+
+impl GroupAggregate {
+    pub const ACC: Table = Table(0);
+
+    pub fn tables() -> Vec<TableSpec> {
+        vec![TableSpec::value::<Accumulators>("acc")]
+    }
+
+    fn output(&self, ctx: &Context, acc: &Accumulators, kind: RowKind) -> Result<Row> {
+        let mut values = ctx.key_values()?;
+        acc.results(&self.aggs, &mut values);
+        Ok(Row::new(kind, values))
+    }
+}
+
+impl Operator for GroupAggregate {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        let retract = !r.row.kind.is_addition();
+        let old: Option<Accumulators> = ctx.get(Self::ACC)?;
+        if old.is_none() && retract {
+            // Flink does the same: a retraction of what is not there (state
+            // expired, or never added) changes nothing.
+            return Ok(());
+        }
+        let mut acc = old.clone().unwrap_or_else(|| Accumulators::new(&self.aggs));
+        acc.apply(&self.aggs, &r.row, retract)
+            .map_err(|e| failure(ctx, e))?;
+        match old {
+            _ if acc.rows <= 0 => {
+                ctx.delete(Self::ACC)?;
+                if let Some(old) = &old {
+                    out.emit(self.output(ctx, old, RowKind::Delete)?, r.timestamp);
+                }
+            }
+            None => {
+                ctx.put(Self::ACC, &acc)?;
+                out.emit(self.output(ctx, &acc, RowKind::Insert)?, r.timestamp);
+            }
+            Some(old) => {
+                ctx.put(Self::ACC, &acc)?;
+                let (before, after) = (
+                    self.output(ctx, &old, RowKind::UpdateBefore)?,
+                    self.output(ctx, &acc, RowKind::UpdateAfter)?,
+                );
+                if before.values != after.values {
+                    out.emit(before, r.timestamp);
+                    out.emit(after, r.timestamp);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An aggregate per key and tumbling or hopping window of event time,
+/// emitted once when the watermark passes the window's end; records for a
+/// window already closed are dropped and counted as late.
+pub struct WindowAggregate {
+    pub spec: WindowSpec,
+    pub aggs: Vec<Agg>,
+}
+
+impl WindowAggregate {
+    pub const WINDOWS: Table = Table(0);
+
+    pub fn tables() -> Vec<TableSpec> {
+        vec![TableSpec::map::<Accumulators>("windows")]
+    }
+}
+
+fn window_tag(w: &Window) -> [u8; 16] {
+    let mut tag = [0u8; 16];
+    tag[..8].copy_from_slice(&w.start.to_be_bytes());
+    tag[8..].copy_from_slice(&w.end.to_be_bytes());
+    tag
+}
+
+impl Operator for WindowAggregate {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        let _ = out;
+        if r.row.kind != RowKind::Insert {
+            return Err(failure(
+                ctx,
+                format!(
+                    "a window aggregate takes append-only input, not a {} row",
+                    r.row.kind.short()
+                ),
+            ));
+        }
+        if r.timestamp == crate::runtime::NO_TIMESTAMP {
+            return Err(failure(
+                ctx,
+                "a window aggregate needs event time: give the source an event-time column".into(),
+            ));
+        }
+        for w in assign(&self.spec, r.timestamp) {
+            if w.max_timestamp() <= ctx.watermark() {
+                ctx.count_late();
+                continue;
+            }
+            let tag = window_tag(&w);
+            let acc: Option<Accumulators> = ctx.map_get(Self::WINDOWS, &tag)?;
+            let new = acc.is_none();
+            let mut acc = acc.unwrap_or_else(|| Accumulators::new(&self.aggs));
+            acc.apply(&self.aggs, &r.row, false)
+                .map_err(|e| failure(ctx, e))?;
+            ctx.map_put(Self::WINDOWS, &tag, &acc)?;
+            if new {
+                ctx.register_timer(w.max_timestamp(), &tag)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        time: i64,
+        tag: &[u8],
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        let Some(acc) = ctx.map_get::<Accumulators>(Self::WINDOWS, tag)? else {
+            return Ok(());
+        };
+        ctx.map_delete(Self::WINDOWS, tag)?;
+        let start = i64::from_be_bytes(tag[..8].try_into().expect("16-byte tag"));
+        let end = i64::from_be_bytes(tag[8..16].try_into().expect("16-byte tag"));
+        let mut values = ctx.key_values()?;
+        values.push(Value::Timestamp(start));
+        values.push(Value::Timestamp(end));
+        acc.results(&self.aggs, &mut values);
+        out.emit(Row::insert(values), time);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::operator::testing::Harness;
+
+    fn row(kind: RowKind, k: &str, v: i64) -> Row {
+        Row::new(kind, vec![Value::from(k), Value::Int(v)])
+    }
+
+    #[test]
+    fn group_aggregate_emits_updates_and_retracts() {
+        let aggs = vec![
+            Agg::count("n"),
+            Agg {
+                function: AggFunction::Sum,
+                column: Some(1),
+                name: "s".into(),
+            },
+        ];
+        let mut h = Harness::keyed(GroupAggregate { aggs }, GroupAggregate::tables(), vec![0]);
+        let got = h.record(0, row(RowKind::Insert, "a", 5), 1).unwrap();
+        assert_eq!(
+            got,
+            vec![(Row::insert(vec!["a".into(), 1.into(), 5.into()]), 1)]
+        );
+        let got = h.record(0, row(RowKind::Insert, "a", 2), 2).unwrap();
+        assert_eq!(
+            got.into_iter().map(|(r, _)| r).collect::<Vec<_>>(),
+            vec![
+                Row::new(RowKind::UpdateBefore, vec!["a".into(), 1.into(), 5.into()]),
+                Row::new(RowKind::UpdateAfter, vec!["a".into(), 2.into(), 7.into()]),
+            ]
+        );
+        // Retract both: an update, then the delete of the key's last row.
+        h.record(0, row(RowKind::UpdateBefore, "a", 5), 3).unwrap();
+        let got = h.record(0, row(RowKind::Delete, "a", 2), 4).unwrap();
+        assert_eq!(
+            got,
+            vec![(
+                Row::new(RowKind::Delete, vec!["a".into(), 1.into(), 2.into()]),
+                4
+            )]
+        );
+        // A retraction of a key that is not there changes nothing.
+        assert!(h
+            .record(0, row(RowKind::Delete, "b", 1), 5)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn min_over_retractions_is_refused_by_name() {
+        let aggs = vec![Agg {
+            function: AggFunction::Min,
+            column: Some(1),
+            name: "lo".into(),
+        }];
+        let mut h = Harness::keyed(GroupAggregate { aggs }, GroupAggregate::tables(), vec![0]);
+        h.record(0, row(RowKind::Insert, "a", 5), 1).unwrap();
+        let e = h
+            .record(0, row(RowKind::Delete, "a", 5), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MIN(lo)") && e.contains("updating input"), "{e}");
+    }
+
+    #[test]
+    fn windows_fire_once_at_the_watermark_and_drop_late_records() {
+        let aggs = vec![
+            Agg::count("n"),
+            Agg {
+                function: AggFunction::Max,
+                column: Some(1),
+                name: "hi".into(),
+            },
+        ];
+        let spec = WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        };
+        let mut h = Harness::keyed(
+            WindowAggregate { spec, aggs },
+            WindowAggregate::tables(),
+            vec![0],
+        );
+        for (v, ts) in [(1, 1), (7, 9), (3, 12)] {
+            assert!(h
+                .record(0, row(RowKind::Insert, "a", v), ts)
+                .unwrap()
+                .is_empty());
+        }
+        assert!(h.watermark(8).unwrap().is_empty());
+        let fired = h.watermark(9).unwrap();
+        assert_eq!(
+            fired,
+            vec![(
+                Row::insert(vec![
+                    "a".into(),
+                    Value::Timestamp(0),
+                    Value::Timestamp(10),
+                    2.into(),
+                    7.into()
+                ]),
+                9
+            )]
+        );
+        // Late for [0, 10): dropped and counted, never a second result.
+        h.record(0, row(RowKind::Insert, "a", 100), 5).unwrap();
+        assert_eq!(h.ctx.take_late(), 1);
+        assert!(h.watermark(15).unwrap().is_empty());
+        let fired = h.watermark(19).unwrap();
+        assert_eq!(fired.len(), 1);
+        assert_eq!(fired[0].0.values[3], Value::Int(1));
+        let e = h
+            .record(0, row(RowKind::Delete, "a", 1), 30)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("append-only"), "{e}");
+    }
+}

@@ -1,0 +1,7 @@
+//! The built-in operators, one file each: stateless steps that chain
+//! ([`stateless`]) and keyed aggregates ([`aggregate`]). An operator of
+//! your own implements [`crate::dataflow::Operator`] and is added with
+//! `KeyedStream::process` (or, built in, with one builder method).
+
+pub mod aggregate;
+pub mod stateless;

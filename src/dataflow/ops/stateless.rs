@@ -1,0 +1,130 @@
+//! Stateless operators: map, filter, flat-map and union. They chain into
+//! the task before them and keep each row's change kind, so they work on
+//! updating streams as well as append-only ones (a filter drops the
+//! update-before and the update-after of a row alike when both fail it).
+
+use std::sync::Arc;
+
+use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::row::{Row, Value};
+use crate::error::Result;
+
+pub type MapFn = Arc<dyn Fn(&[Value]) -> Vec<Value> + Send + Sync>;
+pub type FilterFn = Arc<dyn Fn(&[Value]) -> bool + Send + Sync>;
+pub type FlatMapFn = Arc<dyn Fn(&[Value], &mut dyn FnMut(Vec<Value>)) + Send + Sync>;
+
+/// New values for each row, of the node's declared schema.
+pub struct Map(pub MapFn);
+
+impl Operator for Map {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        _: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        out.emit(Row::new(r.row.kind, (self.0)(&r.row.values)), r.timestamp);
+        Ok(())
+    }
+}
+
+/// Keeps the rows the predicate holds for.
+pub struct Filter(pub FilterFn);
+
+impl Operator for Filter {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        _: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        if (self.0)(&r.row.values) {
+            out.emit(r.row, r.timestamp);
+        }
+        Ok(())
+    }
+}
+
+/// Any number of rows per row, each with the input's kind and time.
+pub struct FlatMap(pub FlatMapFn);
+
+impl Operator for FlatMap {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        _: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        let kind = r.row.kind;
+        (self.0)(&r.row.values, &mut |values| {
+            out.emit(Row::new(kind, values), r.timestamp)
+        });
+        Ok(())
+    }
+}
+
+/// Passes every row of every input on: several streams of one schema as one.
+pub struct Union;
+
+impl Operator for Union {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        _: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        out.emit(r.row, r.timestamp);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::row::RowKind;
+
+    fn run(op: &mut dyn Operator, row: Row) -> Vec<(Row, i64)> {
+        let mut ctx = Context::new("t", 0, None);
+        let mut out = Collector::new();
+        op.on_record(
+            0,
+            Record {
+                row,
+                timestamp: 5,
+                key_group: 0,
+                key: vec![],
+            },
+            &mut ctx,
+            &mut out,
+        )
+        .unwrap();
+        out.take()
+    }
+
+    #[test]
+    fn stateless_operators_keep_kind_and_time() {
+        let mut m = Map(Arc::new(|v| vec![Value::Int(v[0].as_int().unwrap() * 2)]));
+        let got = run(&mut m, Row::new(RowKind::UpdateBefore, vec![Value::Int(4)]));
+        assert_eq!(
+            got,
+            vec![(Row::new(RowKind::UpdateBefore, vec![Value::Int(8)]), 5)]
+        );
+        let mut f = Filter(Arc::new(|v| v[0].as_int() == Some(1)));
+        assert!(run(&mut f, Row::insert(vec![Value::Int(2)])).is_empty());
+        assert_eq!(run(&mut f, Row::insert(vec![Value::Int(1)])).len(), 1);
+        let mut fm = FlatMap(Arc::new(|v, emit| {
+            for w in v[0].as_str().unwrap().split(' ') {
+                emit(vec![Value::from(w)]);
+            }
+        }));
+        let got = run(&mut fm, Row::new(RowKind::Delete, vec![Value::from("a b")]));
+        assert_eq!(got.len(), 2);
+        assert!(got
+            .iter()
+            .all(|(r, t)| r.kind == RowKind::Delete && *t == 5));
+    }
+}

@@ -1,0 +1,373 @@
+//! State as named tables. An operator declares its tables (a value per
+//! key, a list per key, a map per key); timers come with every keyed
+//! operator. Each keyed (operator, subtask) keeps its tables in its own
+//! RocksDB instance, so checkpoints, hard-link restores and rescaling by
+//! key group work as for any keyed state (`crate::state`).
+//!
+//! Key layout in the values family:
+//! `key group (u16 BE) | table (u8) | key length (varint) | key | map key`,
+//! so a key group is one contiguous range (rescaling), a table of a key
+//! group is one range (`weir state` by table), and a key's map entries
+//! are one range. Values are the table's codec's bytes, of any size.
+//!
+//! A bounded write-back cache sits in front (as `crate::state::value`):
+//! dirty entries go into each snapshot's changes file and reach RocksDB
+//! in write-back batches, never one put per update.
+
+use std::path::Path;
+
+use rocksdb::WriteBatch;
+use rustc_hash::FxHashMap;
+
+use super::codec::{put_varint, StateCodec};
+use crate::checkpoint::{SnapshotFile, StateHandle};
+use crate::error::{Result, WeirError};
+use crate::state::backend::{StateBackend, VALUES};
+use crate::state::changes::{self, ChangesWriter};
+use crate::state::timers::TimerService;
+use crate::state::Snapshot;
+
+/// What one table holds per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    Value,
+    List,
+    Map,
+}
+
+/// A table an operator declares: its name (what `weir state` shows), what
+/// it holds per key, and the codec of its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    pub name: String,
+    pub kind: TableKind,
+    pub codec: &'static str,
+}
+
+impl TableSpec {
+    pub fn value<T: StateCodec>(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            kind: TableKind::Value,
+            codec: T::NAME,
+        }
+    }
+
+    pub fn list<T: StateCodec>(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            kind: TableKind::List,
+            codec: T::NAME,
+        }
+    }
+
+    pub fn map<T: StateCodec>(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            kind: TableKind::Map,
+            codec: T::NAME,
+        }
+    }
+}
+
+/// A handle on one declared table: its index in the operator's list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table(pub u8);
+
+struct Cached {
+    /// `None`: deleted, removed from RocksDB at write-back.
+    value: Option<Vec<u8>>,
+    dirty: bool,
+}
+
+/// Cache entries past which everything dirty is written back.
+const WRITE_BACK_AT: usize = 65_536;
+/// Pending timer changes that a snapshot writes back after it was taken.
+const TIMER_WRITE_BACK: usize = 16_384;
+
+/// The tables and timers of one keyed (operator, subtask).
+pub struct KeyedStore {
+    pub uid: String,
+    pub tables: Vec<TableSpec>,
+    backend: StateBackend,
+    timers: TimerService,
+    cache: FxHashMap<Vec<u8>, Cached>,
+    dirty: usize,
+    cache_limit: usize,
+}
+
+impl KeyedStore {
+    /// Opens empty state at `path` (whatever a previous attempt left is removed).
+    pub fn open_empty(
+        uid: &str,
+        tables: Vec<TableSpec>,
+        path: &Path,
+        cache_limit: usize,
+    ) -> Result<Self> {
+        if path.exists() {
+            std::fs::remove_dir_all(path).map_err(|e| WeirError::io(path, e))?;
+        }
+        Self::from_backend(uid, tables, StateBackend::open(path)?, cache_limit)
+    }
+
+    /// The key groups `range` of the snapshots `handles` (in `checkpoint_dir`).
+    pub fn restore(
+        uid: &str,
+        tables: Vec<TableSpec>,
+        path: &Path,
+        checkpoint_dir: &Path,
+        handles: &[&StateHandle],
+        range: (u32, u32),
+        cache_limit: usize,
+    ) -> Result<Self> {
+        let backend = StateBackend::restore(path, checkpoint_dir, handles, range)?;
+        Self::from_backend(uid, tables, backend, cache_limit)
+    }
+
+    fn from_backend(
+        uid: &str,
+        tables: Vec<TableSpec>,
+        backend: StateBackend,
+        cache_limit: usize,
+    ) -> Result<Self> {
+        let timers = TimerService::load(&backend)?;
+        Ok(Self {
+            uid: uid.into(),
+            tables,
+            backend,
+            timers,
+            cache: FxHashMap::default(),
+            dirty: 0,
+            cache_limit: cache_limit.max(1),
+        })
+    }
+
+    fn corrupt(&self, full_key: &[u8], reason: String) -> WeirError {
+        let (key_group, key) = crate::state::split_key(full_key).unwrap_or((0, full_key));
+        WeirError::CorruptState {
+            uid: self.uid.clone(),
+            key_group,
+            key: String::from_utf8_lossy(&key[..key.len().min(256)]).into_owned(),
+            location: self.backend.path().display().to_string(),
+            reason,
+        }
+    }
+
+    pub(crate) fn read(&mut self, full_key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(c) = self.cache.get(full_key) {
+            return Ok(c.value.clone());
+        }
+        let db = self.backend.db();
+        let stored = db
+            .get_pinned_cf(self.backend.cf(VALUES), full_key)
+            .map_err(|e| crate::state::read_error(self.backend.path(), full_key, e))?
+            .map(|v| v.to_vec());
+        if self.cache.len() < self.cache_limit {
+            self.cache.insert(
+                full_key.to_vec(),
+                Cached {
+                    value: stored.clone(),
+                    dirty: false,
+                },
+            );
+        }
+        Ok(stored)
+    }
+
+    pub(crate) fn decode<T: StateCodec>(&self, full_key: &[u8], bytes: &[u8]) -> Result<T> {
+        T::decode(bytes).map_err(|e| self.corrupt(full_key, format!("not a {}: {e}", T::NAME)))
+    }
+
+    pub(crate) fn write(&mut self, full_key: &[u8], value: Option<Vec<u8>>) -> Result<()> {
+        match self.cache.get_mut(full_key) {
+            Some(c) => {
+                c.value = value;
+                if !c.dirty {
+                    c.dirty = true;
+                    self.dirty += 1;
+                }
+            }
+            None => {
+                self.cache
+                    .insert(full_key.to_vec(), Cached { value, dirty: true });
+                self.dirty += 1;
+            }
+        }
+        if self.cache.len() > self.cache_limit || self.dirty >= WRITE_BACK_AT {
+            self.write_back()?;
+        }
+        Ok(())
+    }
+
+    /// Entries whose full key starts with `prefix`, cache laid over RocksDB.
+    pub(crate) fn scan(&mut self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut found: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
+        let db = self.backend.db();
+        for item in db.iterator_cf(
+            self.backend.cf(VALUES),
+            rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward),
+        ) {
+            let (k, v) = item.map_err(|e| {
+                WeirError::state(format!("scan {}", self.backend.path().display()), e)
+            })?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            found.insert(k.to_vec(), Some(v.to_vec()));
+        }
+        for (k, c) in &self.cache {
+            if c.dirty && k.starts_with(prefix) {
+                found.insert(k.clone(), c.value.clone());
+            }
+        }
+        Ok(found
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect())
+    }
+
+    /// Writes every dirty entry to RocksDB; the cache keeps what fits.
+    pub fn write_back(&mut self) -> Result<()> {
+        if self.dirty > 0 {
+            let cf = self.backend.cf(VALUES);
+            let mut batch = WriteBatch::default();
+            for (k, c) in self.cache.iter_mut().filter(|(_, c)| c.dirty) {
+                match &c.value {
+                    Some(v) => batch.put_cf(cf, k, v),
+                    None => batch.delete_cf(cf, k),
+                }
+                c.dirty = false;
+            }
+            self.backend.write(batch)?;
+            self.dirty = 0;
+        }
+        if self.cache.len() > self.cache_limit {
+            self.cache.clear();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn timers(&mut self) -> &mut TimerService {
+        &mut self.timers
+    }
+
+    /// The RocksDB checkpoint plus a changes file with what the cache and
+    /// the timers hold but RocksDB does not yet (nothing is written into
+    /// RocksDB at the barrier).
+    pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
+        let mut snapshot = self.backend.snapshot(target)?;
+        let mut out = ChangesWriter::new();
+        for (k, c) in self.cache.iter().filter(|(_, c)| c.dirty) {
+            out.entry(changes::VALUES, k, c.value.as_deref());
+        }
+        self.timers.collect_dirty(&mut out);
+        let size = out.write(target)?;
+        snapshot.files.push(SnapshotFile {
+            name: changes::FILE.into(),
+            size_bytes: size,
+            crc32: None,
+        });
+        snapshot.files.sort_by(|a, b| a.name.cmp(&b.name));
+        snapshot.size_bytes += size;
+        if self.timers.pending_changes() >= TIMER_WRITE_BACK {
+            self.timers.write_back(&self.backend)?;
+        }
+        Ok(snapshot)
+    }
+}
+
+/// `key group | table | key length | key`: the prefix of a key's entries.
+pub fn key_prefix(key_group: u32, table: Table, key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&(key_group as u16).to_be_bytes());
+    out.push(table.0);
+    put_varint(key.len() as u64, out);
+    out.extend_from_slice(key);
+}
+
+/// A timer's payload: `key group | key length | key | tag`.
+pub fn timer_payload(key_group: u32, key: &[u8], tag: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(key.len() + tag.len() + 4);
+    p.extend_from_slice(&(key_group as u16).to_be_bytes());
+    put_varint(key.len() as u64, &mut p);
+    p.extend_from_slice(key);
+    p.extend_from_slice(tag);
+    p
+}
+
+/// The key group, key and tag of a timer payload.
+pub fn split_timer_payload(p: &[u8]) -> Option<(u32, &[u8], &[u8])> {
+    let (kg, mut rest) = p.split_first_chunk::<2>()?;
+    let n = super::codec::get_varint(&mut rest).ok()? as usize;
+    if rest.len() < n {
+        return None;
+    }
+    let (key, tag) = rest.split_at(n);
+    Some((u32::from(u16::from_be_bytes(*kg)), key, tag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_payloads_split_back() {
+        let p = timer_payload(7, b"key", b"tag");
+        assert_eq!(split_timer_payload(&p), Some((7, &b"key"[..], &b"tag"[..])));
+        assert_eq!(split_timer_payload(&[0]), None);
+    }
+
+    #[test]
+    fn tables_survive_snapshot_and_restore_with_dirty_entries_in_the_changes_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let tables = vec![
+            TableSpec::value::<i64>("count"),
+            TableSpec::map::<i64>("per"),
+        ];
+        let mut s =
+            KeyedStore::open_empty("op", tables.clone(), &dir.path().join("db"), 1000).unwrap();
+        let mut k = Vec::new();
+        key_prefix(3, Table(0), b"a", &mut k);
+        let mut bytes = Vec::new();
+        42i64.encode(&mut bytes);
+        s.write(&k, Some(bytes)).unwrap();
+        let mut m = Vec::new();
+        key_prefix(3, Table(1), b"a", &mut m);
+        for (mk, v) in [(b"x", 1i64), (b"y", 2)] {
+            let mut full = m.clone();
+            full.extend_from_slice(mk);
+            let mut b = Vec::new();
+            v.encode(&mut b);
+            s.write(&full, Some(b)).unwrap();
+        }
+        s.timers().register(100, timer_payload(3, b"a", b"t"));
+        std::fs::create_dir_all(dir.path().join("chk")).unwrap();
+        let snap = s.snapshot(&dir.path().join("chk/op-0")).unwrap();
+        assert!(snap.files.iter().any(|f| f.name == changes::FILE));
+        drop(s);
+        let handle = StateHandle {
+            uid: "op".into(),
+            subtask: 0,
+            key_groups: (0, 8),
+            path: "op-0".into(),
+            size_bytes: snap.size_bytes,
+            files: snap.files,
+        };
+        let mut r = KeyedStore::restore(
+            "op",
+            tables,
+            &dir.path().join("db2"),
+            &dir.path().join("chk"),
+            &[&handle],
+            (0, 8),
+            1000,
+        )
+        .unwrap();
+        let got = r.read(&k).unwrap().unwrap();
+        assert_eq!(r.decode::<i64>(&k, &got).unwrap(), 42);
+        assert_eq!(r.scan(&m).unwrap().len(), 2);
+        assert_eq!(r.timers().pop_due(100).len(), 1);
+        let e = r.decode::<i64>(&k, b"abc").unwrap_err().to_string();
+        assert!(e.contains("\"op\"") && e.contains("i64"), "{e}");
+    }
+}

@@ -1,0 +1,360 @@
+//! The operators of one task, chained: rows an operator emits go straight
+//! to the next operator of its stage, to a sink, or into an exchange to
+//! another stage's tasks. Both task kinds (sources and stage tasks) run
+//! their nodes through a chain, so watermarks, timers and the snapshot
+//! sequence are written once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{SendTimeoutError, Sender};
+use tokio_util::sync::CancellationToken;
+
+use super::sink::SinkWriter;
+use crate::checkpoint::{CheckpointStore, StateHandle};
+use crate::dataflow::codec::encode_key;
+use crate::dataflow::row::Row;
+use crate::dataflow::{Collector, Context, Operator, Record};
+use crate::element::{Barrier, Element};
+use crate::error::{Result, WeirError};
+use crate::observe::metrics::Metrics;
+use crate::runtime::BATCH;
+use crate::state::key_groups::{key_group, subtask_for_key_group};
+
+/// Where a node's output goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    /// Another node of this task, on its input `port`.
+    Slot { slot: usize, port: usize },
+    /// An exchange to the tasks of another stage.
+    Exchange(usize),
+}
+
+pub enum SlotBody {
+    Operator {
+        op: Box<dyn Operator>,
+        ctx: Box<Context>,
+        keyed: bool,
+    },
+    Sink(Box<SinkWriter>),
+}
+
+pub struct Slot {
+    pub uid: String,
+    pub body: SlotBody,
+    pub targets: Vec<Target>,
+}
+
+/// One outgoing edge of a task: a channel per downstream subtask (hash),
+/// or the one to its peer subtask (forward).
+pub struct ExchangeOut {
+    pub senders: Vec<Sender<Element<Record>>>,
+    /// Key columns of a hash edge.
+    pub key: Option<Vec<usize>>,
+    pub buffers: Vec<Vec<Record>>,
+}
+
+impl ExchangeOut {
+    pub fn new(senders: Vec<Sender<Element<Record>>>, key: Option<Vec<usize>>) -> Self {
+        let buffers = senders.iter().map(|_| Vec::with_capacity(BATCH)).collect();
+        Self {
+            senders,
+            key,
+            buffers,
+        }
+    }
+}
+
+pub struct Chain {
+    /// E.g. "counts-1": names the task in errors.
+    pub task: String,
+    pub subtask: u32,
+    pub slots: Vec<Slot>,
+    pub exchanges: Vec<ExchangeOut>,
+    pub max_parallelism: u32,
+    pub cancel: CancellationToken,
+    pub metrics: Arc<Metrics>,
+    /// Reused for routing keys.
+    scratch: Vec<u8>,
+}
+
+impl Chain {
+    pub fn new(
+        task: String,
+        subtask: u32,
+        slots: Vec<Slot>,
+        exchanges: Vec<ExchangeOut>,
+        max_parallelism: u32,
+        cancel: CancellationToken,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            task,
+            subtask,
+            slots,
+            exchanges,
+            max_parallelism,
+            cancel,
+            metrics,
+            scratch: Vec::with_capacity(64),
+        }
+    }
+
+    /// Records into node `slot` on input `port`, and everything they cause
+    /// downstream within this task.
+    pub fn push(&mut self, slot: usize, port: usize, records: Vec<Record>) -> Result<()> {
+        let mut out = Collector::new();
+        match &mut self.slots[slot].body {
+            SlotBody::Operator { op, ctx, keyed } => {
+                for r in records {
+                    if *keyed {
+                        ctx.set_key(r.key_group, &r.key);
+                    }
+                    op.on_record(port, r, ctx, &mut out)?;
+                }
+                let late = ctx.take_late();
+                if late > 0 {
+                    self.metrics
+                        .late_records
+                        .with_label_values(&["drop"])
+                        .inc_by(late);
+                }
+            }
+            SlotBody::Sink(sink) => {
+                for r in &records {
+                    sink.write(r)?;
+                }
+                return Ok(());
+            }
+        }
+        self.route(slot, out.take())
+    }
+
+    fn route(&mut self, slot: usize, emitted: Vec<(Row, i64)>) -> Result<()> {
+        if emitted.is_empty() {
+            return Ok(());
+        }
+        let n = self.slots[slot].targets.len();
+        let mut emitted = Some(emitted);
+        for i in 0..n {
+            let target = self.slots[slot].targets[i];
+            let rows = if i + 1 == n {
+                emitted.take().expect("taken once, at the last target")
+            } else {
+                emitted.clone().expect("present until the last target")
+            };
+            let records = rows
+                .into_iter()
+                .map(|(row, timestamp)| Record {
+                    row,
+                    timestamp,
+                    key_group: 0,
+                    key: Vec::new(),
+                })
+                .collect();
+            match target {
+                Target::Slot { slot, port } => self.push(slot, port, records)?,
+                Target::Exchange(x) => self.exchange(x, records)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn exchange(&mut self, x: usize, records: Vec<Record>) -> Result<()> {
+        let parallelism = self.exchanges[x].senders.len() as u32;
+        for mut r in records {
+            let target = match &self.exchanges[x].key {
+                None => 0,
+                Some(columns) => {
+                    self.scratch.clear();
+                    encode_key(&r.row, columns, &mut self.scratch);
+                    r.key_group = key_group(&self.scratch, self.max_parallelism);
+                    r.key = self.scratch.clone();
+                    subtask_for_key_group(r.key_group, parallelism, self.max_parallelism) as usize
+                }
+            };
+            let ex = &mut self.exchanges[x];
+            ex.buffers[target].push(r);
+            if ex.buffers[target].len() >= BATCH {
+                let batch = std::mem::replace(&mut ex.buffers[target], Vec::with_capacity(BATCH));
+                self.send(x, target, Element::Records(batch))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what the exchanges gathered, and the sinks' batches.
+    pub fn flush(&mut self) -> Result<()> {
+        for x in 0..self.exchanges.len() {
+            for t in 0..self.exchanges[x].buffers.len() {
+                if !self.exchanges[x].buffers[t].is_empty() {
+                    let batch = std::mem::replace(
+                        &mut self.exchanges[x].buffers[t],
+                        Vec::with_capacity(BATCH),
+                    );
+                    self.send(x, t, Element::Records(batch))?;
+                }
+            }
+        }
+        for s in &mut self.slots {
+            if let SlotBody::Sink(sink) = &mut s.body {
+                sink.output.flush_batch()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `element` to every downstream channel, after what was gathered.
+    pub fn broadcast(&mut self, element: Element<Record>) -> Result<()> {
+        self.flush()?;
+        for x in 0..self.exchanges.len() {
+            for t in 0..self.exchanges[x].senders.len() {
+                self.send(x, t, element.clone())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends on a bounded channel, blocking (backpressure) but watching
+    /// for cancellation.
+    fn send(&self, x: usize, target: usize, mut element: Element<Record>) -> Result<()> {
+        loop {
+            match self.exchanges[x].senders[target]
+                .send_timeout(element, Duration::from_millis(100))
+            {
+                Ok(()) => return Ok(()),
+                Err(SendTimeoutError::Timeout(e)) => {
+                    if self.cancel.is_cancelled() {
+                        return Ok(());
+                    }
+                    element = e;
+                }
+                Err(SendTimeoutError::Disconnected(_)) => {
+                    return Err(WeirError::PeerGone {
+                        task: self.task.clone(),
+                        reason: format!(
+                            "a downstream task (exchange {x}, subtask {target}) stopped reading"
+                        ),
+                    })
+                }
+            }
+        }
+    }
+
+    /// The watermark advanced: each node in order fires its due timers and
+    /// sees the watermark (what they emit flows on first), then it goes on
+    /// downstream.
+    pub fn on_watermark(&mut self, watermark: i64) -> Result<()> {
+        for slot in 0..self.slots.len() {
+            let mut out = Collector::new();
+            if let SlotBody::Operator { op, ctx, .. } = &mut self.slots[slot].body {
+                ctx.set_watermark(watermark);
+                for (time, payload) in ctx.pop_due_timers(watermark) {
+                    let Some(tag) = ctx.enter_timer(&payload) else {
+                        return Err(WeirError::Operator {
+                            uid: ctx.uid.clone(),
+                            subtask: ctx.subtask,
+                            reason: format!(
+                                "a timer's payload of {} bytes does not decode",
+                                payload.len()
+                            ),
+                        });
+                    };
+                    op.on_timer(time, &tag, ctx, &mut out)?;
+                }
+                op.on_watermark(watermark, ctx, &mut out)?;
+            }
+            self.route(slot, out.take())?;
+        }
+        self.broadcast(Element::Watermark(watermark))
+    }
+
+    /// Output held for the previous epoch goes out before this epoch's
+    /// snapshot (it belongs to this epoch). False if cancelled meanwhile.
+    pub fn drain_sinks(&mut self) -> Result<bool> {
+        for s in &mut self.slots {
+            if let SlotBody::Sink(sink) = &mut s.body {
+                if !sink.output.drain_before_snapshot()? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Gives every sink a turn to send what its gate released.
+    pub fn release_sinks(&mut self) -> Result<()> {
+        for s in &mut self.slots {
+            if let SlotBody::Sink(sink) = &mut s.body {
+                sink.output.release_if_committed()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Barrier `b` is aligned (or, at a source, triggered): operators emit
+    /// what belongs to the epoch, the barrier goes downstream after it,
+    /// each keyed operator snapshots its tables, and the sinks hold later
+    /// output until the checkpoint completes. Returns the snapshots (an
+    /// Err with why one could not be taken fails the checkpoint, not the
+    /// job), or None if the attempt was cancelled.
+    pub fn checkpoint(
+        &mut self,
+        b: Barrier,
+        store: &CheckpointStore,
+        key_groups: (u32, u32),
+    ) -> Result<Option<std::result::Result<Vec<StateHandle>, String>>> {
+        if !self.drain_sinks()? {
+            return Ok(None);
+        }
+        for slot in 0..self.slots.len() {
+            let mut out = Collector::new();
+            if let SlotBody::Operator { op, ctx, .. } = &mut self.slots[slot].body {
+                op.before_snapshot(ctx, &mut out)?;
+            }
+            self.route(slot, out.take())?;
+        }
+        self.broadcast(Element::Barrier(b))?;
+        let id = b.checkpoint_id;
+        let mut handles = Vec::new();
+        let mut declined = None;
+        for slot in &mut self.slots {
+            let uid = slot.uid.clone();
+            let SlotBody::Operator { ctx, .. } = &mut slot.body else {
+                continue;
+            };
+            let Some(state) = ctx.store_mut() else {
+                continue;
+            };
+            // A snapshot that cannot be written fails this checkpoint: the
+            // Coordinator counts it against `checkpoint.tolerable_failures`.
+            match store
+                .snapshot_target(id, &uid, self.subtask)
+                .and_then(|target| state.snapshot(&target))
+            {
+                Ok(s) => handles.push(StateHandle {
+                    uid: uid.clone(),
+                    subtask: self.subtask,
+                    key_groups,
+                    path: CheckpointStore::state_path(&uid, self.subtask),
+                    size_bytes: s.size_bytes,
+                    files: s.files,
+                }),
+                Err(e) => {
+                    tracing::warn!(uid = %uid, subtask = self.subtask, checkpoint_id = id, error = %e.report(), "snapshot failed");
+                    declined = Some(format!("{uid} subtask {}: {}", self.subtask, e.report()));
+                }
+            }
+        }
+        crate::crash_point!("after-keyed-snapshot-before-ack");
+        for s in &mut self.slots {
+            if let SlotBody::Sink(sink) = &mut s.body {
+                sink.output.after_snapshot(id)?;
+            }
+        }
+        Ok(Some(match declined {
+            Some(reason) => Err(reason),
+            None => Ok(handles),
+        }))
+    }
+}

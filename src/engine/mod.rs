@@ -1,0 +1,458 @@
+//! The engine that runs a job graph ([`crate::dataflow::Graph`]) in single
+//! mode: each stage runs as `job.parallelism` tasks on their own threads;
+//! a hash edge is p×p bounded channels, a forward edge between stages is
+//! one channel per subtask; barriers and watermarks flow on them in order
+//! with the rows. The Coordinator, the commit point (one Kafka transaction
+//! per checkpoint for every sink of the job), the epoch gate, recovery and
+//! the restart loop are the ones `crate::runtime` has always used.
+//!
+//! - [`chain`]: a task's operators, chained, and its outgoing exchanges.
+//! - [`source`]: source tasks (Kafka consumer, decode, watermarks).
+//! - [`task`]: stage tasks (inputs, alignment, the watermark valve).
+//! - [`sink`]: the Kafka sink operator.
+
+pub mod chain;
+pub mod sink;
+pub mod source;
+pub mod task;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use self::chain::{Chain, ExchangeOut, Slot, SlotBody, Target};
+use self::sink::SinkWriter;
+use self::source::GraphSource;
+use self::task::{Input, StageTask};
+use crate::checkpoint::store::create_private_dir;
+use crate::checkpoint::{CheckpointStore, StateHandle};
+use crate::config::{BadRecordPolicy, Config, StartPosition, DEFAULT_TRANSACTION_TIMEOUT_MS};
+use crate::dataflow::graph::{Exchange, Graph, NodeBody};
+use crate::dataflow::state::KeyedStore;
+use crate::dataflow::{Context, Record};
+use crate::element::Element;
+use crate::error::{Result, WeirError};
+use crate::kafka::{self, producer::SinkProducer};
+use crate::runtime::commit::{KafkaCommitPoint, TransactionBudget};
+use crate::runtime::coordinator::Coordinator;
+use crate::runtime::gate::EpochGate;
+use crate::runtime::job::{recover, run_attempts, supervise, TaskBody};
+use crate::runtime::output::Output;
+use crate::runtime::source::Position;
+use crate::runtime::{JobShared, CHANNEL_CAPACITY};
+use crate::state::key_groups::range_for_subtask;
+
+/// Runs `graph` with `config` until a stop request completes a final
+/// checkpoint, a fatal error, or the restart budget is spent.
+pub fn run(
+    graph: Arc<Graph>,
+    config: Arc<Config>,
+    shared: JobShared,
+    restore_from: Option<PathBuf>,
+) -> Result<()> {
+    let problems = graph.validate();
+    if !problems.is_empty() {
+        return Err(WeirError::Graph {
+            job: graph.name.clone(),
+            problems,
+        });
+    }
+    if config.is_group() {
+        return Err(WeirError::Graph {
+            job: graph.name.clone(),
+            problems: vec![
+                "scale.mode = \"group\" does not run job graphs yet; run it in single mode".into(),
+            ],
+        });
+    }
+    info!(job = %graph.name, graph = %graph.describe(), "job graph");
+    run_attempts(
+        config,
+        shared,
+        restore_from,
+        |config, shared, restore_from, progressed| {
+            run_attempt(&graph, config, shared, restore_from, progressed)
+        },
+    )
+}
+
+/// Every (topic, partition) of `topics`, sorted.
+fn topic_partitions(consumer: &BaseConsumer, topics: &[String]) -> Result<Vec<(String, i32)>> {
+    let mut out = Vec::new();
+    for topic in topics {
+        let md = consumer
+            .fetch_metadata(Some(topic), kafka::REQUEST_TIMEOUT)
+            .map_err(|e| WeirError::kafka(format!("metadata of topic {topic:?}"), e))?;
+        let t = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .ok_or_else(|| WeirError::MissingTopic {
+                topic: topic.clone(),
+            })?;
+        out.extend(t.partitions().iter().map(|p| (topic.clone(), p.id())));
+    }
+    out.sort();
+    Ok(out)
+}
+
+type Channel = (Sender<Element<Record>>, Receiver<Element<Record>>);
+
+fn run_attempt(
+    graph: &Graph,
+    config: &Arc<Config>,
+    shared: &JobShared,
+    restore_from: Option<PathBuf>,
+    progressed: &Arc<AtomicBool>,
+) -> Result<()> {
+    let store = CheckpointStore::new(config.job_checkpoint_dir());
+    create_private_dir(store.root())?;
+    let p = config.job.parallelism;
+    let max_p = config.job.max_parallelism;
+    let group = kafka::create_consumer(config)?;
+    // Partitions per source node, and all of them for recovery.
+    let mut source_partitions: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if let NodeBody::Source(s) = &n.body {
+            source_partitions.insert(i, topic_partitions(&group, &s.topics)?);
+        }
+    }
+    let all_partitions: Vec<(String, i32)> =
+        source_partitions.values().flatten().cloned().collect();
+    let cancel = CancellationToken::new();
+    // Fence older instances first: their open transaction is aborted and
+    // they can no longer commit, so the offsets read next are final.
+    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
+    let topology = graph.topology(p, max_p);
+    let restored = recover(
+        config,
+        topology.clone(),
+        &store,
+        &group,
+        &all_partitions,
+        restore_from,
+    )?;
+    let restored_id = restored
+        .checkpoint
+        .as_ref()
+        .map_or(0, |(c, _)| c.checkpoint_id);
+    let gate = Arc::new(EpochGate::new(restored_id));
+    if producer.is_transactional() {
+        producer.begin_transaction()?;
+    }
+    let (ack_tx, ack_rx) = unbounded();
+    let stages = graph.stages();
+    let stage_of: BTreeMap<usize, usize> = stages
+        .iter()
+        .enumerate()
+        .flat_map(|(s, st)| st.nodes.iter().map(move |n| (*n, s)))
+        .collect();
+
+    // Channels of every edge that crosses stages: [edge][from subtask][to subtask].
+    let mut channels: BTreeMap<usize, Vec<Vec<Option<Channel>>>> = BTreeMap::new();
+    for (e, edge) in graph.edges.iter().enumerate() {
+        if stage_of[&edge.from] == stage_of[&edge.to] {
+            continue;
+        }
+        let grid = (0..p)
+            .map(|i| {
+                (0..p)
+                    .map(|j| match edge.exchange {
+                        Exchange::Hash(_) => Some(bounded(CHANNEL_CAPACITY)),
+                        Exchange::Forward => (i == j).then(|| bounded(CHANNEL_CAPACITY)),
+                    })
+                    .collect()
+            })
+            .collect();
+        channels.insert(e, grid);
+    }
+
+    let restored_offsets = restored
+        .checkpoint
+        .as_ref()
+        .map(|(c, _)| c.offsets_map())
+        .unwrap_or_default();
+    let restored_max_ts = restored
+        .checkpoint
+        .as_ref()
+        .map(|(c, _)| c.max_timestamps())
+        .unwrap_or_default();
+    let handles: Vec<&StateHandle> = restored
+        .checkpoint
+        .iter()
+        .flat_map(|(c, _)| c.state.iter())
+        .collect();
+    let folder = restored.checkpoint.as_ref().map(|(_, f)| f.clone());
+
+    let mut tasks: Vec<(String, TaskBody)> = Vec::new();
+    let mut commands = Vec::new();
+    let mut task_acks = 0usize;
+    for stage in &stages {
+        let head = stage.head();
+        for k in 0..p {
+            let task_name = format!("{}-{k}", graph.nodes[head].uid);
+            let range = range_for_subtask(k, p, max_p);
+            // Slots, in stage order, and their targets.
+            let mut slots = Vec::new();
+            let mut exchanges = Vec::new();
+            for &n in &stage.nodes {
+                let node = &graph.nodes[n];
+                let mut targets = Vec::new();
+                for (e, edge) in graph.edges.iter().enumerate().filter(|(_, e)| e.from == n) {
+                    match channels.get_mut(&e) {
+                        None => {
+                            let slot = stage
+                                .nodes
+                                .iter()
+                                .position(|m| *m == edge.to)
+                                .expect("chained in this stage");
+                            targets.push(Target::Slot {
+                                slot,
+                                port: edge.port,
+                            });
+                        }
+                        Some(grid) => {
+                            let senders: Vec<_> = grid[k as usize]
+                                .iter()
+                                .filter_map(|c| c.as_ref().map(|(tx, _)| tx.clone()))
+                                .collect();
+                            let key = match &edge.exchange {
+                                Exchange::Hash(cols) => Some(cols.clone()),
+                                Exchange::Forward => None,
+                            };
+                            targets.push(Target::Exchange(exchanges.len()));
+                            exchanges.push(ExchangeOut::new(senders, key));
+                        }
+                    }
+                }
+                let body = match &node.body {
+                    NodeBody::Source(_) => SlotBody::Operator {
+                        op: Box::new(crate::dataflow::ops::stateless::Union),
+                        ctx: Box::new(Context::new(&node.uid, k, None)),
+                        keyed: false,
+                    },
+                    NodeBody::Operator(spec) => {
+                        let state = if spec.keyed {
+                            let path = config.job_state_dir().join(&node.uid).join(k.to_string());
+                            let cache = config.state.cache_entries;
+                            Some(match &folder {
+                                Some(folder) => {
+                                    let mine: Vec<&StateHandle> = handles
+                                        .iter()
+                                        .copied()
+                                        .filter(|h| h.uid == node.uid)
+                                        .collect();
+                                    KeyedStore::restore(
+                                        &node.uid,
+                                        spec.tables.clone(),
+                                        &path,
+                                        folder,
+                                        &mine,
+                                        range,
+                                        cache,
+                                    )?
+                                }
+                                None => KeyedStore::open_empty(
+                                    &node.uid,
+                                    spec.tables.clone(),
+                                    &path,
+                                    cache,
+                                )?,
+                            })
+                        } else {
+                            None
+                        };
+                        SlotBody::Operator {
+                            op: (spec.factory)(),
+                            ctx: Box::new(Context::new(&node.uid, k, state)),
+                            keyed: spec.keyed,
+                        }
+                    }
+                    NodeBody::Sink(spec) => {
+                        let output = Output::new(
+                            node.uid.clone(),
+                            k,
+                            producer.clone(),
+                            spec.topic.clone(),
+                            None,
+                            BadRecordPolicy::Fail,
+                            gate.clone(),
+                            shared.metrics.clone(),
+                            cancel.clone(),
+                        );
+                        SlotBody::Sink(Box::new(SinkWriter::new(
+                            &node.uid,
+                            spec.clone(),
+                            node.schema.clone(),
+                            output,
+                        )))
+                    }
+                };
+                slots.push(Slot {
+                    uid: node.uid.clone(),
+                    body,
+                    targets,
+                });
+            }
+            let chain = Chain::new(
+                task_name.clone(),
+                k,
+                slots,
+                exchanges,
+                max_p,
+                cancel.clone(),
+                shared.metrics.clone(),
+            );
+            match &graph.nodes[head].body {
+                NodeBody::Source(spec) => {
+                    let partitions = &source_partitions[&head];
+                    let consumer = kafka::create_source_consumer(config, shared.metrics.clone())?;
+                    let mut tpl = TopicPartitionList::new();
+                    let mut positions = Vec::new();
+                    for (i, (topic, partition)) in partitions.iter().enumerate() {
+                        if i as u32 % p != k {
+                            continue;
+                        }
+                        let mut next = restored_offsets.get(&(topic.clone(), *partition)).copied();
+                        let offset = match (next, spec.start) {
+                            (Some(o), _) => Offset::Offset(o),
+                            (None, StartPosition::Earliest) => Offset::Beginning,
+                            (None, StartPosition::Latest) => {
+                                // Resolved now and kept as the position, so a
+                                // restart before the first record skips nothing.
+                                let (_, high) = consumer
+                                    .fetch_watermarks(topic, *partition, kafka::REQUEST_TIMEOUT)
+                                    .map_err(|e| {
+                                        WeirError::kafka(
+                                            format!("end offset of {topic}/{partition}"),
+                                            e,
+                                        )
+                                    })?;
+                                next = Some(high);
+                                Offset::Offset(high)
+                            }
+                        };
+                        tpl.add_partition_offset(topic, *partition, offset)
+                            .map_err(|e| WeirError::kafka("build assignment", e))?;
+                        positions.push(Position {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            next,
+                        });
+                    }
+                    consumer.assign(&tpl).map_err(|e| {
+                        WeirError::kafka(format!("assign partitions to source task {task_name}"), e)
+                    })?;
+                    let (cmd_tx, cmd_rx) = unbounded();
+                    commands.push(cmd_tx);
+                    let dead_letters = Output::new(
+                        graph.nodes[head].uid.clone(),
+                        k,
+                        producer.clone(),
+                        String::new(),
+                        spec.dead_letter_topic.clone(),
+                        spec.on_bad_record,
+                        gate.clone(),
+                        shared.metrics.clone(),
+                        cancel.clone(),
+                    );
+                    let watermarks = source::watermarks(spec, &positions, &restored_max_ts);
+                    let t = GraphSource {
+                        uid: graph.nodes[head].uid.clone(),
+                        subtask: k,
+                        spec: spec.clone(),
+                        schema: graph.nodes[head].schema.clone(),
+                        consumer,
+                        positions,
+                        watermarks,
+                        chain,
+                        dead_letters,
+                        commands: cmd_rx,
+                        acks: ack_tx.clone(),
+                        store: store.clone(),
+                    };
+                    tasks.push((task_name, Box::new(move || t.run())));
+                }
+                _ => {
+                    let mut inputs = Vec::new();
+                    for (e, edge) in graph.edges.iter().enumerate().filter(|(_, e)| e.to == head) {
+                        let grid = channels
+                            .get_mut(&e)
+                            .expect("a stage head's inputs cross stages");
+                        for row in grid.iter() {
+                            if let Some((_, rx)) = &row[k as usize] {
+                                inputs.push(Input {
+                                    channel: rx.clone(),
+                                    port: edge.port,
+                                });
+                            }
+                        }
+                    }
+                    task_acks += 1;
+                    let t = StageTask {
+                        chain,
+                        inputs,
+                        key_groups: range,
+                        mode: config.checkpoint.mode,
+                        store: store.clone(),
+                        acks: ack_tx.clone(),
+                        gate: gate.clone(),
+                    };
+                    tasks.push((task_name, Box::new(move || t.run())));
+                }
+            }
+        }
+    }
+    // Only the tasks hold channel ends now: a task that ends closes its own.
+    drop(channels);
+    drop(ack_tx);
+
+    let group_metadata = group.group_metadata();
+    if producer.is_transactional() && group_metadata.is_none() {
+        return Err(WeirError::Task {
+            task: "coordinator".into(),
+            reason: "consumer group metadata unavailable for the transaction".into(),
+        });
+    }
+    let coordinator = Coordinator {
+        config: config.clone(),
+        store,
+        topology,
+        sources: commands,
+        task_acks,
+        acks: ack_rx,
+        commit: Box::new(KafkaCommitPoint {
+            producer: producer.clone(),
+            group: group_metadata,
+        }),
+        budget: TransactionBudget {
+            transaction_timeout: Duration::from_millis(
+                config
+                    .transaction_timeout_ms()
+                    .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
+            ),
+            interval: config.checkpoint.interval,
+            checkpoint_timeout: config.checkpoint.timeout,
+        },
+        group,
+        gate,
+        next_id: restored.next_id,
+        shared: shared.clone(),
+        cancel: cancel.clone(),
+        progressed: progressed.clone(),
+        start_offsets: restored_offsets,
+        checksums: Default::default(),
+    };
+    info!(job = %graph.name, parallelism = p, stages = stages.len(), tasks = tasks.len(), partitions = all_partitions.len(), delivery = ?config.sink.delivery, "job running");
+    tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
+    supervise(tasks, &cancel, &producer, shared)
+}

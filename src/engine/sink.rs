@@ -1,0 +1,72 @@
+//! The Kafka sink operator: encodes rows as JSON by its changelog mode and
+//! writes them through an [`Output`], which holds epoch N+1's records back
+//! until checkpoint N committed (the epoch gate) and writes into the
+//! job's transaction.
+
+use crate::dataflow::graph::{SinkMode, SinkSpec};
+use crate::dataflow::json::{encode_columns, encode_row};
+use crate::dataflow::row::{RowKind, Schema};
+use crate::dataflow::Record;
+use crate::error::{Result, WeirError};
+use crate::runtime::output::Output;
+
+pub struct SinkWriter {
+    pub uid: String,
+    pub spec: SinkSpec,
+    pub schema: Schema,
+    pub output: Output,
+    key: Vec<u8>,
+}
+
+impl SinkWriter {
+    pub fn new(uid: &str, spec: SinkSpec, schema: Schema, output: Output) -> Self {
+        Self {
+            uid: uid.into(),
+            spec,
+            schema,
+            output,
+            key: Vec::with_capacity(64),
+        }
+    }
+
+    pub fn write(&mut self, r: &Record) -> Result<()> {
+        encode_columns(&r.row, &self.schema, &self.spec.key, &mut self.key);
+        if self.spec.key.is_empty() {
+            self.key.clear();
+        }
+        match (self.spec.mode, r.row.kind) {
+            (SinkMode::Append, RowKind::Insert) | (SinkMode::Upsert, RowKind::Insert | RowKind::UpdateAfter) => {
+                encode_row(&r.row, &self.schema, &mut self.output.buf);
+            }
+            (SinkMode::Append, kind) => {
+                return Err(WeirError::Operator {
+                    uid: self.uid.clone(),
+                    subtask: self.output.subtask,
+                    reason: format!(
+                        "an append sink received a {} row: its input is an updating result; write it with an upsert or changelog sink",
+                        kind.short()
+                    ),
+                })
+            }
+            // The update-after that follows replaces it.
+            (SinkMode::Upsert, RowKind::UpdateBefore) => return Ok(()),
+            (SinkMode::Upsert, RowKind::Delete) => return self.output.send_tombstone(&self.key),
+            (SinkMode::Changelog, kind) => {
+                encode_row(&r.row, &self.schema, &mut self.output.buf);
+                // `{"op":"+I",` in front of the row's own fields.
+                let op = format!("{{\"op\":\"{}\"", kind.short());
+                let rest = self.output.buf.split_off(1);
+                self.output.buf.clear();
+                self.output.buf.extend_from_slice(op.as_bytes());
+                if rest.len() > 1 {
+                    self.output.buf.push(b',');
+                }
+                self.output.buf.extend_from_slice(&rest);
+            }
+        }
+        let key = std::mem::take(&mut self.key);
+        let sent = self.output.send_buf(&key, None);
+        self.key = key;
+        sent
+    }
+}

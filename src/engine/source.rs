@@ -1,0 +1,314 @@
+//! A source task: reads its Kafka partitions, decodes each record into a
+//! row of the source's schema, keeps per-partition watermarks, and pushes
+//! rows through its chain (the stateless steps, exchanges, sinks). On a
+//! trigger it records its next offsets as its state, runs the chain's
+//! snapshot sequence (which sends the barrier on) and acks.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::Message;
+use tracing::{debug, info, warn};
+
+use super::chain::Chain;
+use crate::checkpoint::{CheckpointStore, PartitionOffset};
+use crate::dataflow::graph::{SourceFormat, SourceSpec};
+use crate::dataflow::row::{Row, Schema, Value};
+use crate::dataflow::Record;
+use crate::element::{Barrier, Element};
+use crate::error::{Result, WeirError};
+use crate::kafka::SourceContext;
+use crate::runtime::output::Output;
+use crate::runtime::source::{bad_record, Position};
+use crate::runtime::{Ack, DeadLetter, SourceCommand, BATCH, NO_TIMESTAMP};
+use crate::time::watermark::{SourceWatermarks, WatermarkUpdate};
+
+/// How often idleness and watermarks are looked at.
+const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
+/// Partial batches go downstream at least this often.
+const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
+
+pub struct GraphSource {
+    pub uid: String,
+    pub subtask: u32,
+    pub spec: SourceSpec,
+    pub schema: Schema,
+    pub consumer: BaseConsumer<SourceContext>,
+    pub positions: Vec<Position>,
+    pub watermarks: Option<SourceWatermarks>,
+    pub chain: Chain,
+    /// Dead letters, written in the transaction of their epoch.
+    pub dead_letters: Output,
+    pub commands: Receiver<SourceCommand>,
+    pub acks: Sender<Ack>,
+    pub store: CheckpointStore,
+}
+
+impl GraphSource {
+    pub fn run(mut self) -> Result<()> {
+        let records_in = self
+            .chain
+            .metrics
+            .records_in
+            .with_label_values(&[self.uid.as_str()]);
+        let mut taken = 0u64;
+        let mut batch: Vec<Record> = Vec::with_capacity(BATCH);
+        let mut last_flush = Instant::now();
+        let mut last_watermark = Instant::now();
+        let mut now = crate::runtime::now_ms();
+        let mut first_read = false;
+        loop {
+            if self.chain.cancel.is_cancelled() {
+                return Ok(());
+            }
+            self.chain.release_sinks()?;
+            self.dead_letters.release_if_committed()?;
+            while let Ok(SourceCommand::Trigger(barrier)) = self.commands.try_recv() {
+                self.push(&mut batch)?;
+                if !self.on_trigger(barrier)? {
+                    return Ok(());
+                }
+            }
+            let msg = match self.consumer.poll(Duration::from_millis(10)) {
+                None => {
+                    records_in.inc_by(std::mem::take(&mut taken));
+                    self.push(&mut batch)?;
+                    self.chain.flush()?;
+                    last_flush = Instant::now();
+                    if last_watermark.elapsed() >= WATERMARK_INTERVAL {
+                        now = crate::runtime::now_ms();
+                        self.emit_watermarks(now, &mut batch)?;
+                        last_watermark = Instant::now();
+                    }
+                    continue;
+                }
+                Some(Err(e)) => {
+                    use rdkafka::consumer::Consumer;
+                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                        return Err(WeirError::Task {
+                            task: format!("source {} subtask {}", self.uid, self.subtask),
+                            reason: format!("consumer fatal error {code:?}: {reason}"),
+                        });
+                    }
+                    warn!(uid = %self.uid, subtask = self.subtask, error = %e, "consumer error");
+                    continue;
+                }
+                Some(Ok(m)) => m,
+            };
+            taken += 1;
+            let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
+            if !first_read {
+                first_read = true;
+                info!(uid = %self.uid, subtask = self.subtask, topic, partition, offset,
+                    since_start_ms = crate::observe::since_process_start().as_millis() as u64, "first record read");
+            }
+            match decode(
+                &self.spec,
+                &self.schema,
+                msg.payload(),
+                msg.timestamp().to_millis(),
+            ) {
+                Ok((row, ts)) => {
+                    if let Some(w) = &mut self.watermarks {
+                        w.on_record(topic, partition, ts, now);
+                    }
+                    batch.push(Record {
+                        row,
+                        timestamp: ts,
+                        key_group: 0,
+                        key: Vec::new(),
+                    });
+                    if batch.len() >= BATCH {
+                        push(&mut self.chain, &mut batch)?;
+                    }
+                }
+                Err(reason) => {
+                    let metrics = self.chain.metrics.clone();
+                    if let Some(reason) = bad_record(
+                        self.spec.on_bad_record,
+                        &metrics,
+                        topic,
+                        partition,
+                        offset,
+                        reason,
+                    )? {
+                        push(&mut self.chain, &mut batch)?;
+                        self.dead_letters.dead_letter(Box::new(DeadLetter {
+                            key: msg.key().map(<[u8]>::to_vec),
+                            value: msg.payload().map(<[u8]>::to_vec),
+                            error: reason,
+                            topic: topic.to_string(),
+                            partition,
+                            offset,
+                            headers: Vec::new(),
+                        }))?;
+                    }
+                }
+            }
+            if let Some(p) = self
+                .positions
+                .iter_mut()
+                .find(|p| p.partition == partition && p.topic == topic)
+            {
+                p.next = Some(offset + 1);
+            }
+            if taken >= 256 {
+                records_in.inc_by(std::mem::take(&mut taken));
+                if last_flush.elapsed() >= MAX_BATCH_DELAY {
+                    self.push(&mut batch)?;
+                    self.chain.flush()?;
+                    last_flush = Instant::now();
+                }
+                if self.watermarks.is_some() && last_watermark.elapsed() >= WATERMARK_INTERVAL {
+                    now = crate::runtime::now_ms();
+                    self.emit_watermarks(now, &mut batch)?;
+                    last_watermark = Instant::now();
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, batch: &mut Vec<Record>) -> Result<()> {
+        push(&mut self.chain, batch)
+    }
+
+    fn emit_watermarks(&mut self, now: u64, batch: &mut Vec<Record>) -> Result<()> {
+        let Some(w) = &mut self.watermarks else {
+            return Ok(());
+        };
+        let updates = w.poll(now);
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.push(batch)?;
+        for u in updates {
+            match u {
+                WatermarkUpdate::Watermark(wm) => self.chain.on_watermark(wm)?,
+                WatermarkUpdate::Idle => self.chain.broadcast(Element::Idle(true))?,
+                WatermarkUpdate::Active => self.chain.broadcast(Element::Idle(false))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the offsets, runs the snapshot sequence, acks. False when
+    /// the barrier ends the job.
+    fn on_trigger(&mut self, barrier: Barrier) -> Result<bool> {
+        fail::fail_point!("source-before-barrier");
+        let max_ts: BTreeMap<(String, i32), Option<i64>> = self
+            .watermarks
+            .as_ref()
+            .map(|w| w.snapshot().into_iter().collect())
+            .unwrap_or_default();
+        let offsets = self
+            .positions
+            .iter()
+            .filter_map(|p| {
+                p.next.map(|offset| PartitionOffset {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset,
+                    max_timestamp: max_ts
+                        .get(&(p.topic.clone(), p.partition))
+                        .copied()
+                        .flatten(),
+                })
+            })
+            .collect();
+        if !self.dead_letters.drain_before_snapshot()? {
+            return Ok(false);
+        }
+        // Sources hold no tables: the chain's sequence only moves output
+        // and the barrier along.
+        if self
+            .chain
+            .checkpoint(barrier, &self.store, (0, 0))?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        self.dead_letters.after_snapshot(barrier.checkpoint_id)?;
+        debug!(uid = %self.uid, subtask = self.subtask, checkpoint_id = barrier.checkpoint_id, "source snapshot");
+        let _ = self.acks.send(Ack::Source {
+            subtask: self.subtask,
+            checkpoint_id: barrier.checkpoint_id,
+            offsets,
+        });
+        crate::crash_point!("after-source-snapshot");
+        if barrier.then_stop {
+            self.chain.broadcast(Element::EndOfStream)?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// Sends the rows read so far into the chain's head.
+fn push(chain: &mut Chain, batch: &mut Vec<Record>) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let records = std::mem::replace(batch, Vec::with_capacity(BATCH));
+    chain.push(0, 0, records)
+}
+
+/// One Kafka record value as a row of the source's schema, with its event
+/// time; Err says why the record is bad.
+pub fn decode(
+    spec: &SourceSpec,
+    schema: &Schema,
+    payload: Option<&[u8]>,
+    kafka_ts: Option<i64>,
+) -> std::result::Result<(Row, i64), String> {
+    let payload = payload.ok_or("record has no value (null)")?;
+    let row = match spec.format {
+        SourceFormat::Text => Row::insert(vec![Value::String(
+            std::str::from_utf8(payload)
+                .map_err(|e| format!("value is not valid UTF-8: {e}"))?
+                .to_string(),
+        )]),
+        SourceFormat::Json => crate::dataflow::json::decode_row(payload, schema)?,
+    };
+    let ts = match &spec.event_time {
+        None => NO_TIMESTAMP,
+        Some(et) => match et.column {
+            None => kafka_ts.ok_or("record has no Kafka timestamp for event time")?,
+            Some(c) => row.get(c).as_timestamp().ok_or_else(|| {
+                format!(
+                    "event-time field {:?} is missing or null",
+                    schema.fields[c].name
+                )
+            })?,
+        },
+    };
+    Ok((row, ts))
+}
+
+/// The source's watermarks, with each partition registered before its
+/// first record so a silent one holds the watermark back (until idle).
+pub fn watermarks(
+    spec: &SourceSpec,
+    positions: &[Position],
+    restored_max_ts: &BTreeMap<(String, i32), i64>,
+) -> Option<SourceWatermarks> {
+    let et = spec.event_time.as_ref()?;
+    let mut w = SourceWatermarks::new(et.max_out_of_orderness_ms, et.idle_timeout_ms);
+    for p in positions {
+        w.register(
+            &p.topic,
+            p.partition,
+            restored_max_ts
+                .get(&(p.topic.clone(), p.partition))
+                .copied(),
+            crate::runtime::now_ms(),
+        );
+    }
+    Some(w)
+}
+
+/// Shared by both task kinds: the task of source `uid` for errors.
+pub fn task_name(uid: &str, subtask: u32) -> String {
+    format!("{uid}-{subtask}")
+}

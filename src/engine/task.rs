@@ -1,0 +1,323 @@
+//! A stage task: one subtask of a stage whose head reads from exchanges
+//! (a keyed operator, a union, a sink after a hash edge). It owns its
+//! inputs (one channel per upstream subtask of each input edge, both
+//! inputs of a two-input operator alike), barrier alignment over all of
+//! them, the watermark valve, and its chain.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, Sender};
+use tracing::debug;
+
+use super::chain::Chain;
+use crate::checkpoint::CheckpointStore;
+use crate::config::CheckpointMode;
+use crate::dataflow::Record;
+use crate::element::{Barrier, Element};
+use crate::error::{Result, WeirError};
+use crate::runtime::alignment::BarrierAligner;
+use crate::runtime::gate::EpochGate;
+use crate::runtime::Ack;
+use crate::time::valve::{ValveOutput, WatermarkValve};
+
+/// One input channel and the head's input port it feeds.
+pub struct Input {
+    pub channel: Receiver<Element<Record>>,
+    pub port: usize,
+}
+
+pub struct StageTask {
+    pub chain: Chain,
+    pub inputs: Vec<Input>,
+    pub key_groups: (u32, u32),
+    pub mode: CheckpointMode,
+    pub store: CheckpointStore,
+    pub acks: Sender<Ack>,
+    pub gate: std::sync::Arc<EpochGate>,
+}
+
+impl StageTask {
+    pub fn run(mut self) -> Result<()> {
+        let mut aligner = BarrierAligner::new(self.inputs.len(), self.mode);
+        let mut valve = WatermarkValve::new(self.inputs.len());
+        let mut alignment_started: Option<Instant> = None;
+        let records_in = self
+            .chain
+            .metrics
+            .records_in
+            .with_label_values(&[self.chain.slots[0].uid.as_str()]);
+        let inputs = std::mem::take(&mut self.inputs);
+        loop {
+            if self.chain.cancel.is_cancelled() {
+                return Ok(());
+            }
+            self.chain.release_sinks()?;
+            if let Some(pending) = aligner.pending() {
+                let cancelled = self.gate.cancelled();
+                if cancelled >= pending && aligner.cancel(cancelled) {
+                    debug!(task = %self.chain.task, checkpoint_id = pending, "alignment cancelled");
+                    alignment_started = None;
+                }
+            }
+            let readable: Vec<usize> = (0..inputs.len())
+                .filter(|i| aligner.is_live(*i) && !aligner.is_blocked(*i))
+                .collect();
+            if readable.is_empty() {
+                if aligner.all_finished() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let mut select = Select::new();
+            for i in &readable {
+                select.recv(&inputs[*i].channel);
+            }
+            let Ok(op) = select.select_timeout(Duration::from_millis(50)) else {
+                continue;
+            };
+            let input = readable[op.index()];
+            let Ok(element) = op.recv(&inputs[input].channel) else {
+                if self.chain.cancel.is_cancelled() {
+                    return Ok(());
+                }
+                return Err(WeirError::PeerGone {
+                    task: self.chain.task.clone(),
+                    reason: format!("input {input} stopped without end of stream"),
+                });
+            };
+            match element {
+                Element::Records(records) => {
+                    records_in.inc_by(records.len() as u64);
+                    fail::fail_point!("keyed-update");
+                    self.chain.push(0, inputs[input].port, records)?;
+                    self.chain.flush()?;
+                }
+                Element::Watermark(w) => {
+                    if let Some(w) = valve.on_watermark(input, w) {
+                        self.advance(w)?;
+                    }
+                }
+                Element::Idle(idle) => {
+                    for out in valve.on_idle(input, idle) {
+                        match out {
+                            ValveOutput::Watermark(w) => self.advance(w)?,
+                            ValveOutput::Idle => self.chain.broadcast(Element::Idle(true))?,
+                            ValveOutput::Active => self.chain.broadcast(Element::Idle(false))?,
+                        }
+                    }
+                }
+                Element::Barrier(b) => {
+                    alignment_started.get_or_insert_with(Instant::now);
+                    let aligned = aligner.on_barrier(input, b).map_err(|e| WeirError::Task {
+                        task: self.chain.task.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    if let Some(b) = aligned {
+                        let alignment = alignment_started
+                            .take()
+                            .map_or(Duration::ZERO, |t| t.elapsed());
+                        self.checkpoint(b, alignment)?;
+                    }
+                }
+                Element::EndOfStream => {
+                    if let Some(b) = aligner.on_end_of_stream(input) {
+                        let alignment = alignment_started
+                            .take()
+                            .map_or(Duration::ZERO, |t| t.elapsed());
+                        self.checkpoint(b, alignment)?;
+                    }
+                    // Nothing may fire after the final snapshot.
+                    let _ = valve.on_end(input);
+                    if aligner.all_finished() {
+                        self.chain.broadcast(Element::EndOfStream)?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self, watermark: i64) -> Result<()> {
+        self.chain
+            .metrics
+            .watermark
+            .with_label_values(&[
+                self.chain.slots[0].uid.as_str(),
+                &self.chain.subtask.to_string(),
+            ])
+            .set(watermark);
+        self.chain.on_watermark(watermark)
+    }
+
+    fn checkpoint(&mut self, b: Barrier, alignment: Duration) -> Result<()> {
+        self.chain
+            .metrics
+            .checkpoint_alignment
+            .observe(alignment.as_secs_f64());
+        let started = Instant::now();
+        if self.gate.cancelled() >= b.checkpoint_id {
+            // The Coordinator gave up on it while it aligned; its folder is
+            // gone and must stay gone. The barrier still goes downstream so
+            // that later tasks unblock.
+            self.chain.broadcast(Element::Barrier(b))?;
+            return Ok(());
+        }
+        let Some(handles) = self.chain.checkpoint(b, &self.store, self.key_groups)? else {
+            return Ok(()); // cancelled
+        };
+        let sync = started.elapsed();
+        self.chain
+            .metrics
+            .checkpoint_sync
+            .observe(sync.as_secs_f64());
+        debug!(task = %self.chain.task, checkpoint_id = b.checkpoint_id, alignment_ms = alignment.as_millis() as u64, sync_ms = sync.as_millis() as u64, "task snapshot");
+        let _ = self.acks.send(Ack::Task {
+            task: self.chain.task.clone(),
+            checkpoint_id: b.checkpoint_id,
+            handles,
+            alignment_ms: alignment.as_millis() as u64,
+            sync_ms: sync.as_millis() as u64,
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::ops::stateless::Union;
+    use crate::dataflow::row::{Row, Value};
+    use crate::dataflow::Context;
+    use crate::engine::chain::{ExchangeOut, Slot, SlotBody, Target};
+    use crossbeam_channel::bounded;
+    use std::sync::Arc;
+    use tokio_util::sync::CancellationToken;
+
+    fn records(values: &[i64]) -> Element<Record> {
+        Element::Records(
+            values
+                .iter()
+                .map(|v| Record {
+                    row: Row::insert(vec![Value::Int(*v)]),
+                    timestamp: 0,
+                    key_group: 0,
+                    key: vec![],
+                })
+                .collect(),
+        )
+    }
+
+    fn values(e: Element<Record>) -> Vec<i64> {
+        match e {
+            Element::Records(r) => r
+                .iter()
+                .map(|r| r.row.values[0].as_int().unwrap())
+                .collect(),
+            other => panic!("records expected, got {other:?}"),
+        }
+    }
+
+    /// The seed's alignment, in the engine's stage task with two inputs:
+    /// after barrier 1 on the fast input, its records wait until the slow
+    /// input's barrier 1 arrives; the slow input flows meanwhile; the
+    /// barrier goes downstream before the held records.
+    #[test]
+    fn a_barrier_on_one_input_blocks_it_until_the_other_input_brings_its_barrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::new(dir.path().to_path_buf());
+        store.claim(1).unwrap().expect("folder 1");
+        let (out_tx, out_rx) = bounded(16);
+        let cancel = CancellationToken::new();
+        let chain = Chain::new(
+            "co-0".into(),
+            0,
+            vec![Slot {
+                uid: "co".into(),
+                body: SlotBody::Operator {
+                    op: Box::new(Union),
+                    ctx: Box::new(Context::new("co", 0, None)),
+                    keyed: false,
+                },
+                targets: vec![Target::Exchange(0)],
+            }],
+            vec![ExchangeOut::new(vec![out_tx], None)],
+            128,
+            cancel.clone(),
+            Arc::new(crate::observe::metrics::Metrics::new()),
+        );
+        let (fast_tx, fast_rx) = bounded(16);
+        let (slow_tx, slow_rx) = bounded(16);
+        let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
+        let task = StageTask {
+            chain,
+            inputs: vec![
+                Input {
+                    channel: fast_rx,
+                    port: 0,
+                },
+                Input {
+                    channel: slow_rx,
+                    port: 1,
+                },
+            ],
+            key_groups: (0, 128),
+            mode: CheckpointMode::ExactlyOnce,
+            store,
+            acks: ack_tx,
+            gate: Arc::new(EpochGate::new(0)),
+        };
+        let running = std::thread::spawn(move || task.run());
+        let wait = Duration::from_secs(5);
+        let quiet = Duration::from_millis(300);
+        let barrier = Barrier {
+            checkpoint_id: 1,
+            timestamp_ms: 0,
+            then_stop: false,
+        };
+
+        fast_tx.send(records(&[1])).unwrap();
+        assert_eq!(values(out_rx.recv_timeout(wait).unwrap()), vec![1]);
+        fast_tx.send(Element::Barrier(barrier)).unwrap();
+        fast_tx.send(records(&[2])).unwrap();
+        assert!(
+            out_rx.recv_timeout(quiet).is_err(),
+            "the fast input is blocked after its barrier"
+        );
+        slow_tx.send(records(&[10])).unwrap();
+        assert_eq!(
+            values(out_rx.recv_timeout(wait).unwrap()),
+            vec![10],
+            "the slow input still flows"
+        );
+        assert!(
+            ack_rx.try_recv().is_err(),
+            "no snapshot before both barriers"
+        );
+        slow_tx.send(Element::Barrier(barrier)).unwrap();
+        assert_eq!(
+            out_rx.recv_timeout(wait).unwrap(),
+            Element::Barrier(barrier)
+        );
+        assert_eq!(
+            values(out_rx.recv_timeout(wait).unwrap()),
+            vec![2],
+            "held records follow the barrier"
+        );
+        match ack_rx.recv_timeout(wait).unwrap() {
+            Ack::Task {
+                checkpoint_id,
+                handles,
+                ..
+            } => {
+                assert_eq!(checkpoint_id, 1);
+                assert_eq!(handles.unwrap(), vec![], "a stateless task has no snapshot");
+            }
+            other => panic!("a task ack expected, got {other:?}"),
+        }
+        fast_tx.send(Element::EndOfStream).unwrap();
+        slow_tx.send(Element::EndOfStream).unwrap();
+        assert_eq!(out_rx.recv_timeout(wait).unwrap(), Element::EndOfStream);
+        running.join().unwrap().unwrap();
+    }
+}

@@ -1,0 +1,570 @@
+//! Jobs built with the Rust API (examples/), run by their own binaries
+//! against the real broker, killed with SIGKILL while they work, and
+//! checked by an independent read_committed reader: the final upsert table
+//! must equal what the input implies, and no committed change repeats.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use weir_testkit::{
+    bootstrap, create_topic, log_tail, produce, read_topic, unique, Isolation, OutRecord, Rng,
+    WeirProcess,
+};
+
+/// 2025-11-30T10:00:00Z
+const T0: i64 = 1_764_496_800_000;
+
+fn seed() -> u64 {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("random seed {s}");
+    s
+}
+
+/// An example's binary, built by `cargo test` next to the test binaries.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built (cargo test builds the examples)",
+        path.display()
+    );
+    path
+}
+
+/// A configuration for a job graph: no [source] or [pipeline].
+fn graph_config(dir: &Path, p: u32) -> PathBuf {
+    graph_config_named(dir, &unique("graph"), p)
+}
+
+/// As [`graph_config`] for the job `name` (its checkpoints, group and
+/// transactional id), so that a second configuration continues the job.
+fn graph_config_named(dir: &Path, name: &str, p: u32) -> PathBuf {
+    let toml = format!(
+        r#"[job]
+name = "{name}"
+parallelism = {p}
+max_parallelism = 128
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+group_id = "weir-{name}"
+
+[checkpoint]
+interval = "300ms"
+dir = "{dir}/checkpoints"
+timeout = "20s"
+retained = 2
+
+[state]
+dir = "{dir}/state"
+
+[restart]
+max_attempts = 3
+backoff = "200ms"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[sink]
+delivery = "exactly-once"
+"#,
+        bootstrap = bootstrap(),
+        dir = dir.display()
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("weir.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+fn json(record: &OutRecord) -> serde_json::Value {
+    serde_json::from_str(record.value.as_deref().expect("a value")).expect("JSON value")
+}
+
+/// The upsert table after every record: key → last value, tombstones delete.
+fn table(records: &[OutRecord]) -> BTreeMap<String, Option<serde_json::Value>> {
+    let mut t = BTreeMap::new();
+    for r in records {
+        // Keys compared as JSON (the sink writes columns in schema order).
+        let key: serde_json::Value =
+            serde_json::from_str(r.key.as_deref().expect("upsert records have keys"))
+                .expect("JSON key");
+        let key = key.to_string();
+        match &r.value {
+            None => {
+                t.remove(&key);
+            }
+            Some(_) => {
+                t.insert(key, Some(json(r)));
+            }
+        }
+    }
+    t
+}
+
+/// A job's binary, its configuration and its environment.
+struct Job<'a> {
+    binary: PathBuf,
+    config: &'a Path,
+    env: &'a [(&'a str, &'a str)],
+}
+
+/// Feeds `chunks` to `input` with pauses while SIGKILLing and restarting
+/// the job `kills` times at random moments; returns the running process.
+fn feed_with_kills(
+    job: &Job,
+    input: (&str, i32),
+    chunks: &[Vec<String>],
+    kills: usize,
+    rng: &mut Rng,
+) -> WeirProcess {
+    let (binary, config, env) = (job.binary.as_path(), job.config, job.env);
+    let (input, partitions) = input;
+    let mut weir = WeirProcess::start(binary, config, env);
+    assert!(
+        weir.wait_for_log("job running", 1, Duration::from_secs(60)),
+        "never ran: {}",
+        log_tail(&weir.log_text())
+    );
+    let every = (chunks.len() / (kills + 1)).max(1);
+    let mut killed = 0;
+    for (i, chunk) in chunks.iter().enumerate() {
+        produce(input, partitions, chunk);
+        if killed < kills && i % every == every - 1 {
+            // While the chunk is being worked on and its output written,
+            // somewhere inside an epoch (the interval is 300 ms).
+            std::thread::sleep(Duration::from_millis(rng.below(120)));
+            weir.kill9();
+            killed += 1;
+            let runs = weir.log_text().matches("job running").count();
+            weir = WeirProcess::start(binary, config, env);
+            assert!(
+                weir.wait_for_log("job running", runs + 1, Duration::from_secs(60)),
+                "no restart after kill {killed}: {}",
+                log_tail(&weir.log_text())
+            );
+        } else {
+            std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
+        }
+    }
+    assert_eq!(killed, kills, "every planned kill happened");
+    weir
+}
+
+#[test]
+fn two_stage_window_counts_then_keys_per_count_are_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("two-stage-in"), unique("two-stage-out"));
+    create_topic(&input, 3);
+    create_topic(&output, 2);
+    // 80 one-second windows, 150 keys, 1..=5 events per key and window.
+    let (windows, keys) = (80i64, 150u64);
+    let mut expected: BTreeMap<(i64, u64), u64> = BTreeMap::new();
+    let mut lines_per_window = Vec::new();
+    for w in 0..windows {
+        let mut lines = Vec::new();
+        for k in 0..keys {
+            let n = 1 + rng.below(5);
+            for _ in 0..n {
+                let at = T0 + w * 1000 + rng.below(1000) as i64;
+                lines.push(format!(r#"{{"key":"k{k}","at":{at}}}"#));
+            }
+            *expected.entry((T0 + w * 1000, n)).or_default() += 1;
+        }
+        // Out of order within the window, never across windows.
+        for i in (1..lines.len()).rev() {
+            lines.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        lines_per_window.push(lines);
+    }
+    let mut chunks: Vec<Vec<String>> = lines_per_window.chunks(5).map(|c| c.concat()).collect();
+    // Past every window on every partition: all of them close.
+    let end = T0 + (windows + 10) * 1000;
+    chunks.push(
+        (0..3)
+            .map(|_| format!(r#"{{"key":"_end","at":{end}}}"#))
+            .collect(),
+    );
+    // A bad record, skipped by the source's policy.
+    chunks[1].push("not json".into());
+
+    let config = graph_config(dir.path(), 2);
+    let env = [
+        ("TWO_STAGE_INPUT", input.as_str()),
+        ("TWO_STAGE_OUTPUT", output.as_str()),
+    ];
+    let mut weir = feed_with_kills(
+        &Job {
+            binary: example("two_stage"),
+            config: &config,
+            env: &env,
+        },
+        (&input, 3),
+        &chunks,
+        5,
+        &mut rng,
+    );
+
+    let want: BTreeMap<String, Option<serde_json::Value>> = expected
+        .iter()
+        .map(|((start, n), keys)| {
+            let start = weir::dataflow::json::format_timestamp(*start);
+            let key = serde_json::json!({"window_start": start, "n": n}).to_string();
+            (
+                key,
+                Some(serde_json::json!({"window_start": start, "n": n, "keys": keys})),
+            )
+        })
+        .collect();
+    let records = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+        |r| table(r) == want,
+    );
+    let log = weir.log_text();
+    weir.stop(Duration::from_secs(30));
+    let got = table(&records);
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "keys of the final table (seed {seed}); log: {}",
+        log_tail(&log)
+    );
+    assert_eq!(got, want, "final table (seed {seed})");
+    // Exactly once: each (window, count) key counts up 1, 2, 3, ... with
+    // no value committed twice and none skipped.
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &records {
+        let keys = json(r)["keys"].as_u64().expect("keys");
+        let last = seen.entry(r.key.clone().unwrap()).or_default();
+        assert_eq!(
+            keys,
+            *last + 1,
+            "key {:?} went from {last} to {keys} (seed {seed})",
+            r.key
+        );
+        *last = keys;
+    }
+    assert!(
+        log.matches("job running").count() >= 6,
+        "the job was restarted after each kill"
+    );
+}
+
+#[test]
+fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("payments"), unique("users-per-total"));
+    create_topic(&input, 3);
+    create_topic(&output, 2);
+    let users = 40u64;
+    let mut totals: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for _ in 0..6000 {
+        let (u, amount) = (rng.below(users), 1 + rng.below(5) as i64);
+        *totals.entry(u).or_default() += amount;
+        lines.push(format!(r#"{{"user":"u{u}","amount":{amount}}}"#));
+    }
+    let mut per_total: BTreeMap<i64, u64> = BTreeMap::new();
+    for t in totals.values() {
+        *per_total.entry(*t).or_default() += 1;
+    }
+    let want: BTreeMap<String, Option<serde_json::Value>> = per_total
+        .iter()
+        .map(|(t, n)| {
+            (
+                serde_json::json!({"total": t}).to_string(),
+                Some(serde_json::json!({"total": t, "users": n})),
+            )
+        })
+        .collect();
+    let chunks: Vec<Vec<String>> = lines.chunks(400).map(<[String]>::to_vec).collect();
+    let config = graph_config(dir.path(), 2);
+    let env = [
+        ("TOTALS_INPUT", input.as_str()),
+        ("TOTALS_OUTPUT", output.as_str()),
+    ];
+    let mut weir = feed_with_kills(
+        &Job {
+            binary: example("running_totals"),
+            config: &config,
+            env: &env,
+        },
+        (&input, 3),
+        &chunks,
+        5,
+        &mut rng,
+    );
+    let records = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+        |r| table(r) == want,
+    );
+    let log = weir.log_text();
+    weir.stop(Duration::from_secs(30));
+    assert_eq!(
+        table(&records),
+        want,
+        "users per current total (seed {seed}); log: {}",
+        log_tail(&log)
+    );
+    // The state, read offline with the operators' own codecs: each
+    // user's accumulated total, and one entry per total users have now.
+    let weir_state = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["state"])
+            .args(args)
+            .args(["--checkpoint", "latest", "--config"])
+            .arg(&config)
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "weir state {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for (u, total) in totals.iter().take(5) {
+        let user = format!("u{u}");
+        let line = weir_state(&["get", "--operator", "totals", "--key", &user]);
+        let e: serde_json::Value = serde_json::from_str(line.trim()).expect("one JSON line");
+        assert_eq!(e["table"], "acc", "{line}");
+        assert_eq!(e["key"], serde_json::json!([user]), "{line}");
+        assert_eq!(
+            e["value"]["parts"][0]["value"],
+            serde_json::json!(total),
+            "user {user}: {line}"
+        );
+    }
+    let scanned = weir_state(&["scan", "--operator", "users-per-total", "--table", "acc"]);
+    assert_eq!(
+        scanned.lines().count(),
+        per_total.len(),
+        "one entry per current total: {scanned}"
+    );
+    // Totals only grow, so nearly every total a user passed through was
+    // left again: the second stage retracted it, down to a tombstone.
+    let tombstones = records.iter().filter(|r| r.value.is_none()).count();
+    assert!(
+        tombstones > 50,
+        "{tombstones} tombstones: retractions reached the sink"
+    );
+}
+
+#[test]
+fn a_graph_job_refuses_a_source_section_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = graph_config(dir.path(), 1);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[source]\ntopics = [\"x\"]\n");
+    std::fs::write(&config, text).unwrap();
+    let out = std::process::Command::new(example("two_stage"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("source") && stderr.contains("defines its sources and operators in code"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (clicks, views, counts) = (unique("clicks"), unique("views"), unique("clicks-views"));
+    create_topic(&clicks, 4);
+    create_topic(&views, 1);
+    create_topic(&counts, 2);
+    let users = 25u64;
+    let mut want_counts: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let config = graph_config(dir.path(), 2);
+    let env = [
+        ("CLICKS", clicks.as_str()),
+        ("VIEWS", views.as_str()),
+        ("COUNTS", counts.as_str()),
+    ];
+    // Views come slowly and stop for seconds at a time while clicks pour
+    // in; the job is killed while it works.
+    let view_feeder = {
+        let views = views.clone();
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        std::thread::spawn(move || {
+            let mut sent: BTreeMap<u64, u64> = BTreeMap::new();
+            for round in 0..12 {
+                let batch: Vec<String> = (0..20)
+                    .map(|_| {
+                        let u = rng.below(users);
+                        *sent.entry(u).or_default() += 1;
+                        format!(r#"{{"user":"u{u}"}}"#)
+                    })
+                    .collect();
+                produce(&views, 1, &batch);
+                let pause = if round % 4 == 3 { 3000 } else { 300 };
+                std::thread::sleep(Duration::from_millis(pause));
+            }
+            sent
+        })
+    };
+    let mut chunks = Vec::new();
+    for _ in 0..16 {
+        let chunk: Vec<String> = (0..500)
+            .map(|_| {
+                let u = rng.below(users);
+                want_counts.entry(u).or_default().0 += 1;
+                format!(r#"{{"user":"u{u}"}}"#)
+            })
+            .collect();
+        chunks.push(chunk);
+    }
+    let mut weir = feed_with_kills(
+        &Job {
+            binary: example("clicks_views"),
+            config: &config,
+            env: &env,
+        },
+        (&clicks, 4),
+        &chunks,
+        5,
+        &mut rng,
+    );
+    for (u, n) in view_feeder.join().unwrap() {
+        want_counts.entry(u).or_default().1 += n;
+    }
+    let want: BTreeMap<String, Option<serde_json::Value>> = want_counts
+        .iter()
+        .map(|(u, (c, v))| {
+            let user = format!("u{u}");
+            (
+                serde_json::json!({"user": user}).to_string(),
+                Some(serde_json::json!({"user": user, "clicks": c, "views": v})),
+            )
+        })
+        .collect();
+    let records = read_topic(
+        &counts,
+        Isolation::Committed,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+        |r| table(r) == want,
+    );
+    let log = weir.log_text();
+    weir.stop(Duration::from_secs(30));
+    assert_eq!(
+        table(&records),
+        want,
+        "clicks and views per user (seed {seed}); log: {}",
+        log_tail(&log)
+    );
+    // Each committed update moved one of the two counts by one: nothing
+    // was applied twice or lost between two committed rows.
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &records {
+        let v = json(r);
+        let total = v["clicks"].as_u64().unwrap() + v["views"].as_u64().unwrap();
+        let last = seen.entry(r.key.clone().unwrap()).or_default();
+        assert_eq!(
+            total,
+            *last + 1,
+            "user {:?} went from {last} to {total} records (seed {seed})",
+            r.key
+        );
+        *last = total;
+    }
+}
+
+#[test]
+fn a_graph_job_restored_at_another_parallelism_keeps_its_tables_exact() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("payments"), unique("users-per-total"));
+    create_topic(&input, 4);
+    create_topic(&output, 2);
+    let mut totals: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for _ in 0..4000 {
+        let (u, amount) = (rng.below(60), 1 + rng.below(9) as i64);
+        *totals.entry(u).or_default() += amount;
+        lines.push(format!(r#"{{"user":"u{u}","amount":{amount}}}"#));
+    }
+    let mut per_total: BTreeMap<i64, u64> = BTreeMap::new();
+    for t in totals.values() {
+        *per_total.entry(*t).or_default() += 1;
+    }
+    let want: BTreeMap<String, Option<serde_json::Value>> = per_total
+        .iter()
+        .map(|(t, n)| {
+            (
+                serde_json::json!({"total": t}).to_string(),
+                Some(serde_json::json!({"total": t, "users": n})),
+            )
+        })
+        .collect();
+    let name = unique("rescale");
+    let env = [
+        ("TOTALS_INPUT", input.as_str()),
+        ("TOTALS_OUTPUT", output.as_str()),
+    ];
+    let (first, second) = lines.split_at(2000);
+    // Parallelism 2, then 3 (key groups split), then 1 (merged).
+    for (p, part) in [(2u32, first), (3, &second[..1000]), (1, &second[1000..])] {
+        let config = graph_config_named(dir.path(), &name, p);
+        let mut weir = WeirProcess::start(&example("running_totals"), &config, &env);
+        assert!(
+            weir.wait_for_log("job running", 1, Duration::from_secs(60)),
+            "{}",
+            log_tail(&weir.log_text())
+        );
+        for chunk in part.chunks(250) {
+            produce(&input, 4, chunk);
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let status = weir.stop(Duration::from_secs(30));
+        let log = weir.log_text();
+        assert!(status.success(), "parallelism {p}: {}", log_tail(&log));
+        if p != 2 {
+            assert!(
+                log.contains("restoring checkpoint"),
+                "parallelism {p} restored: {}",
+                log_tail(&log)
+            );
+        }
+    }
+    let records = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |r| table(r) == want,
+    );
+    assert_eq!(
+        table(&records),
+        want,
+        "users per total after 2 -> 3 -> 1 (seed {seed})"
+    );
+}
