@@ -57,6 +57,9 @@ pub struct SubtaskSummary {
     pub files: usize,
 }
 
+/// Called with each raw `(full key, value)` entry.
+pub type RawVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
 /// A checkpoint folder opened for reading.
 pub struct CheckpointReader {
     folder: PathBuf,
@@ -248,7 +251,7 @@ impl CheckpointReader {
         &self,
         h: &StateHandle,
         prefix: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+        f: &mut RawVisitor<'_>,
     ) -> Result<()> {
         let dir = self.folder.join(&h.path);
         let mut opts = Options::default();
