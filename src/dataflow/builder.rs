@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::graph::{
-    Edge, EventTimeSpec, Exchange, Graph, Node, NodeBody, NodeId, OperatorSpec, SinkMode, SinkSpec,
-    SourceFormat, SourceSpec,
+    Edge, EventTimeSpec, Exchange, Graph, KeyFormat, Node, NodeBody, NodeId, OperatorSpec,
+    SinkMode, SinkSpec, SourceFormat, SourceSpec,
 };
 use super::operator::Operator;
 use super::ops::aggregate::{output_schema, Agg, GroupAggregate, WindowAggregate};
@@ -127,6 +127,7 @@ pub struct KafkaSink {
     topic: String,
     mode: SinkMode,
     key: Vec<String>,
+    key_format: KeyFormat,
 }
 
 impl KafkaSink {
@@ -150,7 +151,15 @@ impl KafkaSink {
             topic: topic.into(),
             mode,
             key: key.iter().map(|k| k.to_string()).collect(),
+            key_format: KeyFormat::Json,
         }
+    }
+
+    /// The Kafka key is the one key column's value as text (`hello`), not
+    /// a JSON object (`{"word":"hello"}`).
+    pub fn raw_key(mut self) -> Self {
+        self.key_format = KeyFormat::Raw;
+        self
     }
 }
 
@@ -448,6 +457,7 @@ impl Stream {
             topic: sink.topic,
             mode: sink.mode,
             key,
+            key_format: sink.key_format,
         };
         self.then(uid, "kafka-sink", schema, NodeBody::Sink(spec));
     }

@@ -78,8 +78,20 @@ pub enum SinkMode {
 pub struct SinkSpec {
     pub topic: String,
     pub mode: SinkMode,
-    /// The Kafka key: these columns as a JSON object (none: no key).
+    /// The Kafka key's columns (none: no key).
     pub key: Vec<usize>,
+    /// How the key is written.
+    pub key_format: KeyFormat,
+}
+
+/// How a sink writes its Kafka key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFormat {
+    /// The key columns as a JSON object, `{"user":"u1"}`.
+    Json,
+    /// One key column's value as text (a string's bytes as they are), as
+    /// Kafka Streams' string serde writes it.
+    Raw,
 }
 
 /// Makes one instance of an operator per subtask.
@@ -244,6 +256,12 @@ impl Graph {
                     }
                     if s.mode == SinkMode::Upsert && s.key.is_empty() {
                         problems.push(format!("upsert sink {uid:?} needs key columns"));
+                    }
+                    if s.key_format == KeyFormat::Raw && s.key.len() != 1 {
+                        problems.push(format!(
+                            "sink {uid:?}: a raw key is one column, not {}",
+                            s.key.len()
+                        ));
                     }
                     if s.topic.is_empty() {
                         problems.push(format!("sink {uid:?} has no topic"));

@@ -3,9 +3,9 @@
 //! until checkpoint N committed (the epoch gate) and writes into the
 //! job's transaction.
 
-use crate::dataflow::graph::{SinkMode, SinkSpec};
-use crate::dataflow::json::{encode_columns, encode_row};
-use crate::dataflow::row::{RowKind, Schema};
+use crate::dataflow::graph::{KeyFormat, SinkMode, SinkSpec};
+use crate::dataflow::json::{encode_columns, encode_row, write_value};
+use crate::dataflow::row::{RowKind, Schema, Value};
 use crate::dataflow::Record;
 use crate::error::{Result, WeirError};
 use crate::runtime::output::Output;
@@ -30,9 +30,17 @@ impl SinkWriter {
     }
 
     pub fn write(&mut self, r: &Record) -> Result<()> {
-        encode_columns(&r.row, &self.schema, &self.spec.key, &mut self.key);
-        if self.spec.key.is_empty() {
-            self.key.clear();
+        match (self.spec.key_format, &self.spec.key[..]) {
+            (_, []) => self.key.clear(),
+            (KeyFormat::Raw, [c]) => {
+                self.key.clear();
+                match r.row.get(*c) {
+                    Value::String(s) => self.key.extend_from_slice(s.as_bytes()),
+                    Value::Bytes(b) => self.key.extend_from_slice(b),
+                    other => write_value(other, &self.schema.fields[*c].data_type, &mut self.key),
+                }
+            }
+            _ => encode_columns(&r.row, &self.schema, &self.spec.key, &mut self.key),
         }
         match (self.spec.mode, r.row.kind) {
             (SinkMode::Append, RowKind::Insert) | (SinkMode::Upsert, RowKind::Insert | RowKind::UpdateAfter) => {

@@ -83,6 +83,21 @@ pub fn weir_binary() -> PathBuf {
     bin
 }
 
+/// An example job built with weir's API, from `examples/` (release:
+/// `cargo build --release --examples`), next to this benchmark's binary.
+pub fn graph_example(name: &str) -> PathBuf {
+    let bin = std::env::current_exe()
+        .unwrap()
+        .with_file_name("examples")
+        .join(name);
+    assert!(
+        bin.exists(),
+        "{} not found: cargo build --release --examples",
+        bin.display()
+    );
+    bin
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum System {
     Weir {
@@ -96,6 +111,9 @@ pub enum System {
     WeirWindowed,
     KafkaStreamsWindowed,
     FlinkWindowed,
+    /// Word count built with the job API (`examples/word_count.rs`) on the
+    /// graph engine: the same output as `Weir` with every-update.
+    WeirGraph,
 }
 
 impl System {
@@ -113,6 +131,7 @@ impl System {
             "weir-windowed" => Self::WeirWindowed,
             "kafka-streams-windowed" => Self::KafkaStreamsWindowed,
             "flink-windowed" => Self::FlinkWindowed,
+            "weir-graph" => Self::WeirGraph,
             _ => return None,
         })
     }
@@ -127,13 +146,16 @@ impl System {
             Self::WeirWindowed => "weir".into(),
             Self::KafkaStreamsWindowed => "kafka-streams".into(),
             Self::FlinkWindowed => "flink".into(),
+            Self::WeirGraph => "weir-graph".into(),
         }
     }
 
     /// The consumer group whose committed offsets show its progress.
     pub fn group(&self, ctx: &Ctx) -> String {
         match self {
-            Self::Weir { .. } | Self::WeirWindowed => format!("weir-{}-{}", ctx.name, ctx.output),
+            Self::Weir { .. } | Self::WeirWindowed | Self::WeirGraph => {
+                format!("weir-{}-{}", ctx.name, ctx.output)
+            }
             _ => ctx.name.clone(),
         }
     }
@@ -179,6 +201,41 @@ impl System {
                     &[weir_run(&ctx.weir, &config)],
                     &log,
                     &[("RUST_LOG", &weir_log_filter())],
+                )
+            }
+            Self::WeirGraph => {
+                // The built-in word count's configuration without its
+                // [source] and [pipeline] (the example's code is the job)
+                // and with [sink] reduced to its delivery.
+                let spec = JobSpec {
+                    name: ctx.name.clone(),
+                    parallelism: ctx.parallelism,
+                    delivery: "exactly-once".into(),
+                    interval: "1s".into(),
+                    ..JobSpec::word_count(&ctx.dir, &ctx.input, &ctx.output)
+                };
+                let toml = spec.toml();
+                let keep: Vec<&str> = toml
+                    .split("\n[")
+                    .filter(|section| {
+                        !section.starts_with("source]") && !section.starts_with("pipeline]")
+                    })
+                    .collect();
+                let toml = keep
+                    .join("\n[")
+                    .replace(&format!("topic = \"{}\"\n", ctx.output), "")
+                    .replace("emit = \"every-update\"\n", "");
+                std::fs::create_dir_all(&ctx.dir).unwrap();
+                let config = ctx.dir.join("weir-graph.toml");
+                std::fs::write(&config, toml).unwrap();
+                ProcessGroup::start(
+                    &[weir_run(&graph_example("word_count"), &config)],
+                    &log,
+                    &[
+                        ("RUST_LOG", &weir_log_filter()),
+                        ("WORD_COUNT_INPUT", &ctx.input),
+                        ("WORD_COUNT_OUTPUT", &ctx.output),
+                    ],
                 )
             }
             Self::KafkaStreams | Self::KafkaStreamsWindowed => ProcessGroup::start(

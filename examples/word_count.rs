@@ -1,0 +1,55 @@
+//! Word count built with weir's Rust API: the same job as the built-in
+//! `kind = "word-count"` pipeline, with the same output (Kafka key: the
+//! word; value `{"key":"hello","count":3}`), so the two engines can be
+//! compared on one input (`weir-bench compare --systems weir,weir-graph`).
+//!
+//! ```text
+//! cargo run --release --example word_count -- run --config weir.toml
+//! ```
+//! Topics from `WORD_COUNT_INPUT` and `WORD_COUNT_OUTPUT` (default `words`,
+//! `word-counts`).
+
+use std::process::ExitCode;
+
+use weir::dataflow::prelude::*;
+
+fn graph(input: &str, output: &str) -> weir::Result<Graph> {
+    let job = JobBuilder::new("word-count");
+    job.source("lines", KafkaSource::text(&[input]))
+        .flat_map(
+            "split",
+            Schema::of(&[("key", DataType::String)]),
+            |v, emit| {
+                for word in v[0].as_str().unwrap_or("").split_whitespace() {
+                    emit(vec![Value::String(word.to_lowercase())]);
+                }
+            },
+        )
+        .key_by(&["key"])
+        .aggregate("counts", vec![Agg::count("count")])
+        .sink("out", KafkaSink::upsert(output, &["key"]).raw_key());
+    job.build()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(config) = args
+        .iter()
+        .position(|a| a == "--config")
+        .and_then(|i| args.get(i + 1))
+    else {
+        eprintln!("usage: word_count run --config <weir.toml>");
+        return ExitCode::from(2);
+    };
+    let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+    match graph(
+        &var("WORD_COUNT_INPUT", "words"),
+        &var("WORD_COUNT_OUTPUT", "word-counts"),
+    ) {
+        Ok(g) => weir::run(g, std::path::Path::new(config)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
