@@ -33,6 +33,7 @@ use super::graph::{
 };
 use super::operator::Operator;
 use super::ops::aggregate::{output_schema, Agg, GroupAggregate, WindowAggregate};
+use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
 use super::row::{DataType, Schema, Value};
 use super::state::TableSpec;
@@ -510,6 +511,17 @@ impl KeyedStream {
             tables: GroupAggregate::tables(),
         };
         self.keyed(uid, &kind, schema, op)
+    }
+
+    /// The first row of each key; later ones are dropped.
+    pub fn deduplicate(&self, uid: &str) -> Stream {
+        let op = OperatorSpec {
+            factory: Arc::new(|| Box::new(Deduplicate)),
+            inputs: 1,
+            keyed: true,
+            tables: Deduplicate::tables(),
+        };
+        self.keyed(uid, "deduplicate", self.stream.schema(), op)
     }
 
     /// Windows of event time per key.

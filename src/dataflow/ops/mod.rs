@@ -4,4 +4,5 @@
 //! `KeyedStream::process` (or, built in, with one builder method).
 
 pub mod aggregate;
+pub mod deduplicate;
 pub mod stateless;
