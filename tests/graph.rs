@@ -356,6 +356,37 @@ fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
         );
     }
     let scanned = weir_state(&["scan", "--operator", "users-per-total", "--table", "acc"]);
+    let show = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["checkpoints", "show", "latest", "--config"])
+        .arg(&config)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        show.status.success(),
+        "checkpoints show: {}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    let keys = |uid: &str| -> u64 {
+        show["subtasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["operator"] == uid)
+            .map(|s| s["keys"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        keys("totals"),
+        totals.len() as u64,
+        "one key per user: {show}"
+    );
+    assert_eq!(
+        keys("users-per-total"),
+        per_total.len() as u64,
+        "one key per current total"
+    );
     assert_eq!(
         scanned.lines().count(),
         per_total.len(),

@@ -193,6 +193,16 @@ impl CheckpointReader {
     pub fn summary(&self) -> Result<Vec<SubtaskSummary>> {
         let mut out = Vec::new();
         for h in &self.meta.state {
+            let graph = self
+                .meta
+                .topology
+                .operators
+                .iter()
+                .any(|o| o.uid == h.uid && o.state.is_some());
+            if graph {
+                out.push(self.graph_summary(h)?);
+                continue;
+            }
             let (mut keys, mut windows, mut watermark) = (0u64, 0u64, None::<i64>);
             let mut last_key: Option<String> = None;
             self.for_each(h, None, &mut |e| {
@@ -223,6 +233,30 @@ impl CheckpointReader {
             });
         }
         Ok(out)
+    }
+
+    /// A job graph operator's snapshot: its keys are the distinct
+    /// `key group | key` of its entries (in any table), whose layout is
+    /// `key group (2) | table (1) | key length (varint) | key | map key`
+    /// (docs/architecture.md, "State as named tables").
+    fn graph_summary(&self, h: &StateHandle) -> Result<SubtaskSummary> {
+        let mut keys = std::collections::BTreeSet::new();
+        self.for_each_raw(h, None, &mut |k, _| {
+            if let Some(key) = graph_key(k) {
+                keys.insert(key);
+            }
+            Ok(())
+        })?;
+        Ok(SubtaskSummary {
+            operator: h.uid.clone(),
+            subtask: h.subtask,
+            key_groups: h.key_groups,
+            keys: keys.len() as u64,
+            windows: 0,
+            watermark_ms: None,
+            size_bytes: h.size_bytes,
+            files: h.files.len(),
+        })
     }
 
     /// Visits the decoded entries of one snapshot (RocksDB with the
@@ -308,6 +342,28 @@ impl CheckpointReader {
         }
         Ok(())
     }
+}
+
+/// `key group | key` of a job graph's table entry, without table and map key.
+fn graph_key(full: &[u8]) -> Option<Vec<u8>> {
+    let (kg, rest) = full.split_first_chunk::<2>()?;
+    let mut rest = rest.get(1..)?;
+    let (mut len, mut shift) = (0usize, 0);
+    loop {
+        let (&b, tail) = rest.split_first()?;
+        rest = tail;
+        len |= usize::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            break;
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+    let mut key = kg.to_vec();
+    key.extend_from_slice(rest.get(..len)?);
+    Some(key)
 }
 
 /// Decodes one RocksDB entry of the values family by its shape: 32-byte
