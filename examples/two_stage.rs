@@ -13,15 +13,16 @@
 //! ```
 //! with `[job]`, `[kafka]`, `[checkpoint]` and `[state]` as for `weir run`
 //! (no `[source]` or `[pipeline]`: they are the code below). The topics
-//! come from `TWO_STAGE_INPUT` and `TWO_STAGE_OUTPUT` (default
-//! `two-stage-in`, `two-stage-out`).
+//! come from `TWO_STAGE_INPUT`, `TWO_STAGE_OUTPUT` and `TWO_STAGE_WINDOWS`
+//! (stage one's per-key window counts; default `two-stage-in`,
+//! `two-stage-out`, `two-stage-windows`).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use weir::dataflow::prelude::*;
 
-fn graph(input: &str, output: &str) -> weir::Result<Graph> {
+fn graph(input: &str, output: &str, windows: &str) -> weir::Result<Graph> {
     let job = JobBuilder::new("two-stage");
     let events = job.source(
         "events",
@@ -41,6 +42,9 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
             offset: 0,
         })
         .aggregate("per-key", vec![Agg::count("n")]);
+    // Stage one's results go to a topic of their own too (an append sink
+    // chained into stage one) and on to stage two.
+    per_key.sink("windows", KafkaSink::append(windows, &["key"]));
     per_key
         .key_by(&["window_start", "n"])
         .aggregate("keys-per-count", vec![Agg::count("keys")])
@@ -60,7 +64,8 @@ fn main() -> ExitCode {
     };
     let input = std::env::var("TWO_STAGE_INPUT").unwrap_or_else(|_| "two-stage-in".into());
     let output = std::env::var("TWO_STAGE_OUTPUT").unwrap_or_else(|_| "two-stage-out".into());
-    match graph(&input, &output) {
+    let windows = std::env::var("TWO_STAGE_WINDOWS").unwrap_or_else(|_| "two-stage-windows".into());
+    match graph(&input, &output, &windows) {
         Ok(g) => weir::run(g, std::path::Path::new(config)),
         Err(e) => {
             eprintln!("error: {e}");

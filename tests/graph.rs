@@ -165,12 +165,18 @@ fn two_stage_window_counts_then_keys_per_count_are_exact_under_sigkills() {
     let seed = seed();
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("two-stage-in"), unique("two-stage-out"));
+    let (input, output, per_key) = (
+        unique("two-stage-in"),
+        unique("two-stage-out"),
+        unique("two-stage-windows"),
+    );
     create_topic(&input, 3);
     create_topic(&output, 2);
+    create_topic(&per_key, 2);
     // 80 one-second windows, 150 keys, 1..=5 events per key and window.
     let (windows, keys) = (80i64, 150u64);
     let mut expected: BTreeMap<(i64, u64), u64> = BTreeMap::new();
+    let mut per_window: BTreeMap<(String, i64), u64> = BTreeMap::new();
     let mut lines_per_window = Vec::new();
     for w in 0..windows {
         let mut lines = Vec::new();
@@ -181,6 +187,7 @@ fn two_stage_window_counts_then_keys_per_count_are_exact_under_sigkills() {
                 lines.push(format!(r#"{{"key":"k{k}","at":{at}}}"#));
             }
             *expected.entry((T0 + w * 1000, n)).or_default() += 1;
+            per_window.insert((format!("k{k}"), T0 + w * 1000), n);
         }
         // Out of order within the window, never across windows.
         for i in (1..lines.len()).rev() {
@@ -203,6 +210,7 @@ fn two_stage_window_counts_then_keys_per_count_are_exact_under_sigkills() {
     let env = [
         ("TWO_STAGE_INPUT", input.as_str()),
         ("TWO_STAGE_OUTPUT", output.as_str()),
+        ("TWO_STAGE_WINDOWS", per_key.as_str()),
     ];
     let mut weir = feed_with_kills(
         &Job {
