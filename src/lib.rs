@@ -60,8 +60,9 @@ pub fn run(graph: dataflow::Graph, config: &std::path::Path) -> std::process::Ex
         }
     };
     service::init_logging(cli::LogFormat::Text, config.log.level.as_deref());
+    let info = admin::overview::JobInfo::from_graph(&config, &graph);
     let graph = std::sync::Arc::new(graph);
-    service::serve(config, None, move |config, shared, restore_from| {
+    service::serve(config, None, info, move |config, shared, restore_from| {
         engine::run(graph, config, shared, restore_from)
     })
 }

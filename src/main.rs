@@ -164,5 +164,6 @@ fn state_command(command: StateCommand) -> ExitCode {
 }
 
 fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCode {
-    weir::service::serve(config, restore_from, weir::runtime::job::run)
+    let info = weir::admin::overview::JobInfo::from_config(&config);
+    weir::service::serve(config, restore_from, info, weir::runtime::job::run)
 }

@@ -36,6 +36,7 @@ pub fn init_logging(format: LogFormat, level: Option<&str>) {
 pub fn serve(
     config: Arc<Config>,
     restore_from: Option<std::path::PathBuf>,
+    job_info: admin::overview::JobInfo,
     job: impl FnOnce(Arc<Config>, JobShared, Option<std::path::PathBuf>) -> crate::Result<()>
         + Send
         + 'static,
@@ -76,7 +77,7 @@ pub fn serve(
                 savepoint_timeout: config.checkpoint.interval + config.checkpoint.timeout * 2,
                 ownership: shared.ownership.clone(),
                 group_mode: config.is_group(),
-                job: admin::overview::JobInfo::from_config(&config),
+                job: job_info,
                 queries: shared.queries.clone(),
             });
             let bound = listener

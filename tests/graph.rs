@@ -503,6 +503,18 @@ fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills(
             )
         })
         .collect();
+    // The console lists the graph's nodes, not a built-in pipeline's.
+    let addr = weir.admin_addr(Duration::from_secs(10));
+    let (status, body) = weir_testkit::http(&addr, "GET", "/api/overview", None);
+    assert_eq!(status, 200, "{body}");
+    let overview: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let uids: Vec<&str> = overview["job"]["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["uid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uids, vec!["clicks", "views", "per-user", "out"], "{body}");
     let records = read_topic(
         &counts,
         Isolation::Committed,

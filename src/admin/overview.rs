@@ -87,6 +87,51 @@ impl JobInfo {
     }
 }
 
+impl JobInfo {
+    /// A job graph's nodes as the console lists them: each node's kind,
+    /// its inputs and its schema.
+    pub fn from_graph(config: &Config, graph: &crate::dataflow::Graph) -> Self {
+        let mut info = Self::from_config(config);
+        info.operators = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let inputs: Vec<String> = graph
+                    .inputs(i)
+                    .map(|e| {
+                        let from = &graph.nodes[e.from].uid;
+                        match &e.exchange {
+                            crate::dataflow::graph::Exchange::Forward => {
+                                format!("{from} (forward)")
+                            }
+                            crate::dataflow::graph::Exchange::Hash(_) => format!("{from} (hash)"),
+                        }
+                    })
+                    .collect();
+                let detail = match &n.body {
+                    crate::dataflow::graph::NodeBody::Source(s) => {
+                        format!("topics {}", s.topics.join(", "))
+                    }
+                    crate::dataflow::graph::NodeBody::Sink(s) => {
+                        format!("topic {}, from {}", s.topic, inputs.join(", "))
+                    }
+                    crate::dataflow::graph::NodeBody::Operator(_) => {
+                        format!("from {}; {}", inputs.join(", "), n.schema)
+                    }
+                };
+                OperatorInfo {
+                    uid: n.uid.clone(),
+                    kind: n.kind.clone(),
+                    parallelism: config.job.parallelism,
+                    detail,
+                }
+            })
+            .collect();
+        info
+    }
+}
+
 /// The answer of `/api/overview`.
 #[derive(Debug, Serialize)]
 pub struct Overview<'a> {

@@ -346,7 +346,6 @@ impl Chain {
                 }
             }
         }
-        crate::crash_point!("after-keyed-snapshot-before-ack");
         for s in &mut self.slots {
             if let SlotBody::Sink(sink) = &mut s.body {
                 sink.output.after_snapshot(id)?;

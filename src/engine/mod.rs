@@ -235,6 +235,8 @@ fn run_attempt(
                     }
                 }
                 let body = match &node.body {
+                    // A source's rows enter its chain at slot 0 and pass
+                    // on unchanged: its reading is the task's (GraphSource).
                     NodeBody::Source(_) => SlotBody::Operator {
                         op: Box::new(crate::dataflow::ops::stateless::Union),
                         ctx: Box::new(Context::new(&node.uid, k, None)),

@@ -307,8 +307,3 @@ pub fn watermarks(
     }
     Some(w)
 }
-
-/// Shared by both task kinds: the task of source `uid` for errors.
-pub fn task_name(uid: &str, subtask: u32) -> String {
-    format!("{uid}-{subtask}")
-}

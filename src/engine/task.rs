@@ -166,6 +166,7 @@ impl StageTask {
         let Some(handles) = self.chain.checkpoint(b, &self.store, self.key_groups)? else {
             return Ok(()); // cancelled
         };
+        crate::crash_point!("after-keyed-snapshot-before-ack");
         let sync = started.elapsed();
         self.chain
             .metrics
