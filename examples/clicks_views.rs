@@ -75,25 +75,12 @@ fn graph(clicks: &str, views: &str, counts: &str) -> weir::Result<Graph> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(config) = args
-        .iter()
-        .position(|a| a == "--config")
-        .and_then(|i| args.get(i + 1))
-    else {
-        eprintln!("usage: clicks_views run --config <weir.toml>");
-        return ExitCode::from(2);
-    };
     let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
-    match graph(
-        &var("CLICKS", "clicks"),
-        &var("VIEWS", "views"),
-        &var("COUNTS", "clicks-views"),
-    ) {
-        Ok(g) => weir::run(g, std::path::Path::new(config)),
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    weir::main_with(|| {
+        graph(
+            &var("CLICKS", "clicks"),
+            &var("VIEWS", "views"),
+            &var("COUNTS", "clicks-views"),
+        )
+    })
 }

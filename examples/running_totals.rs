@@ -41,22 +41,11 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(config) = args
-        .iter()
-        .position(|a| a == "--config")
-        .and_then(|i| args.get(i + 1))
-    else {
-        eprintln!("usage: running_totals run --config <weir.toml>");
-        return ExitCode::from(2);
-    };
-    let input = std::env::var("TOTALS_INPUT").unwrap_or_else(|_| "payments".into());
-    let output = std::env::var("TOTALS_OUTPUT").unwrap_or_else(|_| "users-per-total".into());
-    match graph(&input, &output) {
-        Ok(g) => weir::run(g, std::path::Path::new(config)),
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+    weir::main_with(|| {
+        graph(
+            &var("TOTALS_INPUT", "payments"),
+            &var("TOTALS_OUTPUT", "users-per-total"),
+        )
+    })
 }

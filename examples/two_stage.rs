@@ -53,23 +53,12 @@ fn graph(input: &str, output: &str, windows: &str) -> weir::Result<Graph> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(config) = args
-        .iter()
-        .position(|a| a == "--config")
-        .and_then(|i| args.get(i + 1))
-    else {
-        eprintln!("usage: two_stage run --config <weir.toml>");
-        return ExitCode::from(2);
-    };
-    let input = std::env::var("TWO_STAGE_INPUT").unwrap_or_else(|_| "two-stage-in".into());
-    let output = std::env::var("TWO_STAGE_OUTPUT").unwrap_or_else(|_| "two-stage-out".into());
-    let windows = std::env::var("TWO_STAGE_WINDOWS").unwrap_or_else(|_| "two-stage-windows".into());
-    match graph(&input, &output, &windows) {
-        Ok(g) => weir::run(g, std::path::Path::new(config)),
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+    weir::main_with(|| {
+        graph(
+            &var("TWO_STAGE_INPUT", "two-stage-in"),
+            &var("TWO_STAGE_OUTPUT", "two-stage-out"),
+            &var("TWO_STAGE_WINDOWS", "two-stage-windows"),
+        )
+    })
 }

@@ -32,24 +32,11 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(config) = args
-        .iter()
-        .position(|a| a == "--config")
-        .and_then(|i| args.get(i + 1))
-    else {
-        eprintln!("usage: word_count run --config <weir.toml>");
-        return ExitCode::from(2);
-    };
     let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
-    match graph(
-        &var("WORD_COUNT_INPUT", "words"),
-        &var("WORD_COUNT_OUTPUT", "word-counts"),
-    ) {
-        Ok(g) => weir::run(g, std::path::Path::new(config)),
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    weir::main_with(|| {
+        graph(
+            &var("WORD_COUNT_INPUT", "words"),
+            &var("WORD_COUNT_OUTPUT", "word-counts"),
+        )
+    })
 }

@@ -66,3 +66,26 @@ pub fn run(graph: dataflow::Graph, config: &std::path::Path) -> std::process::Ex
         engine::run(graph, config, shared, restore_from)
     })
 }
+
+/// The `main` of a job built in Rust, run as `<binary> run --config
+/// weir.toml` like the `weir` binary: builds the graph (a problem in it
+/// exits 2 with every problem named) and runs it with [`run`].
+pub fn main_with(build: impl FnOnce() -> Result<dataflow::Graph>) -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(config) = args
+        .iter()
+        .position(|a| a == "--config")
+        .and_then(|i| args.get(i + 1))
+    else {
+        let me = args.first().map_or("job", String::as_str);
+        eprintln!("usage: {me} run --config <weir.toml>");
+        return std::process::ExitCode::from(2);
+    };
+    match build() {
+        Ok(graph) => run(graph, std::path::Path::new(config)),
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            std::process::ExitCode::from(2)
+        }
+    }
+}

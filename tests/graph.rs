@@ -272,19 +272,21 @@ fn two_stage_window_counts_then_keys_per_count_are_exact_under_sigkills() {
     );
 }
 
-#[test]
-fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
-    let seed = seed();
-    let mut rng = Rng::new(seed);
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("payments"), unique("users-per-total"));
-    create_topic(&input, 3);
-    create_topic(&output, 2);
-    let users = 40u64;
+/// Payments `{"user","amount"}` of `users` users, `n` of them with amounts
+/// up to `max`: the lines, each user's total, and the table the
+/// running_totals job must end with (users per current total).
+struct Payments {
+    lines: Vec<String>,
+    totals: BTreeMap<u64, i64>,
+    per_total: BTreeMap<i64, u64>,
+    want: BTreeMap<String, Option<serde_json::Value>>,
+}
+
+fn payments(rng: &mut Rng, users: u64, n: usize, max: u64) -> Payments {
     let mut totals: BTreeMap<u64, i64> = BTreeMap::new();
     let mut lines = Vec::new();
-    for _ in 0..6000 {
-        let (u, amount) = (rng.below(users), 1 + rng.below(5) as i64);
+    for _ in 0..n {
+        let (u, amount) = (rng.below(users), 1 + rng.below(max) as i64);
         *totals.entry(u).or_default() += amount;
         lines.push(format!(r#"{{"user":"u{u}","amount":{amount}}}"#));
     }
@@ -292,7 +294,7 @@ fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
     for t in totals.values() {
         *per_total.entry(*t).or_default() += 1;
     }
-    let want: BTreeMap<String, Option<serde_json::Value>> = per_total
+    let want = per_total
         .iter()
         .map(|(t, n)| {
             (
@@ -301,6 +303,28 @@ fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
             )
         })
         .collect();
+    Payments {
+        lines,
+        totals,
+        per_total,
+        want,
+    }
+}
+
+#[test]
+fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("payments"), unique("users-per-total"));
+    create_topic(&input, 3);
+    create_topic(&output, 2);
+    let Payments {
+        lines,
+        totals,
+        per_total,
+        want,
+    } = payments(&mut rng, 40, 6000, 5);
     let chunks: Vec<Vec<String>> = lines.chunks(400).map(<[String]>::to_vec).collect();
     let config = graph_config(dir.path(), 2);
     let env = [
@@ -555,26 +579,7 @@ fn a_graph_job_restored_at_another_parallelism_keeps_its_tables_exact() {
     let (input, output) = (unique("payments"), unique("users-per-total"));
     create_topic(&input, 4);
     create_topic(&output, 2);
-    let mut totals: BTreeMap<u64, i64> = BTreeMap::new();
-    let mut lines = Vec::new();
-    for _ in 0..4000 {
-        let (u, amount) = (rng.below(60), 1 + rng.below(9) as i64);
-        *totals.entry(u).or_default() += amount;
-        lines.push(format!(r#"{{"user":"u{u}","amount":{amount}}}"#));
-    }
-    let mut per_total: BTreeMap<i64, u64> = BTreeMap::new();
-    for t in totals.values() {
-        *per_total.entry(*t).or_default() += 1;
-    }
-    let want: BTreeMap<String, Option<serde_json::Value>> = per_total
-        .iter()
-        .map(|(t, n)| {
-            (
-                serde_json::json!({"total": t}).to_string(),
-                Some(serde_json::json!({"total": t, "users": n})),
-            )
-        })
-        .collect();
+    let Payments { lines, want, .. } = payments(&mut rng, 60, 4000, 9);
     let name = unique("rescale");
     let env = [
         ("TOTALS_INPUT", input.as_str()),

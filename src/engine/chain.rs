@@ -5,9 +5,8 @@
 //! sequence are written once.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crossbeam_channel::{SendTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use tokio_util::sync::CancellationToken;
 
 use super::sink::SinkWriter;
@@ -217,28 +216,14 @@ impl Chain {
 
     /// Sends on a bounded channel, blocking (backpressure) but watching
     /// for cancellation.
-    fn send(&self, x: usize, target: usize, mut element: Element<Record>) -> Result<()> {
-        loop {
-            match self.exchanges[x].senders[target]
-                .send_timeout(element, Duration::from_millis(100))
-            {
-                Ok(()) => return Ok(()),
-                Err(SendTimeoutError::Timeout(e)) => {
-                    if self.cancel.is_cancelled() {
-                        return Ok(());
-                    }
-                    element = e;
-                }
-                Err(SendTimeoutError::Disconnected(_)) => {
-                    return Err(WeirError::PeerGone {
-                        task: self.task.clone(),
-                        reason: format!(
-                            "a downstream task (exchange {x}, subtask {target}) stopped reading"
-                        ),
-                    })
-                }
-            }
-        }
+    fn send(&self, x: usize, target: usize, element: Element<Record>) -> Result<()> {
+        crate::runtime::send_bounded(&self.exchanges[x].senders[target], element, &self.cancel)
+            .map_err(|_| WeirError::PeerGone {
+                task: self.task.clone(),
+                reason: format!(
+                    "a downstream task (exchange {x}, subtask {target}) stopped reading"
+                ),
+            })
     }
 
     /// The watermark advanced: each node in order fires its due timers and

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -84,27 +84,6 @@ pub fn run(
     )
 }
 
-/// Every (topic, partition) of `topics`, sorted.
-fn topic_partitions(consumer: &BaseConsumer, topics: &[String]) -> Result<Vec<(String, i32)>> {
-    let mut out = Vec::new();
-    for topic in topics {
-        let md = consumer
-            .fetch_metadata(Some(topic), kafka::REQUEST_TIMEOUT)
-            .map_err(|e| WeirError::kafka(format!("metadata of topic {topic:?}"), e))?;
-        let t = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
-            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-            .ok_or_else(|| WeirError::MissingTopic {
-                topic: topic.clone(),
-            })?;
-        out.extend(t.partitions().iter().map(|p| (topic.clone(), p.id())));
-    }
-    out.sort();
-    Ok(out)
-}
-
 type Channel = (Sender<Element<Record>>, Receiver<Element<Record>>);
 
 fn run_attempt(
@@ -123,7 +102,7 @@ fn run_attempt(
     let mut source_partitions: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
     for (i, n) in graph.nodes.iter().enumerate() {
         if let NodeBody::Source(s) = &n.body {
-            source_partitions.insert(i, topic_partitions(&group, &s.topics)?);
+            source_partitions.insert(i, kafka::topic_partitions(&group, &s.topics)?);
         }
     }
     let all_partitions: Vec<(String, i32)> =

@@ -13,7 +13,7 @@ use rdkafka::Message;
 use tracing::{debug, info, warn};
 
 use super::chain::Chain;
-use crate::checkpoint::{CheckpointStore, PartitionOffset};
+use crate::checkpoint::CheckpointStore;
 use crate::dataflow::graph::{SourceFormat, SourceSpec};
 use crate::dataflow::row::{Row, Schema, Value};
 use crate::dataflow::Record;
@@ -21,7 +21,7 @@ use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::kafka::SourceContext;
 use crate::runtime::output::Output;
-use crate::runtime::source::{bad_record, Position};
+use crate::runtime::source::{bad_record, offsets_at_trigger, Position};
 use crate::runtime::{Ack, DeadLetter, SourceCommand, BATCH, NO_TIMESTAMP};
 use crate::time::watermark::{SourceWatermarks, WatermarkUpdate};
 
@@ -197,26 +197,7 @@ impl GraphSource {
     /// the barrier ends the job.
     fn on_trigger(&mut self, barrier: Barrier) -> Result<bool> {
         fail::fail_point!("source-before-barrier");
-        let max_ts: BTreeMap<(String, i32), Option<i64>> = self
-            .watermarks
-            .as_ref()
-            .map(|w| w.snapshot().into_iter().collect())
-            .unwrap_or_default();
-        let offsets = self
-            .positions
-            .iter()
-            .filter_map(|p| {
-                p.next.map(|offset| PartitionOffset {
-                    topic: p.topic.clone(),
-                    partition: p.partition,
-                    offset,
-                    max_timestamp: max_ts
-                        .get(&(p.topic.clone(), p.partition))
-                        .copied()
-                        .flatten(),
-                })
-            })
-            .collect();
+        let offsets = offsets_at_trigger(&self.positions, self.watermarks.as_ref());
         if !self.dead_letters.drain_before_snapshot()? {
             return Ok(false);
         }

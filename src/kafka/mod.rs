@@ -147,8 +147,14 @@ impl ConsumerContext for SourceContext {}
 
 /// Every (topic, partition) of the source topics, sorted.
 pub fn source_partitions(c: &Config, consumer: &BaseConsumer) -> Result<Vec<(String, i32)>> {
+    topic_partitions(consumer, &c.source.topics)
+}
+
+/// Every (topic, partition) of `topics`, sorted; a topic that does not
+/// exist (or has no partitions) is an error naming it.
+pub fn topic_partitions(consumer: &BaseConsumer, topics: &[String]) -> Result<Vec<(String, i32)>> {
     let mut out = Vec::new();
-    for topic in &c.source.topics {
+    for topic in topics {
         let md = consumer
             .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
             .map_err(|e| WeirError::kafka(format!("metadata of topic {topic:?}"), e))?;

@@ -36,6 +36,32 @@ pub const BATCH: usize = 512;
 /// Batches a data channel holds before its sender blocks.
 pub const CHANNEL_CAPACITY: usize = 8;
 
+/// The task reading a data channel is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiverGone;
+
+/// Sends on a bounded data channel, blocking while it is full
+/// (backpressure) but watching `cancel`. Ok whether sent or cancelled.
+pub fn send_bounded<T>(
+    tx: &crossbeam_channel::Sender<T>,
+    mut item: T,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> std::result::Result<(), ReceiverGone> {
+    use crossbeam_channel::SendTimeoutError;
+    loop {
+        match tx.send_timeout(item, std::time::Duration::from_millis(100)) {
+            Ok(()) => return Ok(()),
+            Err(SendTimeoutError::Timeout(back)) => {
+                if cancel.is_cancelled() {
+                    return Ok(());
+                }
+                item = back;
+            }
+            Err(SendTimeoutError::Disconnected(_)) => return Err(ReceiverGone),
+        }
+    }
+}
+
 /// What travels from sources to keyed subtasks.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +66,32 @@ pub fn bad_record(
             Ok(Some(reason))
         }
     }
+}
+
+/// A source's part of a checkpoint: the next offset of every partition
+/// it has a position for, with event time the highest event time read
+/// from it. Shared by the built-in pipelines' and job graphs' sources.
+pub fn offsets_at_trigger(
+    positions: &[Position],
+    watermarks: Option<&SourceWatermarks>,
+) -> Vec<PartitionOffset> {
+    let max_ts: std::collections::BTreeMap<(String, i32), Option<i64>> = watermarks
+        .map(|w| w.snapshot().into_iter().collect())
+        .unwrap_or_default();
+    positions
+        .iter()
+        .filter_map(|p| {
+            p.next.map(|offset| PartitionOffset {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                offset,
+                max_timestamp: max_ts
+                    .get(&(p.topic.clone(), p.partition))
+                    .copied()
+                    .flatten(),
+            })
+        })
+        .collect()
 }
 
 /// How often idleness and watermarks are looked at without records.
@@ -298,26 +324,10 @@ impl SourceTask {
         // Failure injection for alignment tests (`--features failpoints`):
         // a source that is slow to forward its barrier.
         fail::fail_point!("source-before-barrier");
-        let max_ts: std::collections::BTreeMap<(String, i32), Option<i64>> = self
-            .event_time
-            .as_ref()
-            .map(|et| et.watermarks.snapshot().into_iter().collect())
-            .unwrap_or_default();
-        let offsets = self
-            .positions
-            .iter()
-            .filter_map(|p| {
-                p.next.map(|offset| PartitionOffset {
-                    topic: p.topic.clone(),
-                    partition: p.partition,
-                    offset,
-                    max_timestamp: max_ts
-                        .get(&(p.topic.clone(), p.partition))
-                        .copied()
-                        .flatten(),
-                })
-            })
-            .collect();
+        let offsets = offsets_at_trigger(
+            &self.positions,
+            self.event_time.as_ref().map(|et| &et.watermarks),
+        );
         for i in 0..self.outputs.len() {
             self.send(i, Element::Barrier(barrier))?;
         }
@@ -353,23 +363,12 @@ impl SourceTask {
 
     /// Sends on a bounded channel, blocking (backpressure) but watching
     /// for cancellation.
-    fn send(&self, target: usize, mut element: Element<Item>) -> Result<()> {
-        loop {
-            match self.outputs[target].send_timeout(element, Duration::from_millis(100)) {
-                Ok(()) => return Ok(()),
-                Err(SendTimeoutError::Timeout(e)) => {
-                    if self.cancel.is_cancelled() {
-                        return Ok(());
-                    }
-                    element = e;
-                }
-                Err(SendTimeoutError::Disconnected(_)) => {
-                    return Err(WeirError::PeerGone {
-                        task: format!("source {}", self.subtask),
-                        reason: format!("keyed subtask {target} stopped reading"),
-                    })
-                }
+    fn send(&self, target: usize, element: Element<Item>) -> Result<()> {
+        super::send_bounded(&self.outputs[target], element, &self.cancel).map_err(|_| {
+            WeirError::PeerGone {
+                task: format!("source {}", self.subtask),
+                reason: format!("keyed subtask {target} stopped reading"),
             }
-        }
+        })
     }
 }
