@@ -15,7 +15,7 @@ use crate::error::Result;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub row: Row,
-    /// Event time (ms); [`crate::runtime::NO_TIMESTAMP`] without event time.
+    /// Event time (ms); [`crate::time::NO_TIMESTAMP`] without event time.
     pub timestamp: i64,
     /// The key group of `key` (0 on a forward edge).
     pub key_group: u32,

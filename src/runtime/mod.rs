@@ -86,7 +86,7 @@ pub struct Update {
 }
 
 /// The timestamp of updates of a job without event time.
-pub const NO_TIMESTAMP: i64 = i64::MIN;
+pub use crate::time::NO_TIMESTAMP;
 
 /// The original record and where it came from.
 #[derive(Debug, Clone, PartialEq)]

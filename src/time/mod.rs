@@ -17,3 +17,6 @@ pub mod watermark;
 pub use timestamp::{normalize_pointer, TimestampExtractor, TimestampFormat};
 pub use valve::{ValveOutput, WatermarkValve};
 pub use watermark::{SourceWatermarks, WatermarkUpdate, MIN_WATERMARK};
+
+/// The event time of records of a job without event time.
+pub const NO_TIMESTAMP: i64 = i64::MIN;

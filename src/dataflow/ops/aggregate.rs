@@ -373,7 +373,7 @@ impl Operator for WindowAggregate {
                 ),
             ));
         }
-        if r.timestamp == crate::runtime::NO_TIMESTAMP {
+        if r.timestamp == crate::time::NO_TIMESTAMP {
             return Err(failure(
                 ctx,
                 "a window aggregate needs event time: give the source an event-time column".into(),
