@@ -80,6 +80,11 @@ pub enum WeirError {
     #[error("source topic {topic:?} does not exist or has no partitions")]
     MissingTopic { topic: String },
 
+    /// A job graph's sink writes to a topic that is not there: refused at
+    /// start rather than failing (and restarting) at the first record.
+    #[error("sink {sink:?} writes to topic {topic:?}, which does not exist or has no partitions; create it first")]
+    MissingSinkTopic { sink: String, topic: String },
+
     #[error("recovery refused: {0}")]
     Recovery(String),
 
@@ -216,6 +221,7 @@ impl WeirError {
                 | Self::OutputTooLarge { .. }
                 | Self::CorruptState { .. }
                 | Self::MissingTopic { .. }
+                | Self::MissingSinkTopic { .. }
                 | Self::Recovery(_)
                 | Self::Fenced { .. }
                 | Self::GroupFenced { .. }

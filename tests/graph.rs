@@ -624,3 +624,32 @@ fn a_graph_job_restored_at_another_parallelism_keeps_its_tables_exact() {
         "users per total after 2 -> 3 -> 1 (seed {seed})"
     );
 }
+
+#[test]
+fn a_graph_job_whose_sink_topic_is_missing_is_refused_at_start_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = unique("payments");
+    create_topic(&input, 1);
+    let missing = unique("no-such-topic");
+    let config = graph_config(dir.path(), 1);
+    let env = [
+        ("TOTALS_INPUT", input.as_str()),
+        ("TOTALS_OUTPUT", missing.as_str()),
+    ];
+    let mut weir = WeirProcess::start(&example("running_totals"), &config, &env);
+    let status = weir.wait(Duration::from_secs(60)).expect("exits by itself");
+    let log = weir.log_text();
+    assert!(!status.success(), "{}", log_tail(&log));
+    assert!(
+        log.contains(&format!(
+            "sink \"out\" writes to topic \"{missing}\", which does not exist"
+        )),
+        "{}",
+        log_tail(&log)
+    );
+    assert!(
+        !log.contains("restarting"),
+        "refused, not retried: {}",
+        log_tail(&log)
+    );
+}

@@ -107,6 +107,21 @@ fn run_attempt(
     }
     let all_partitions: Vec<(String, i32)> =
         source_partitions.values().flatten().cloned().collect();
+    for n in &graph.nodes {
+        if let NodeBody::Sink(spec) = &n.body {
+            match kafka::topic_partitions(&group, std::slice::from_ref(&spec.topic)) {
+                Err(WeirError::MissingTopic { topic }) => {
+                    return Err(WeirError::MissingSinkTopic {
+                        sink: n.uid.clone(),
+                        topic,
+                    })
+                }
+                other => {
+                    other?;
+                }
+            }
+        }
+    }
     let cancel = CancellationToken::new();
     // Fence older instances first: their open transaction is aborted and
     // they can no longer commit, so the offsets read next are final.
