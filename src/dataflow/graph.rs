@@ -165,6 +165,15 @@ impl Graph {
         matches!(inputs[..], [e] if e.exchange == Exchange::Forward)
     }
 
+    /// Whether a consumer of `node` uses update-before rows: false when
+    /// every output goes straight to an upsert sink, which replaces a key's
+    /// row by the next update-after and drops update-befores.
+    pub fn update_before_needed(&self, node: NodeId) -> bool {
+        !self.outputs(node).all(
+            |e| matches!(&self.nodes[e.to].body, NodeBody::Sink(s) if s.mode == SinkMode::Upsert),
+        )
+    }
+
     /// Every problem with the graph, each naming the node.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();

@@ -65,6 +65,8 @@ pub struct Context {
     value: Vec<u8>,
     /// Records dropped for arriving after their window closed.
     late: u64,
+    /// Whether a consumer of this node's output needs update-before rows.
+    update_before: bool,
 }
 
 impl Context {
@@ -79,7 +81,21 @@ impl Context {
             scratch: Vec::with_capacity(64),
             value: Vec::with_capacity(64),
             late: 0,
+            update_before: true,
         }
+    }
+
+    /// Set by the runtime when every consumer of the node replaces a key's
+    /// row by the next one (upsert sinks), which makes update-before rows
+    /// dead weight ([`crate::dataflow::Graph::update_before_needed`]).
+    pub(crate) fn set_update_before(&mut self, needed: bool) {
+        self.update_before = needed;
+    }
+
+    /// Whether to emit update-before rows ahead of update-afters: true
+    /// unless every consumer of this node's output ignores them.
+    pub fn update_before_needed(&self) -> bool {
+        self.update_before
     }
 
     pub(crate) fn set_key(&mut self, key_group: u32, key: &[u8]) {
@@ -162,13 +178,9 @@ impl Context {
     fn get_at<T: StateCodec>(&mut self, table: Table, map_key: Option<&[u8]>) -> Result<Option<T>> {
         self.full_key(table, map_key);
         let key = std::mem::take(&mut self.scratch);
-        let result = (|| {
-            let store = self.store()?;
-            match store.read(&key)? {
-                None => Ok(None),
-                Some(bytes) => store.decode::<T>(&key, &bytes).map(Some),
-            }
-        })();
+        let result = self
+            .store()
+            .and_then(|store| store.read_with(&key, |store, bytes| store.decode::<T>(&key, bytes)));
         self.scratch = key;
         result
     }
@@ -181,12 +193,17 @@ impl Context {
     ) -> Result<()> {
         self.full_key(table, map_key);
         let key = std::mem::take(&mut self.scratch);
-        let bytes = value.map(|v| {
-            self.value.clear();
-            v.encode(&mut self.value);
-            self.value.clone()
-        });
-        let result = self.store().and_then(|s| s.write(&key, bytes));
+        let mut encoded = std::mem::take(&mut self.value);
+        encoded.clear();
+        if let Some(v) = value {
+            v.encode(&mut encoded);
+        }
+        let bytes = value.map(|_| encoded.as_slice());
+        let result = match self.store.as_mut() {
+            Some(s) => s.write_slice(&key, bytes),
+            None => self.store().map(|_| ()),
+        };
+        self.value = encoded;
         self.scratch = key;
         result
     }

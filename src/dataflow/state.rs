@@ -153,43 +153,80 @@ impl KeyedStore {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn read(&mut self, full_key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.read_with(full_key, |_, bytes| Ok(bytes.to_vec()))
+    }
+
+    /// Calls `f` with the value at `full_key` where it lies (the cache, or
+    /// RocksDB's pinned slice, which is then cached): a hit copies nothing.
+    pub(crate) fn read_with<R>(
+        &mut self,
+        full_key: &[u8],
+        f: impl FnOnce(&Self, &[u8]) -> Result<R>,
+    ) -> Result<Option<R>> {
         if let Some(c) = self.cache.get(full_key) {
-            return Ok(c.value.clone());
+            return match &c.value {
+                None => Ok(None),
+                Some(v) => f(self, v).map(Some),
+            };
         }
         let db = self.backend.db();
         let stored = db
             .get_pinned_cf(self.backend.cf(VALUES), full_key)
             .map_err(|e| crate::state::read_error(self.backend.path(), full_key, e))?
             .map(|v| v.to_vec());
+        let result = match &stored {
+            None => None,
+            Some(v) => Some(f(self, v)?),
+        };
         if self.cache.len() < self.cache_limit {
             self.cache.insert(
                 full_key.to_vec(),
                 Cached {
-                    value: stored.clone(),
+                    value: stored,
                     dirty: false,
                 },
             );
         }
-        Ok(stored)
+        Ok(result)
     }
 
     pub(crate) fn decode<T: StateCodec>(&self, full_key: &[u8], bytes: &[u8]) -> Result<T> {
         T::decode(bytes).map_err(|e| self.corrupt(full_key, format!("not a {}: {e}", T::NAME)))
     }
 
+    #[cfg(test)]
     pub(crate) fn write(&mut self, full_key: &[u8], value: Option<Vec<u8>>) -> Result<()> {
+        self.write_slice(full_key, value.as_deref())
+    }
+
+    /// Sets (Some) or deletes (None) the value at `full_key` in the cache;
+    /// an entry already cached keeps its buffer, so an update of a cached
+    /// key allocates nothing.
+    pub(crate) fn write_slice(&mut self, full_key: &[u8], value: Option<&[u8]>) -> Result<()> {
         match self.cache.get_mut(full_key) {
             Some(c) => {
-                c.value = value;
+                match (&mut c.value, value) {
+                    (Some(buf), Some(v)) => {
+                        buf.clear();
+                        buf.extend_from_slice(v);
+                    }
+                    (slot, v) => *slot = v.map(<[u8]>::to_vec),
+                }
                 if !c.dirty {
                     c.dirty = true;
                     self.dirty += 1;
                 }
             }
             None => {
-                self.cache
-                    .insert(full_key.to_vec(), Cached { value, dirty: true });
+                self.cache.insert(
+                    full_key.to_vec(),
+                    Cached {
+                        value: value.map(<[u8]>::to_vec),
+                        dirty: true,
+                    },
+                );
                 self.dirty += 1;
             }
         }

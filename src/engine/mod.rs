@@ -267,9 +267,11 @@ fn run_attempt(
                         } else {
                             None
                         };
+                        let mut ctx = Box::new(Context::new(&node.uid, k, state));
+                        ctx.set_update_before(graph.update_before_needed(n));
                         SlotBody::Operator {
                             op: (spec.factory)(),
-                            ctx: Box::new(Context::new(&node.uid, k, state)),
+                            ctx,
                             keyed: spec.keyed,
                         }
                     }

@@ -318,13 +318,21 @@ impl Operator for GroupAggregate {
             }
             Some(old) => {
                 ctx.put(Self::ACC, &acc)?;
-                let (before, after) = (
-                    self.output(ctx, &old, RowKind::UpdateBefore)?,
-                    self.output(ctx, &acc, RowKind::UpdateAfter)?,
-                );
-                if before.values != after.values {
-                    out.emit(before, r.timestamp);
-                    out.emit(after, r.timestamp);
+                let (mut was, mut now) = (Vec::new(), Vec::new());
+                old.results(&self.aggs, &mut was);
+                acc.results(&self.aggs, &mut now);
+                if was != now {
+                    let key = ctx.key_values()?;
+                    // Consumers that replace a key's row (upsert sinks)
+                    // have no use for the old one.
+                    if ctx.update_before_needed() {
+                        let mut before = key.clone();
+                        before.extend(was);
+                        out.emit(Row::new(RowKind::UpdateBefore, before), r.timestamp);
+                    }
+                    let mut after = key;
+                    after.extend(now);
+                    out.emit(Row::new(RowKind::UpdateAfter, after), r.timestamp);
                 }
             }
         }
@@ -468,6 +476,27 @@ mod tests {
             .record(0, row(RowKind::Delete, "b", 1), 5)
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn without_a_consumer_of_update_befores_only_the_new_row_goes_out() {
+        let mut h = Harness::keyed(
+            GroupAggregate {
+                aggs: vec![Agg::count("n")],
+            },
+            GroupAggregate::tables(),
+            vec![0],
+        );
+        h.ctx.set_update_before(false);
+        h.record(0, row(RowKind::Insert, "a", 1), 1).unwrap();
+        let got = h.record(0, row(RowKind::Insert, "a", 1), 2).unwrap();
+        assert_eq!(
+            got,
+            vec![(
+                Row::new(RowKind::UpdateAfter, vec!["a".into(), 2.into()]),
+                2
+            )]
+        );
     }
 
     #[test]
