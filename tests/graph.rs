@@ -653,3 +653,63 @@ fn a_graph_job_whose_sink_topic_is_missing_is_refused_at_start_naming_it() {
         log_tail(&log)
     );
 }
+
+#[test]
+fn a_checkpoint_of_a_built_in_pipeline_is_refused_by_a_graph_job_naming_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let (words, counts) = (unique("words"), unique("counts"));
+    create_topic(&words, 2);
+    create_topic(&counts, 2);
+    produce(
+        &words,
+        2,
+        &["the quick brown fox", "jumps over the lazy dog"],
+    );
+    // A built-in word count checkpoints into the folder the graph job uses.
+    let name = unique("same-job");
+    let spec = weir_testkit::JobSpec {
+        name: name.clone(),
+        delivery: "exactly-once".into(),
+        checkpoint_dir: dir.path().join("graph").join("checkpoints"),
+        ..weir_testkit::JobSpec::word_count(&dir.path().join("builtin"), &words, &counts)
+    };
+    let mut builtin = WeirProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_weir")),
+        &spec.write(),
+        &[],
+    );
+    assert!(
+        builtin.wait_for_log("checkpoint completed", 2, Duration::from_secs(60)),
+        "{}",
+        log_tail(&builtin.log_text())
+    );
+    assert!(builtin.stop(Duration::from_secs(30)).success());
+    // The graph job of the same name finds that checkpoint: refused, not
+    // restored into the wrong operators and not started empty.
+    let config = graph_config_named(&dir.path().join("graph"), &name, 2);
+    let env = [
+        ("TOTALS_INPUT", words.as_str()),
+        ("TOTALS_OUTPUT", counts.as_str()),
+    ];
+    let mut graph = WeirProcess::start(&example("running_totals"), &config, &env);
+    let status = graph
+        .wait(Duration::from_secs(60))
+        .expect("exits by itself");
+    let log = graph.log_text();
+    assert!(!status.success(), "{}", log_tail(&log));
+    assert!(
+        log.contains("recovery refused") && log.contains("does not match"),
+        "{}",
+        log_tail(&log)
+    );
+    assert!(
+        log.contains("\"word-count\"") && log.contains("\"users-per-total\""),
+        "the uids on both sides: {}",
+        log_tail(&log)
+    );
+    assert!(
+        !log.contains("job running"),
+        "nothing ran: {}",
+        log_tail(&log)
+    );
+}
