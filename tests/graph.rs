@@ -118,6 +118,21 @@ struct Job<'a> {
     env: &'a [(&'a str, &'a str)],
 }
 
+/// Reads an upsert topic read_committed until its table equals `want`
+/// and nothing new arrives for 2 s (at most 90 s); returns every record.
+fn read_final_table(
+    topic: &str,
+    want: &BTreeMap<String, Option<serde_json::Value>>,
+) -> Vec<OutRecord> {
+    read_topic(
+        topic,
+        Isolation::Committed,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+        |r| &table(r) == want,
+    )
+}
+
 /// Feeds `chunks` to `input` with pauses while SIGKILLing and restarting
 /// the job `kills` times at random moments; returns the running process.
 fn feed_with_kills(
@@ -235,13 +250,7 @@ fn two_stage_window_counts_then_keys_per_count_are_exact_under_sigkills() {
             )
         })
         .collect();
-    let records = read_topic(
-        &output,
-        Isolation::Committed,
-        Duration::from_secs(90),
-        Duration::from_secs(2),
-        |r| table(r) == want,
-    );
+    let records = read_final_table(&output, &want);
     let log = weir.log_text();
     weir.stop(Duration::from_secs(30));
     let got = table(&records);
@@ -342,13 +351,7 @@ fn a_stage_over_an_updating_result_retracts_and_ends_exact_under_sigkills() {
         5,
         &mut rng,
     );
-    let records = read_topic(
-        &output,
-        Isolation::Committed,
-        Duration::from_secs(90),
-        Duration::from_secs(2),
-        |r| table(r) == want,
-    );
+    let records = read_final_table(&output, &want);
     let log = weir.log_text();
     weir.stop(Duration::from_secs(30));
     assert_eq!(
@@ -539,13 +542,7 @@ fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills(
         .map(|o| o["uid"].as_str().unwrap())
         .collect();
     assert_eq!(uids, vec!["clicks", "views", "per-user", "out"], "{body}");
-    let records = read_topic(
-        &counts,
-        Isolation::Committed,
-        Duration::from_secs(90),
-        Duration::from_secs(2),
-        |r| table(r) == want,
-    );
+    let records = read_final_table(&counts, &want);
     let log = weir.log_text();
     weir.stop(Duration::from_secs(30));
     assert_eq!(

@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use rdkafka::consumer::Consumer;
@@ -34,7 +33,7 @@ use self::source::GraphSource;
 use self::task::{Input, StageTask};
 use crate::checkpoint::store::create_private_dir;
 use crate::checkpoint::{CheckpointStore, StateHandle};
-use crate::config::{BadRecordPolicy, Config, StartPosition, DEFAULT_TRANSACTION_TIMEOUT_MS};
+use crate::config::{BadRecordPolicy, Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody};
 use crate::dataflow::state::KeyedStore;
 use crate::dataflow::{Context, Record};
@@ -414,13 +413,7 @@ fn run_attempt(
     drop(channels);
     drop(ack_tx);
 
-    let group_metadata = group.group_metadata();
-    if producer.is_transactional() && group_metadata.is_none() {
-        return Err(WeirError::Task {
-            task: "coordinator".into(),
-            reason: "consumer group metadata unavailable for the transaction".into(),
-        });
-    }
+    let commit = KafkaCommitPoint::for_group(producer.clone(), &group)?;
     let coordinator = Coordinator {
         config: config.clone(),
         store,
@@ -428,19 +421,8 @@ fn run_attempt(
         sources: commands,
         task_acks,
         acks: ack_rx,
-        commit: Box::new(KafkaCommitPoint {
-            producer: producer.clone(),
-            group: group_metadata,
-        }),
-        budget: TransactionBudget {
-            transaction_timeout: Duration::from_millis(
-                config
-                    .transaction_timeout_ms()
-                    .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
-            ),
-            interval: config.checkpoint.interval,
-            checkpoint_timeout: config.checkpoint.timeout,
-        },
+        commit: Box::new(commit),
+        budget: TransactionBudget::from_config(config),
         group,
         gate,
         next_id: restored.next_id,

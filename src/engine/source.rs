@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::Message;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::chain::Chain;
 use crate::checkpoint::CheckpointStore;
@@ -18,17 +18,14 @@ use crate::dataflow::graph::{SourceFormat, SourceSpec};
 use crate::dataflow::row::{Row, Schema, Value};
 use crate::dataflow::Record;
 use crate::element::{Barrier, Element};
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 use crate::kafka::SourceContext;
 use crate::runtime::output::Output;
-use crate::runtime::source::{bad_record, offsets_at_trigger, Position};
+use crate::runtime::source::{
+    bad_record, consumer_error, offsets_at_trigger, Position, MAX_BATCH_DELAY, WATERMARK_INTERVAL,
+};
 use crate::runtime::{Ack, DeadLetter, SourceCommand, BATCH, NO_TIMESTAMP};
 use crate::time::watermark::{SourceWatermarks, WatermarkUpdate};
-
-/// How often idleness and watermarks are looked at.
-const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
-/// Partial batches go downstream at least this often.
-const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
 
 pub struct GraphSource {
     pub uid: String,
@@ -85,14 +82,11 @@ impl GraphSource {
                     continue;
                 }
                 Some(Err(e)) => {
-                    use rdkafka::consumer::Consumer;
-                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
-                        return Err(WeirError::Task {
-                            task: format!("source {} subtask {}", self.uid, self.subtask),
-                            reason: format!("consumer fatal error {code:?}: {reason}"),
-                        });
-                    }
-                    warn!(uid = %self.uid, subtask = self.subtask, error = %e, "consumer error");
+                    consumer_error(
+                        &self.consumer,
+                        || format!("source {} subtask {}", self.uid, self.subtask),
+                        &e,
+                    )?;
                     continue;
                 }
                 Some(Ok(m)) => m,

@@ -49,6 +49,29 @@ pub struct KafkaCommitPoint {
     pub group: Option<ConsumerGroupMetadata>,
 }
 
+impl KafkaCommitPoint {
+    /// The commit point of an attempt, with the group's metadata a
+    /// transaction sends its offsets with (KIP-447 fencing); refused when a
+    /// transactional producer has none to send.
+    pub fn for_group(
+        producer: std::sync::Arc<crate::kafka::producer::SinkProducer>,
+        group: &rdkafka::consumer::BaseConsumer,
+    ) -> crate::error::Result<Self> {
+        use rdkafka::consumer::Consumer;
+        let metadata = group.group_metadata();
+        if producer.is_transactional() && metadata.is_none() {
+            return Err(crate::error::WeirError::Task {
+                task: "coordinator".into(),
+                reason: "consumer group metadata unavailable for the transaction".into(),
+            });
+        }
+        Ok(Self {
+            producer,
+            group: metadata,
+        })
+    }
+}
+
 impl CommitPoint for KafkaCommitPoint {
     fn is_transactional(&self) -> bool {
         self.producer.is_transactional()
@@ -98,6 +121,20 @@ pub struct TransactionBudget {
 }
 
 impl TransactionBudget {
+    /// The budget a job's configuration sets: `transaction.timeout.ms`
+    /// (or librdkafka's default), the interval and the checkpoint timeout.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            transaction_timeout: Duration::from_millis(
+                config
+                    .transaction_timeout_ms()
+                    .unwrap_or(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS),
+            ),
+            interval: config.checkpoint.interval,
+            checkpoint_timeout: config.checkpoint.timeout,
+        }
+    }
+
     /// Time kept for the commit call itself.
     pub fn margin(&self) -> Duration {
         (self.transaction_timeout / 10).min(Duration::from_secs(5))

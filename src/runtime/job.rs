@@ -31,7 +31,7 @@ use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
 use crate::checkpoint::store::{self, create_private_dir};
 use crate::checkpoint::StateHandle;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
-use crate::config::{Config, Delivery, DEFAULT_TRANSACTION_TIMEOUT_MS, SOURCE_UID};
+use crate::config::{Config, Delivery, SOURCE_UID};
 use crate::config::{LatePolicy, WindowConfig, WindowKind};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, producer::SinkProducer};
@@ -491,13 +491,7 @@ fn run_attempt(
     }
     drop(ack_tx);
 
-    let group_metadata = group.group_metadata();
-    if producer.is_transactional() && group_metadata.is_none() {
-        return Err(WeirError::Task {
-            task: "coordinator".into(),
-            reason: "consumer group metadata unavailable for the transaction".into(),
-        });
-    }
+    let commit = KafkaCommitPoint::for_group(producer.clone(), &group)?;
     let coordinator = Coordinator {
         config: config.clone(),
         store,
@@ -505,19 +499,8 @@ fn run_attempt(
         sources: commands,
         task_acks: p as usize,
         acks: ack_rx,
-        commit: Box::new(KafkaCommitPoint {
-            producer: producer.clone(),
-            group: group_metadata,
-        }),
-        budget: TransactionBudget {
-            transaction_timeout: Duration::from_millis(
-                config
-                    .transaction_timeout_ms()
-                    .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
-            ),
-            interval: config.checkpoint.interval,
-            checkpoint_timeout: config.checkpoint.timeout,
-        },
+        commit: Box::new(commit),
+        budget: TransactionBudget::from_config(config),
         group,
         gate,
         next_id: restored.next_id,

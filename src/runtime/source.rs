@@ -94,8 +94,28 @@ pub fn offsets_at_trigger(
         .collect()
 }
 
+/// A consumer's poll error: librdkafka reports transient broker trouble
+/// there and retries by itself, so it is logged and reading goes on; only
+/// a fatal error stops the source task (`task` names it).
+pub fn consumer_error(
+    consumer: &BaseConsumer<SourceContext>,
+    task: impl FnOnce() -> String,
+    e: &rdkafka::error::KafkaError,
+) -> Result<()> {
+    use rdkafka::consumer::Consumer;
+    let task = task();
+    if let Some((code, reason)) = consumer.client().fatal_error() {
+        return Err(WeirError::Task {
+            task,
+            reason: format!("consumer fatal error {code:?}: {reason}"),
+        });
+    }
+    warn!(task = %task, error = %e, "consumer error");
+    Ok(())
+}
+
 /// How often idleness and watermarks are looked at without records.
-const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A partition this subtask owns and the next offset to read, once known.
 #[derive(Debug, Clone)]
@@ -121,7 +141,7 @@ pub struct SourceTask {
 }
 
 /// Partial batches are sent at least this often when input trickles in.
-const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
+pub(crate) const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
 
 impl SourceTask {
     pub fn run(mut self) -> Result<()> {
@@ -161,15 +181,7 @@ impl SourceTask {
                     continue;
                 }
                 Some(Err(e)) => {
-                    // librdkafka reports transient broker trouble here and
-                    // retries by itself; only fatal errors stop the task.
-                    if let Some((code, reason)) = self.consumer_fatal() {
-                        return Err(WeirError::Task {
-                            task: format!("source {}", self.subtask),
-                            reason: format!("consumer fatal error {code:?}: {reason}"),
-                        });
-                    }
-                    warn!(subtask = self.subtask, error = %e, "consumer error");
+                    consumer_error(&self.consumer, || format!("source {}", self.subtask), &e)?;
                     continue;
                 }
                 Some(Ok(m)) => m,
@@ -311,11 +323,6 @@ impl SourceTask {
             }
         }
         Ok(())
-    }
-
-    fn consumer_fatal(&self) -> Option<(rdkafka::types::RDKafkaErrorCode, String)> {
-        use rdkafka::consumer::Consumer;
-        self.consumer.client().fatal_error()
     }
 
     /// Records the offsets, broadcasts the barrier, acks. Returns false when
