@@ -284,6 +284,12 @@ impl KeyedStore {
         Ok(())
     }
 
+    /// Group mode: snapshots are SST files only, each uploaded once (see
+    /// `StateBackend::flush_on_snapshot`).
+    pub fn set_flush_on_snapshot(&mut self, flush: bool) {
+        self.backend.flush_on_snapshot = flush;
+    }
+
     pub(crate) fn timers(&mut self) -> &mut TimerService {
         &mut self.timers
     }
@@ -292,6 +298,12 @@ impl KeyedStore {
     /// the timers hold but RocksDB does not yet (nothing is written into
     /// RocksDB at the barrier).
     pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
+        if self.backend.flush_on_snapshot {
+            // Everything into RocksDB and then into SST files: the changes
+            // file stays empty (see `StateBackend::flush_on_snapshot`).
+            self.write_back()?;
+            self.timers.write_back(&self.backend)?;
+        }
         let mut snapshot = self.backend.snapshot(target)?;
         let mut out = ChangesWriter::new();
         for (k, c) in self.cache.iter().filter(|(_, c)| c.dirty) {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 use tokio_util::sync::CancellationToken;
 
+use super::group::exchange::RepartitionOut;
 use super::sink::SinkWriter;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::dataflow::codec::encode_key;
@@ -45,22 +46,40 @@ pub struct Slot {
 }
 
 /// One outgoing edge of a task: a channel per downstream subtask (hash),
-/// or the one to its peer subtask (forward).
+/// or the one to its peer subtask (forward) in single mode; a repartition
+/// topic in group mode.
 pub struct ExchangeOut {
-    pub senders: Vec<Sender<Element<Record>>>,
+    pub route: Route,
     /// Key columns of a hash edge.
     pub key: Option<Vec<usize>>,
     pub buffers: Vec<Vec<Record>>,
 }
 
+pub enum Route {
+    Channels(Vec<Sender<Element<Record>>>),
+    Repartition(Box<RepartitionOut>),
+}
+
 impl ExchangeOut {
     pub fn new(senders: Vec<Sender<Element<Record>>>, key: Option<Vec<usize>>) -> Self {
-        let buffers = senders.iter().map(|_| Vec::with_capacity(BATCH)).collect();
+        Self::with_route(senders.len(), Route::Channels(senders), key)
+    }
+
+    pub fn repartition(out: RepartitionOut, key: Vec<usize>) -> Self {
+        Self::with_route(out.tasks, Route::Repartition(Box::new(out)), Some(key))
+    }
+
+    fn with_route(targets: usize, route: Route, key: Option<Vec<usize>>) -> Self {
+        let buffers = (0..targets).map(|_| Vec::with_capacity(BATCH)).collect();
         Self {
-            senders,
+            route,
             key,
             buffers,
         }
+    }
+
+    fn targets(&self) -> usize {
+        self.buffers.len()
     }
 }
 
@@ -160,7 +179,7 @@ impl Chain {
     }
 
     fn exchange(&mut self, x: usize, records: Vec<Record>) -> Result<()> {
-        let parallelism = self.exchanges[x].senders.len() as u32;
+        let parallelism = self.exchanges[x].targets() as u32;
         for mut r in records {
             let target = match &self.exchanges[x].key {
                 None => 0,
@@ -207,7 +226,7 @@ impl Chain {
     pub fn broadcast(&mut self, element: Element<Record>) -> Result<()> {
         self.flush()?;
         for x in 0..self.exchanges.len() {
-            for t in 0..self.exchanges[x].senders.len() {
+            for t in 0..self.exchanges[x].targets() {
                 self.send(x, t, element.clone())?;
             }
         }
@@ -215,15 +234,52 @@ impl Chain {
     }
 
     /// Sends on a bounded channel, blocking (backpressure) but watching
-    /// for cancellation.
-    fn send(&self, x: usize, target: usize, element: Element<Record>) -> Result<()> {
-        crate::runtime::send_bounded(&self.exchanges[x].senders[target], element, &self.cancel)
-            .map_err(|_| WeirError::PeerGone {
-                task: self.task.clone(),
-                reason: format!(
-                    "a downstream task (exchange {x}, subtask {target}) stopped reading"
-                ),
-            })
+    /// for cancellation; or writes to the repartition topic.
+    fn send(&mut self, x: usize, target: usize, element: Element<Record>) -> Result<()> {
+        match &mut self.exchanges[x].route {
+            Route::Channels(senders) => {
+                crate::runtime::send_bounded(&senders[target], element, &self.cancel).map_err(
+                    |_| WeirError::PeerGone {
+                        task: self.task.clone(),
+                        reason: format!(
+                            "a downstream task (exchange {x}, subtask {target}) stopped reading"
+                        ),
+                    },
+                )
+            }
+            Route::Repartition(out) => out.send(target, element),
+        }
+    }
+
+    /// Group mode: `writer`'s watermark to every partition of every
+    /// repartition topic this chain writes.
+    pub fn send_mark(&mut self, writer: &str, watermark: i64, idle: bool) -> Result<()> {
+        self.flush()?;
+        for ex in &mut self.exchanges {
+            if let Route::Repartition(out) = &mut ex.route {
+                out.mark(writer, watermark, idle)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Group mode, at the end of an epoch: operators emit what belongs to
+    /// it (`before_snapshot`), and everything gathered is sent.
+    pub fn end_epoch(&mut self) -> Result<()> {
+        self.before_snapshot()?;
+        self.flush()
+    }
+
+    /// Each operator, in order, emits what belongs to the ending epoch.
+    fn before_snapshot(&mut self) -> Result<()> {
+        for slot in 0..self.slots.len() {
+            let mut out = Collector::new();
+            if let SlotBody::Operator { op, ctx, .. } = &mut self.slots[slot].body {
+                op.before_snapshot(ctx, &mut out)?;
+            }
+            self.route(slot, out.take())?;
+        }
+        Ok(())
     }
 
     /// The watermark advanced: each node in order fires its due timers and
@@ -292,13 +348,7 @@ impl Chain {
         if !self.drain_sinks()? {
             return Ok(None);
         }
-        for slot in 0..self.slots.len() {
-            let mut out = Collector::new();
-            if let SlotBody::Operator { op, ctx, .. } = &mut self.slots[slot].body {
-                op.before_snapshot(ctx, &mut out)?;
-            }
-            self.route(slot, out.take())?;
-        }
+        self.before_snapshot()?;
         self.broadcast(Element::Barrier(b))?;
         let id = b.checkpoint_id;
         let mut handles = Vec::new();

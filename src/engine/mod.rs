@@ -12,6 +12,7 @@
 //! - [`sink`]: the Kafka sink operator.
 
 pub mod chain;
+pub mod group;
 pub mod sink;
 pub mod source;
 pub mod task;
@@ -65,12 +66,7 @@ pub fn run(
         });
     }
     if config.is_group() {
-        return Err(WeirError::Graph {
-            job: graph.name.clone(),
-            problems: vec![
-                "scale.mode = \"group\" does not run job graphs yet; run it in single mode".into(),
-            ],
-        });
+        return group::run(graph, config, shared);
     }
     info!(job = %graph.name, graph = %graph.describe(), "job graph");
     run_attempts(
@@ -106,21 +102,7 @@ fn run_attempt(
     }
     let all_partitions: Vec<(String, i32)> =
         source_partitions.values().flatten().cloned().collect();
-    for n in &graph.nodes {
-        if let NodeBody::Sink(spec) = &n.body {
-            match kafka::topic_partitions(&group, std::slice::from_ref(&spec.topic)) {
-                Err(WeirError::MissingTopic { topic }) => {
-                    return Err(WeirError::MissingSinkTopic {
-                        sink: n.uid.clone(),
-                        topic,
-                    })
-                }
-                other => {
-                    other?;
-                }
-            }
-        }
-    }
+    check_sink_topics(graph, &group)?;
     let cancel = CancellationToken::new();
     // Fence older instances first: their open transaction is aborted and
     // they can no longer commit, so the offsets read next are final.
@@ -227,73 +209,50 @@ fn run_attempt(
                         }
                     }
                 }
-                let body = match &node.body {
-                    // A source's rows enter its chain at slot 0 and pass
-                    // on unchanged: its reading is the task's (GraphSource).
-                    NodeBody::Source(_) => SlotBody::Operator {
-                        op: Box::new(crate::dataflow::ops::stateless::Union),
-                        ctx: Box::new(Context::new(&node.uid, k, None)),
-                        keyed: false,
-                    },
-                    NodeBody::Operator(spec) => {
-                        let state = if spec.keyed {
-                            let path = config.job_state_dir().join(&node.uid).join(k.to_string());
-                            let cache = config.state.cache_entries;
-                            Some(match &folder {
-                                Some(folder) => {
-                                    let mine: Vec<&StateHandle> = handles
-                                        .iter()
-                                        .copied()
-                                        .filter(|h| h.uid == node.uid)
-                                        .collect();
-                                    KeyedStore::restore(
-                                        &node.uid,
-                                        spec.tables.clone(),
-                                        &path,
-                                        folder,
-                                        &mine,
-                                        range,
-                                        cache,
-                                    )?
-                                }
-                                None => KeyedStore::open_empty(
+                let store = match &node.body {
+                    NodeBody::Operator(spec) if spec.keyed => {
+                        let path = config.job_state_dir().join(&node.uid).join(k.to_string());
+                        let cache = config.state.cache_entries;
+                        Some(match &folder {
+                            Some(folder) => {
+                                let mine: Vec<&StateHandle> = handles
+                                    .iter()
+                                    .copied()
+                                    .filter(|h| h.uid == node.uid)
+                                    .collect();
+                                KeyedStore::restore(
                                     &node.uid,
                                     spec.tables.clone(),
                                     &path,
+                                    folder,
+                                    &mine,
+                                    range,
                                     cache,
-                                )?,
-                            })
-                        } else {
-                            None
-                        };
-                        let mut ctx = Box::new(Context::new(&node.uid, k, state));
-                        ctx.set_update_before(graph.update_before_needed(n));
-                        SlotBody::Operator {
-                            op: (spec.factory)(),
-                            ctx,
-                            keyed: spec.keyed,
-                        }
+                                )?
+                            }
+                            None => KeyedStore::open_empty(
+                                &node.uid,
+                                spec.tables.clone(),
+                                &path,
+                                cache,
+                            )?,
+                        })
                     }
-                    NodeBody::Sink(spec) => {
-                        let output = Output::new(
-                            node.uid.clone(),
-                            k,
-                            producer.clone(),
-                            spec.topic.clone(),
-                            None,
-                            BadRecordPolicy::Fail,
-                            gate.clone(),
-                            shared.metrics.clone(),
-                            cancel.clone(),
-                        );
-                        SlotBody::Sink(Box::new(SinkWriter::new(
-                            &node.uid,
-                            spec.clone(),
-                            node.schema.clone(),
-                            output,
-                        )))
-                    }
+                    _ => None,
                 };
+                let body = slot_body(graph, n, k, store, |spec| {
+                    Output::new(
+                        node.uid.clone(),
+                        k,
+                        producer.clone(),
+                        spec.topic.clone(),
+                        None,
+                        BadRecordPolicy::Fail,
+                        gate.clone(),
+                        shared.metrics.clone(),
+                        cancel.clone(),
+                    )
+                });
                 slots.push(Slot {
                     uid: node.uid.clone(),
                     body,
@@ -435,4 +394,63 @@ fn run_attempt(
     info!(job = %graph.name, parallelism = p, stages = stages.len(), tasks = tasks.len(), partitions = all_partitions.len(), delivery = ?config.sink.delivery, "job running");
     tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
     supervise(tasks, &cancel, &producer, shared)
+}
+
+/// The slot of node `n` in a chain of subtask (or task) `subtask`: a
+/// source passes its rows on (its reading is the task's), an operator
+/// runs over its store, a sink writes through the `Output` made for it.
+pub(crate) fn slot_body(
+    graph: &Graph,
+    n: usize,
+    subtask: u32,
+    store: Option<KeyedStore>,
+    sink_output: impl FnOnce(&crate::dataflow::graph::SinkSpec) -> Output,
+) -> SlotBody {
+    let node = &graph.nodes[n];
+    match &node.body {
+        NodeBody::Source(_) => SlotBody::Operator {
+            op: Box::new(crate::dataflow::ops::stateless::Union),
+            ctx: Box::new(Context::new(&node.uid, subtask, None)),
+            keyed: false,
+        },
+        NodeBody::Operator(spec) => {
+            let mut ctx = Box::new(Context::new(&node.uid, subtask, store));
+            ctx.set_update_before(graph.update_before_needed(n));
+            SlotBody::Operator {
+                op: (spec.factory)(),
+                ctx,
+                keyed: spec.keyed,
+            }
+        }
+        NodeBody::Sink(spec) => SlotBody::Sink(Box::new(SinkWriter::new(
+            &node.uid,
+            spec.clone(),
+            node.schema.clone(),
+            sink_output(spec),
+        ))),
+    }
+}
+
+/// Refuses to start when a sink's topic does not exist (a producer would
+/// wait for it, then fail at the first record, long after the start).
+pub(crate) fn check_sink_topics(
+    graph: &Graph,
+    consumer: &rdkafka::consumer::BaseConsumer,
+) -> Result<()> {
+    for n in &graph.nodes {
+        if let NodeBody::Sink(spec) = &n.body {
+            match kafka::topic_partitions(consumer, std::slice::from_ref(&spec.topic)) {
+                Err(WeirError::MissingTopic { topic }) => {
+                    return Err(WeirError::MissingSinkTopic {
+                        sink: n.uid.clone(),
+                        topic,
+                    })
+                }
+                other => {
+                    other?;
+                }
+            }
+        }
+    }
+    Ok(())
 }

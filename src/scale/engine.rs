@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +37,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::checkpoints;
 use super::manifest::{self, ManifestFile, TaskManifest};
 use super::repartition;
 use super::storage::SharedStorage;
@@ -61,8 +62,6 @@ use crate::state::KeyedState;
 const REPARTITION_BATCH: usize = 1024;
 /// How often storage is garbage-collected and the repartition topic trimmed.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
-/// The file in a local task snapshot naming the manifest it was uploaded as.
-const LOCAL_POINTER: &str = "WEIR-MANIFEST-KEY";
 
 /// What the admin endpoint shows of an instance in group mode.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -72,6 +71,9 @@ pub struct Ownership {
     pub inputs: Vec<String>,
     /// Task → manifest key of its last committed checkpoint.
     pub committed: BTreeMap<u32, String>,
+    /// A job graph's tasks, by the uid of their stage's head node.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub stages: BTreeMap<String, Vec<u32>>,
 }
 
 /// A keyed task this instance owns.
@@ -131,30 +133,45 @@ pub struct Instance {
     cancel: CancellationToken,
 }
 
-enum CommitRefusal {
+pub(crate) enum CommitRefusal {
     Migrated(WeirError),
     Fenced(WeirError),
     Other(WeirError),
 }
 
-/// The group consumer's context: rebalance callbacks and consumer lag.
-pub struct GroupContext {
-    instance: Arc<Mutex<Instance>>,
-    metrics: Arc<Metrics>,
+/// What an instance does when the group moves partitions (both the
+/// built-in pipeline's instance and a job graph's).
+pub trait Rebalancing: Send + Sized + 'static {
+    /// Partitions are being taken away: commit what they hold (unless the
+    /// assignment was `lost` or the attempt is failing), then let them go.
+    fn revoked(
+        &mut self,
+        consumer: &BaseConsumer<GroupContext<Self>>,
+        tpl: &TopicPartitionList,
+        lost: bool,
+    );
+    /// Partitions were assigned (and paused): restore them in the loop.
+    fn assigned(&mut self, partitions: Vec<(String, i32)>);
 }
 
-impl ClientContext for GroupContext {
+/// The group consumer's context: rebalance callbacks and consumer lag.
+pub struct GroupContext<I> {
+    pub instance: Arc<Mutex<I>>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl<I: Rebalancing> ClientContext for GroupContext<I> {
     fn stats(&self, stats: Statistics) {
         kafka::report_lag(&self.metrics, &stats);
     }
 }
 
-impl ConsumerContext for GroupContext {
+impl<I: Rebalancing> ConsumerContext for GroupContext<I> {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let lost = consumer.assignment_lost();
             let mut inst = self.instance.lock().expect("instance lock");
-            inst.on_revoke(consumer, tpl, lost);
+            inst.revoked(consumer, tpl, lost);
         }
     }
 
@@ -166,15 +183,19 @@ impl ConsumerContext for GroupContext {
                 if let Err(e) = consumer.pause(tpl) {
                     warn!(error = %e, "pausing newly assigned partitions failed");
                 }
-                let mut inst = self.instance.lock().expect("instance lock");
+                let mut partitions = Vec::new();
                 for e in tpl.elements() {
                     info!(
                         topic = e.topic(),
                         partition = e.partition(),
                         "partition assigned"
                     );
-                    inst.pending.push((e.topic().to_string(), e.partition()));
+                    partitions.push((e.topic().to_string(), e.partition()));
                 }
+                self.instance
+                    .lock()
+                    .expect("instance lock")
+                    .assigned(partitions);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
@@ -182,7 +203,17 @@ impl ConsumerContext for GroupContext {
     }
 }
 
-type GroupConsumer = BaseConsumer<GroupContext>;
+impl Rebalancing for Instance {
+    fn revoked(&mut self, consumer: &GroupConsumer, tpl: &TopicPartitionList, lost: bool) {
+        self.on_revoke(consumer, tpl, lost);
+    }
+
+    fn assigned(&mut self, partitions: Vec<(String, i32)>) {
+        self.pending.extend(partitions);
+    }
+}
+
+type GroupConsumer = BaseConsumer<GroupContext<Instance>>;
 
 impl Instance {
     fn task_dir(&self, task: u32) -> PathBuf {
@@ -349,7 +380,8 @@ impl Instance {
             }
             (Some(o), Some(key)) => {
                 let started = Instant::now();
-                let m = self.load_manifest(id, key)?;
+                let label = format!("task {id}");
+                let m = checkpoints::load_manifest(&self.storage, &label, key)?;
                 if m.task != id || m.key_groups != range || m.offset != o {
                     return Err(WeirError::Recovery(format!(
                         "task {id}: checkpoint {key} in {} is of task {} with key groups {:?} at \
@@ -358,9 +390,13 @@ impl Instance {
                         self.storage.location, m.task, m.key_groups, m.offset
                     )));
                 }
-                let (folder, how) = match local_copy(&dir, key, &m) {
+                let snapshots = dir.join("snapshots");
+                let (folder, how) = match checkpoints::local_copy(&snapshots, key, &m) {
                     Some(f) => (f, "hard links from a local copy"),
-                    None => (self.download(id, key, &m)?, "download"),
+                    None => (
+                        checkpoints::download(&self.storage, &snapshots, &label, key, &m)?,
+                        "download",
+                    ),
                 };
                 let handle = StateHandle {
                     uid: self.uid.clone(),
@@ -380,13 +416,11 @@ impl Instance {
                     took_ms = started.elapsed().as_millis() as u64,
                     "task restored"
                 );
-                let uploaded = m
-                    .files
-                    .iter()
-                    .filter(|f| f.name.ends_with(".sst"))
-                    .map(|f| (f.name.clone(), f.clone()))
-                    .collect();
-                (state, Some(key.to_string()), uploaded)
+                (
+                    state,
+                    Some(key.to_string()),
+                    checkpoints::uploaded_files(&m),
+                )
             }
         };
         let mut state = state;
@@ -428,58 +462,6 @@ impl Instance {
             self.metrics.clone(),
             self.cancel.clone(),
         )
-    }
-
-    fn load_manifest(&self, task: u32, key: &str) -> Result<TaskManifest> {
-        let bytes = self.storage.get(key)?.ok_or_else(|| {
-            WeirError::Recovery(format!(
-                "task {task}: its committed checkpoint {}/{key} is missing; restore that object \
-                 (weir does not start a task from empty state in its place)",
-                self.storage.location
-            ))
-        })?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            WeirError::Recovery(format!(
-                "task {task}: its committed checkpoint {}/{key} cannot be read: {e}",
-                self.storage.location
-            ))
-        })
-    }
-
-    /// Fetches a checkpoint's files into a local folder, checking each
-    /// against the manifest.
-    fn download(&self, task: u32, key: &str, m: &TaskManifest) -> Result<PathBuf> {
-        let dir = self.task_dir(task).join("snapshots");
-        let target = dir.join(format!("{}-{:08}-download", m.writer, m.seq));
-        if target.exists() {
-            fs::remove_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
-        }
-        fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
-        for f in &m.files {
-            let location = format!("{}/{}", self.storage.location, f.key);
-            let bytes = self.storage.get(&f.key)?.ok_or_else(|| {
-                WeirError::Recovery(format!(
-                    "task {task}: object {location} of its committed checkpoint {key} is missing \
-                     (weir does not start a task from empty state in its place)"
-                ))
-            })?;
-            let crc = crc32fast::hash(&bytes);
-            if bytes.len() as u64 != f.size_bytes || crc != f.crc32 {
-                return Err(WeirError::Recovery(format!(
-                    "task {task}: object {location} of its committed checkpoint {key} is damaged \
-                     ({} bytes with CRC-32 {crc:08x}, the manifest says {} bytes with {:08x}); \
-                     weir does not start a task from empty state in its place",
-                    bytes.len(),
-                    f.size_bytes,
-                    f.crc32
-                )));
-            }
-            let path = target.join(&f.name);
-            fs::write(&path, &bytes).map_err(|e| WeirError::io(&path, e))?;
-        }
-        let path = target.join(LOCAL_POINTER);
-        fs::write(&path, key).map_err(|e| WeirError::io(&path, e))?;
-        Ok(target)
     }
 
     /// One record from the consumer.
@@ -708,7 +690,7 @@ impl Instance {
             self.reset_to_committed(&cause)
         });
         if let Err(e) = self.producer.commit_transaction(&offsets, &group) {
-            return match self.classify(e) {
+            return match classify(self.config.instance(), e) {
                 CommitRefusal::Migrated(e) => self.reset_to_committed(&e),
                 CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
             };
@@ -726,7 +708,10 @@ impl Instance {
         for task in self.tasks.values_mut() {
             task.committed = task.pointer.clone();
             task.changed = false;
-            remove_stale_snapshots(&task.dir, task.committed.as_deref());
+            checkpoints::remove_stale_snapshots(
+                &task.dir.join("snapshots"),
+                task.committed.as_deref(),
+            );
         }
         debug!(
             partitions = offsets.count(),
@@ -740,41 +725,6 @@ impl Instance {
             self.housekeeping(false);
         }
         Ok(())
-    }
-
-    /// What a refused commit means. The group coordinator checks the
-    /// member's generation (its epoch under KIP-848) against the group
-    /// metadata sent with the offsets: a rebalance that moved on while
-    /// the epoch was prepared refuses it (the work migrated; nothing is
-    /// wrong), a member the group no longer knows is a zombie, and so is a
-    /// producer the broker fenced.
-    fn classify(&self, e: WeirError) -> CommitRefusal {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let code = match &e {
-            WeirError::TransactionAborted { source, .. }
-            | WeirError::ProducerFenced { source, .. }
-            | WeirError::Kafka { source, .. } => source.rdkafka_error_code(),
-            _ => None,
-        };
-        match code {
-            Some(C::IllegalGeneration | C::StaleMemberEpoch | C::RebalanceInProgress) => {
-                CommitRefusal::Migrated(e)
-            }
-            Some(C::UnknownMemberId | C::FencedInstanceId | C::FencedMemberEpoch) => {
-                CommitRefusal::Fenced(self.group_fenced(&e))
-            }
-            _ if matches!(e, WeirError::ProducerFenced { .. }) => {
-                CommitRefusal::Fenced(self.group_fenced(&e))
-            }
-            _ => CommitRefusal::Other(e),
-        }
-    }
-
-    fn group_fenced(&self, e: &WeirError) -> WeirError {
-        WeirError::GroupFenced {
-            instance: self.config.instance().to_string(),
-            context: e.report().to_string(),
-        }
     }
 
     /// After a commit the group refused in a rebalance: aborts the epoch
@@ -828,29 +778,17 @@ impl Instance {
         fs::create_dir_all(&snapshots).map_err(|e| WeirError::io(&snapshots, e))?;
         let target = snapshots.join(format!("{}-{seq:08}", task.writer));
         let snapshot = task.operator.snapshot(&target)?;
-        let mut files = Vec::with_capacity(snapshot.files.len());
-        for f in &snapshot.files {
-            if let Some(known) = task.uploaded.get(&f.name) {
-                if known.size_bytes == f.size_bytes {
-                    files.push(known.clone());
-                    continue;
-                }
-            }
-            let path = target.join(&f.name);
-            let bytes = fs::read(&path).map_err(|e| WeirError::io(&path, e))?;
-            let mf = ManifestFile {
-                name: f.name.clone(),
-                key: manifest::file_key(task.id, &task.writer, seq, &f.name),
-                size_bytes: bytes.len() as u64,
-                crc32: crc32fast::hash(&bytes),
-            };
-            *uploaded_bytes += mf.size_bytes;
-            self.storage.put(&mf.key, bytes)?;
-            if f.name.ends_with(".sst") {
-                task.uploaded.insert(f.name.clone(), mf.clone());
-            }
-            files.push(mf);
-        }
+        let prefix = manifest::task_prefix(task.id);
+        let files = checkpoints::upload(
+            &self.storage,
+            &prefix,
+            &task.writer,
+            seq,
+            &target,
+            &snapshot.files,
+            &mut task.uploaded,
+            uploaded_bytes,
+        )?;
         let c = &self.config;
         let m = TaskManifest {
             format: manifest::FORMAT,
@@ -866,12 +804,9 @@ impl Instance {
             created_ms: crate::observe::now_ms(),
             offset: next,
             files,
+            graph: None,
         };
-        let key = m.key();
-        let json = serde_json::to_vec_pretty(&m).expect("a manifest serialises");
-        self.storage.put(&key, json)?;
-        let local = target.join(LOCAL_POINTER);
-        fs::write(&local, &key).map_err(|e| WeirError::io(&local, e))?;
+        let key = checkpoints::write_manifest(&self.storage, &m, &target)?;
         task.pointer = Some(key.clone());
         Ok(Some((next, key)))
     }
@@ -891,7 +826,15 @@ impl Instance {
             }
             // Every incarnation of a task in this attempt: `<writer>-<n>`.
             let own = format!("{}-", self.writer);
-            match self.collect(task.id, committed, grace, stopping.then_some(own.as_str())) {
+            let collected = checkpoints::collect(
+                &self.storage,
+                &manifest::task_prefix(task.id),
+                committed,
+                self.config.checkpoint.retained,
+                grace,
+                stopping.then_some(own.as_str()),
+            );
+            match collected {
                 Ok(n) if n > 0 => debug!(task = task.id, deleted = n, "storage garbage collected"),
                 Ok(_) => {}
                 Err(e) => {
@@ -903,91 +846,41 @@ impl Instance {
             warn!(error = %e.report(), "trimming the repartition topic failed; retried later");
         }
     }
-
-    fn collect(
-        &self,
-        task: u32,
-        committed: &str,
-        grace_ms: i64,
-        own: Option<&str>,
-    ) -> Result<usize> {
-        let prefix = manifest::task_prefix(task);
-        let mut objects = manifest::TaskObjects::default();
-        for o in self.storage.list(&prefix)? {
-            if o.key.contains("/manifests/") {
-                let files = match self.storage.get(&o.key)? {
-                    Some(b) => match serde_json::from_slice::<TaskManifest>(&b) {
-                        Ok(m) => m.files.into_iter().map(|f| f.key).collect(),
-                        // An unreadable manifest is never a committed one
-                        // (those are checked); its files are not protected.
-                        Err(_) => Vec::new(),
-                    },
-                    None => continue,
-                };
-                objects.manifests.insert(o.key, (files, o.modified_ms));
-            } else {
-                objects.files.insert(o.key, o.modified_ms);
-            }
-        }
-        let now = crate::observe::now_ms() as i64;
-        let doomed = manifest::collectable(
-            &objects,
-            committed,
-            self.config.checkpoint.retained,
-            now,
-            grace_ms,
-            own,
-        );
-        for key in &doomed {
-            self.storage.delete(key)?;
-        }
-        Ok(doomed.len())
-    }
 }
 
-/// A local snapshot folder holding exactly the files of manifest `key`.
-fn local_copy(task_dir: &Path, key: &str, m: &TaskManifest) -> Option<PathBuf> {
-    let snapshots = task_dir.join("snapshots");
-    for entry in fs::read_dir(&snapshots).ok()?.flatten() {
-        let folder = entry.path();
-        let Ok(named) = fs::read_to_string(folder.join(LOCAL_POINTER)) else {
-            continue;
-        };
-        if named != key {
-            continue;
-        }
-        let complete = m
-            .files
-            .iter()
-            .all(|f| fs::metadata(folder.join(&f.name)).is_ok_and(|md| md.len() == f.size_bytes));
-        if complete {
-            return Some(folder);
-        }
-    }
-    None
-}
-
-/// Removes local snapshots other than the committed one (kept for a
-/// restore by hard links on this machine).
-fn remove_stale_snapshots(task_dir: &Path, committed: Option<&str>) {
-    let Ok(entries) = fs::read_dir(task_dir.join("snapshots")) else {
-        return;
+/// What a refused commit means. The group coordinator checks the
+/// member's generation (its epoch under KIP-848) against the group
+/// metadata sent with the offsets: a rebalance that moved on while the
+/// epoch was prepared refuses it (the work migrated; nothing is wrong), a
+/// member the group no longer knows is a zombie, and so is a producer the
+/// broker fenced.
+pub(crate) fn classify(instance: &str, e: WeirError) -> CommitRefusal {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    let fenced = |e: &WeirError| WeirError::GroupFenced {
+        instance: instance.to_string(),
+        context: e.report().to_string(),
     };
-    for entry in entries.flatten() {
-        let folder = entry.path();
-        let named = fs::read_to_string(folder.join(LOCAL_POINTER)).ok();
-        if named.is_some() && named.as_deref() == committed {
-            continue;
+    let code = match &e {
+        WeirError::TransactionAborted { source, .. }
+        | WeirError::ProducerFenced { source, .. }
+        | WeirError::Kafka { source, .. } => source.rdkafka_error_code(),
+        _ => None,
+    };
+    match code {
+        Some(C::IllegalGeneration | C::StaleMemberEpoch | C::RebalanceInProgress) => {
+            CommitRefusal::Migrated(e)
         }
-        if let Err(e) = fs::remove_dir_all(&folder) {
-            warn!(folder = %folder.display(), error = %e, "removing an old local snapshot failed");
+        Some(C::UnknownMemberId | C::FencedInstanceId | C::FencedMemberEpoch) => {
+            CommitRefusal::Fenced(fenced(&e))
         }
+        _ if matches!(e, WeirError::ProducerFenced { .. }) => CommitRefusal::Fenced(fenced(&e)),
+        _ => CommitRefusal::Other(e),
     }
 }
 
 /// The group consumer's configuration: weir's consumer settings plus the
 /// group protocol.
-fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
+pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
     let mut cc = kafka::consumer_config(c);
     match c.scale.group_protocol {
         GroupProtocol::Consumer => {
@@ -1004,7 +897,7 @@ fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
 }
 
 /// A writer id unique to this process attempt.
-fn writer_id() -> String {
+pub(crate) fn writer_id() -> String {
     use std::sync::atomic::AtomicU32;
     static ATTEMPT: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
@@ -1073,26 +966,6 @@ pub fn run_attempt(
         cancel: cancel.clone(),
     };
     instance.publish_ownership();
-    let instance = Arc::new(Mutex::new(instance));
-    let consumer: GroupConsumer = group_consumer_config(config)
-        .create_with_context(GroupContext {
-            instance: instance.clone(),
-            metrics: shared.metrics.clone(),
-        })
-        .map_err(|e| WeirError::kafka("create group consumer", e))?;
-    let mut topics: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
-    topics.push(&topic);
-    consumer
-        .subscribe(&topics)
-        .map_err(|e| WeirError::kafka("subscribe", e))?;
-    info!(
-        job = %config.job.name,
-        instance = config.instance(),
-        tasks = config.scale.tasks,
-        repartition_topic = %topic,
-        protocol = ?config.scale.group_protocol,
-        "instance joined the job's group"
-    );
     // One query queue for the instance: its poll loop answers for the
     // tasks it owns.
     let queries = shared
@@ -1100,10 +973,50 @@ pub fn run_attempt(
         .register(&uid, 1, config.job.max_parallelism)
         .pop()
         .expect("one queue");
-    let outcome = poll_loop(&consumer, &instance, shared, progressed, &queries);
+    let mut topics = config.source.topics.clone();
+    topics.push(topic.clone());
+    info!(
+        job = %config.job.name,
+        instance = config.instance(),
+        tasks = config.scale.tasks,
+        repartition_topic = %topic,
+        protocol = ?config.scale.group_protocol,
+        "instance joining the job's group"
+    );
+    run_instance(
+        config, instance, &topics, &producer, &cancel, shared, progressed, &queries,
+    )
+}
+
+/// Joins the job's group with `instance`, runs its loop, and on an error
+/// abandons the attempt: cancels, leaves the group, aborts the open
+/// transaction.
+#[allow(clippy::too_many_arguments)]
+pub fn run_instance<I: GroupWork>(
+    config: &Config,
+    instance: I,
+    topics: &[String],
+    producer: &SinkProducer,
+    cancel: &CancellationToken,
+    shared: &JobShared,
+    progressed: &Arc<AtomicBool>,
+    queries: &crossbeam_channel::Receiver<StateQuery>,
+) -> Result<()> {
+    let instance = Arc::new(Mutex::new(instance));
+    let consumer: BaseConsumer<GroupContext<I>> = group_consumer_config(config)
+        .create_with_context(GroupContext {
+            instance: instance.clone(),
+            metrics: shared.metrics.clone(),
+        })
+        .map_err(|e| WeirError::kafka("create group consumer", e))?;
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .map_err(|e| WeirError::kafka("subscribe", e))?;
+    let outcome = poll_loop(&consumer, &instance, shared, progressed, queries);
     if let Err(e) = &outcome {
         cancel.cancel();
-        instance.lock().expect("instance lock").abandoned = true;
+        instance.lock().expect("instance lock").abandon();
         error!(error = %e.report(), "instance attempt failed; aborting its transaction");
     }
     // Leaving the group hands the partitions to the others at once. On
@@ -1121,9 +1034,61 @@ pub fn run_attempt(
     outcome
 }
 
-fn poll_loop(
-    consumer: &GroupConsumer,
-    instance: &Arc<Mutex<Instance>>,
+/// The work of one group-mode instance, driven by [`poll_loop`].
+pub trait GroupWork: Rebalancing {
+    fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()>;
+    /// Nothing was read: send what is gathered.
+    fn idle(&mut self) -> Result<()>;
+    fn due(&mut self) -> bool;
+    fn commit(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
+    fn housekeeping(&mut self, stopping: bool);
+    fn take_failed(&mut self) -> Option<WeirError>;
+    /// The attempt is ending: callbacks must not commit any more.
+    fn abandon(&mut self);
+    /// Assigned partitions not restored yet.
+    fn pending(&self) -> &[(String, i32)];
+    fn activate(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
+    fn answer(&mut self, q: StateQuery);
+}
+
+impl GroupWork for Instance {
+    fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
+        Instance::on_message(self, m)
+    }
+    fn idle(&mut self) -> Result<()> {
+        self.flush()
+    }
+    fn due(&mut self) -> bool {
+        Instance::due(self)
+    }
+    fn commit(&mut self, consumer: &GroupConsumer) -> Result<()> {
+        Instance::commit(self, consumer)
+    }
+    fn housekeeping(&mut self, stopping: bool) {
+        Instance::housekeeping(self, stopping)
+    }
+    fn take_failed(&mut self) -> Option<WeirError> {
+        self.failed.take()
+    }
+    fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+    fn pending(&self) -> &[(String, i32)] {
+        &self.pending
+    }
+    fn activate(&mut self, consumer: &GroupConsumer) -> Result<()> {
+        Instance::activate(self, consumer)
+    }
+    fn answer(&mut self, q: StateQuery) {
+        Instance::answer(self, q)
+    }
+}
+
+/// An instance's loop: poll, restore what was assigned, process, commit
+/// every epoch, answer queries; on a stop request a final commit.
+pub fn poll_loop<I: GroupWork>(
+    consumer: &BaseConsumer<GroupContext<I>>,
+    instance: &Arc<Mutex<I>>,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
     queries: &crossbeam_channel::Receiver<StateQuery>,
@@ -1142,7 +1107,7 @@ fn poll_loop(
         while let Ok(q) = queries.try_recv() {
             inst.answer(q);
         }
-        if let Some(e) = inst.failed.take() {
+        if let Some(e) = inst.take_failed() {
             return Err(e);
         }
         // Partitions restored and sought in this iteration. The message
@@ -1153,16 +1118,16 @@ fn poll_loop(
         // below-position check would then skip: lost updates (and, without
         // that check, duplicates). It is dropped; the seek re-reads it.
         let mut activated: Vec<(String, i32)> = Vec::new();
-        if !inst.pending.is_empty() {
+        if !inst.pending().is_empty() {
             shared.ready.store(false, Ordering::Relaxed);
-            activated = inst.pending.clone();
+            activated = inst.pending().to_vec();
             inst.activate(consumer)?;
         }
         // Ready once every assigned partition is restored (an instance
         // the group gave nothing is ready too).
         shared.ready.store(true, Ordering::Relaxed);
         match msg {
-            None => inst.flush()?,
+            None => inst.idle()?,
             Some(Err(e)) => {
                 if let Some((code, reason)) = consumer.client().fatal_error() {
                     return Err(WeirError::Task {

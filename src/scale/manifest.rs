@@ -31,9 +31,14 @@ pub fn parse_pointer(metadata: &str) -> Option<&str> {
     metadata.strip_prefix(POINTER).filter(|k| !k.is_empty())
 }
 
-/// The folder of task `task`.
+/// The folder of task `task` (of the built-in pipeline's keyed operator).
 pub fn task_prefix(task: u32) -> String {
     format!("tasks/{task:04}")
+}
+
+/// The folder of task `task` of a job graph's stage headed by `stage`.
+pub fn stage_task_prefix(stage: &str, task: u32) -> String {
+    format!("stages/{stage}/{task:04}")
 }
 
 /// One file of a task checkpoint.
@@ -67,6 +72,21 @@ pub struct TaskManifest {
     /// The next repartition offset this state has consumed up to.
     pub offset: i64,
     pub files: Vec<ManifestFile>,
+    /// A job graph's task: what else its checkpoint holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphTaskState>,
+}
+
+/// The parts of a graph task's checkpoint beyond its files (which are
+/// named `<node uid>/<file>`, one RocksDB per keyed node of the chain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphTaskState {
+    /// The uid of the stage's head node.
+    pub stage: String,
+    /// Each keyed node's tables, `name kind codec`, as declared.
+    pub tables: BTreeMap<String, Vec<String>>,
+    /// Per writer, the watermark the records before `offset` gave.
+    pub watermarks: BTreeMap<String, crate::engine::group::marks::WriterMark>,
 }
 
 pub const FORMAT: u32 = 1;
@@ -76,12 +96,20 @@ impl TaskManifest {
     pub fn key(&self) -> String {
         format!(
             "{}/manifests/{:013}-{}-{}-{:08}.json",
-            task_prefix(self.task),
+            self.prefix(),
             self.created_ms,
             self.instance,
             self.writer,
             self.seq
         )
+    }
+
+    /// The task's folder.
+    pub fn prefix(&self) -> String {
+        match &self.graph {
+            None => task_prefix(self.task),
+            Some(g) => stage_task_prefix(&g.stage, self.task),
+        }
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -92,11 +120,11 @@ impl TaskManifest {
 /// The key of a newly uploaded file: SST files are immutable and keep
 /// their name for the life of the RocksDB instance, so they are stored
 /// once per writer; other files change and are stored per checkpoint.
-pub fn file_key(task: u32, writer: &str, seq: u64, name: &str) -> String {
+pub fn file_key(prefix: &str, writer: &str, seq: u64, name: &str) -> String {
     if name.ends_with(".sst") {
-        format!("{}/files/{writer}/{name}", task_prefix(task))
+        format!("{prefix}/files/{writer}/{name}")
     } else {
-        format!("{}/files/{writer}/{seq:08}/{name}", task_prefix(task))
+        format!("{prefix}/files/{writer}/{seq:08}/{name}")
     }
 }
 
@@ -201,11 +229,11 @@ mod tests {
     #[test]
     fn sst_files_are_stored_once_per_writer_and_other_files_per_checkpoint() {
         assert_eq!(
-            file_key(3, "w1", 7, "000012.sst"),
+            file_key(&task_prefix(3), "w1", 7, "000012.sst"),
             "tasks/0003/files/w1/000012.sst"
         );
         assert_eq!(
-            file_key(3, "w1", 7, "CURRENT"),
+            file_key(&task_prefix(3), "w1", 7, "CURRENT"),
             "tasks/0003/files/w1/00000007/CURRENT"
         );
     }

@@ -9,6 +9,7 @@
 //! - [`manifest`]: task checkpoints on storage, pointers, garbage collection.
 //! - [`storage`]: a shared folder or S3 through `object_store`.
 
+pub mod checkpoints;
 pub mod engine;
 pub mod manifest;
 pub mod repartition;

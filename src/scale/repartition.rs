@@ -33,7 +33,15 @@ pub fn ensure_topic(
     c: &Config,
     consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
 ) -> Result<String> {
-    let name = topic_name(c);
+    ensure_topic_named(c, consumer, topic_name(c))
+}
+
+/// [`ensure_topic`] for the topic `name` (a job graph's stage).
+pub fn ensure_topic_named(
+    c: &Config,
+    consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
+    name: String,
+) -> Result<String> {
     let tasks = c.scale.tasks as i32;
     let count = |consumer: &BaseConsumer<_>| -> Result<Option<usize>> {
         let md = consumer

@@ -1,0 +1,106 @@
+//! A hash edge in group mode: rows go to the repartition topic partition
+//! of their key group's task, in the instance's open transaction, with
+//! the writer's watermarks among them.
+
+use std::sync::Arc;
+
+use super::wire;
+use crate::dataflow::Record;
+use crate::element::Element;
+use crate::error::{Result, WeirError};
+use crate::kafka::producer::{ProduceBatch, SinkProducer};
+
+pub struct RepartitionOut {
+    pub producer: Arc<SinkProducer>,
+    pub topic: String,
+    /// The reading stage's input this edge feeds.
+    pub port: usize,
+    /// Partitions (the reading stage's tasks).
+    pub tasks: usize,
+    /// Who the watermarks the chain broadcasts are from (a stage's task;
+    /// a source chain sends its partitions' marks with `mark`).
+    pub writer: String,
+    /// The last watermark and idleness sent, for an idleness change.
+    last: (i64, bool),
+    batch: ProduceBatch,
+    buf: Vec<u8>,
+}
+
+impl RepartitionOut {
+    pub fn new(
+        producer: Arc<SinkProducer>,
+        topic: String,
+        port: usize,
+        tasks: usize,
+        writer: String,
+    ) -> Self {
+        Self {
+            producer,
+            topic,
+            port,
+            tasks,
+            writer,
+            last: (crate::time::MIN_WATERMARK, false),
+            batch: ProduceBatch::default(),
+            buf: Vec::with_capacity(64),
+        }
+    }
+
+    /// What the chain sends to partition `target`. Barriers and the end of
+    /// the stream have no meaning here: the transaction is the epoch.
+    pub fn send(&mut self, target: usize, element: Element<Record>) -> Result<()> {
+        match element {
+            Element::Records(records) => {
+                for r in &records {
+                    wire::encode_row(self.port, r.timestamp, &r.row, &mut self.buf);
+                    self.batch.push(&r.key, &self.buf);
+                }
+                self.produce(target)
+            }
+            Element::Watermark(wm) => {
+                self.last.0 = self.last.0.max(wm);
+                let (wm, idle) = self.last;
+                self.mark_one(target, &self.writer.clone(), wm, idle)
+            }
+            Element::Idle(idle) => {
+                self.last.1 = idle;
+                let (wm, idle) = self.last;
+                self.mark_one(target, &self.writer.clone(), wm, idle)
+            }
+            Element::Barrier(_) | Element::EndOfStream => Ok(()),
+        }
+    }
+
+    /// `writer`'s watermark to every partition.
+    pub fn mark(&mut self, writer: &str, watermark: i64, idle: bool) -> Result<()> {
+        for t in 0..self.tasks {
+            self.mark_one(t, writer, watermark, idle)?;
+        }
+        Ok(())
+    }
+
+    fn mark_one(&mut self, target: usize, writer: &str, wm: i64, idle: bool) -> Result<()> {
+        wire::encode_watermark(writer, wm, idle, &mut self.buf);
+        self.batch.push(&[], &self.buf);
+        self.produce(target)
+    }
+
+    fn produce(&mut self, target: usize) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let sent = self
+            .producer
+            .send_batch_to(&self.topic, target as i32, &mut self.batch)
+            .map_err(|e| e.into_error(&self.topic))?;
+        self.batch.clear();
+        if let Some((key, bytes)) = sent.too_large.first() {
+            return Err(WeirError::OutputTooLarge {
+                topic: self.topic.clone(),
+                key: String::from_utf8_lossy(key).into_owned(),
+                bytes: *bytes,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1154 @@
+//! A job graph in group mode (`scale.mode = "group"`): several instances
+//! run one graph; Kafka's consumer group assigns the work, the repartition
+//! topics carry the exchanges, and one transaction per instance per epoch
+//! makes it exactly-once, as for the built-in pipeline
+//! (`crate::scale::engine`, whose poll loop, rebalance callbacks and
+//! task checkpoints on shared storage this engine runs on).
+//!
+//! What an instance owns, all on its one thread:
+//! - **input partitions** of the sources' topics. Each record runs through
+//!   its source's chain (decode, the stateless nodes after it) into sinks
+//!   and into the repartition topics of the stages it feeds. Each input
+//!   partition is a watermark writer: at every commit it sends its
+//!   watermark to every partition of those topics.
+//! - **tasks**: partition `t` of stage `s`'s repartition topic is task
+//!   `(s, t)`, with its chain (the stage's keyed head and what follows it),
+//!   one RocksDB per keyed node, and the watermarks of its writers
+//!   ([`marks`]). A task's watermark advance fires its timers and goes on,
+//!   as the task's own mark, into the topics it writes.
+//!
+//! Every epoch (`checkpoint.interval`) the instance snapshots each changed
+//! task and uploads it with its manifest (files, writer marks, offset), then
+//! commits one transaction holding its repartition writes, its sinks'
+//! output and the offsets of every partition it owns, each task's offset
+//! carrying the pointer to its manifest. The commit is the checkpoint.
+//!
+//! - [`plan`]: which nodes run in which chain, and the stages' topics.
+//! - [`wire`]: rows and watermarks on a repartition topic.
+//! - [`exchange`]: a hash edge as a repartition topic.
+//! - [`marks`]: a task's watermark over its writers.
+
+pub mod exchange;
+pub mod marks;
+pub mod plan;
+pub mod wire;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use self::exchange::RepartitionOut;
+use self::marks::WriterMarks;
+use self::plan::{partition_writer, task_writer, Entry, GroupPlan, Writers};
+use super::chain::{Chain, ExchangeOut, SlotBody, Target};
+use super::{check_sink_topics, slot_body};
+use crate::checkpoint::{SnapshotFile, StateHandle};
+use crate::config::{BadRecordPolicy, Config, StartPosition};
+use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
+use crate::dataflow::state::KeyedStore;
+use crate::dataflow::Record;
+use crate::element::Element;
+use crate::error::{Result, WeirError};
+use crate::kafka::producer::SinkProducer;
+use crate::kafka::{self, REQUEST_TIMEOUT};
+use crate::observe::metrics::Metrics;
+use crate::runtime::gate::EpochGate;
+use crate::runtime::output::Output;
+use crate::runtime::query::{QueryFailure, StateQuery};
+use crate::runtime::source::{bad_record, WATERMARK_INTERVAL};
+use crate::runtime::{DeadLetter, JobShared};
+use crate::scale::engine::{
+    classify, run_instance, writer_id, CommitRefusal, GroupContext, GroupWork, Ownership,
+    Rebalancing,
+};
+use crate::scale::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
+use crate::scale::storage::SharedStorage;
+use crate::scale::{checkpoints, repartition};
+use crate::state::key_groups::{key_group, range_for_subtask};
+use crate::time::watermark::SourceWatermarks;
+use crate::time::MIN_WATERMARK;
+
+/// How often storage is garbage-collected and the repartition topics trimmed.
+const HOUSEKEEPING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+type Consumer_ = BaseConsumer<GroupContext<GraphInstance>>;
+
+/// One input partition this instance owns.
+struct InputPartition {
+    /// Its source, an index into `plan.sources`.
+    source: usize,
+    next: Option<i64>,
+    /// Its watermark, with event time.
+    marks: Option<SourceWatermarks>,
+    /// The watermark and idleness last sent downstream.
+    sent: Option<(i64, bool)>,
+}
+
+/// One task of a stage this instance owns.
+struct GraphTask {
+    stage: usize,
+    id: u32,
+    chain: Chain,
+    marks: WriterMarks,
+    next: Option<i64>,
+    /// The manifest of the last checkpoint taken, and of the last committed.
+    pointer: Option<String>,
+    committed: Option<String>,
+    uploaded: HashMap<String, ManifestFile>,
+    /// Names this incarnation's objects (see `scale::engine`).
+    writer: String,
+    changed: bool,
+    dir: PathBuf,
+}
+
+/// The instance's state, shared between the poll loop and the rebalance
+/// callbacks (which run inside `poll`, on the same thread).
+pub struct GraphInstance {
+    graph: Arc<Graph>,
+    plan: Arc<GroupPlan>,
+    stage_of_topic: HashMap<String, usize>,
+    source_of_topic: HashMap<String, usize>,
+    /// Per stage, the writers its tasks wait for.
+    expected: Vec<BTreeSet<String>>,
+    config: Arc<Config>,
+    metrics: Arc<Metrics>,
+    producer: Arc<SinkProducer>,
+    storage: SharedStorage,
+    writer: String,
+    seq: u64,
+    epoch: u64,
+    incarnations: u64,
+    inputs: BTreeMap<(String, i32), InputPartition>,
+    /// One chain per source (stateless: shared by its partitions).
+    source_chains: Vec<Chain>,
+    dead_letters: Vec<Output>,
+    tasks: BTreeMap<(usize, u32), GraphTask>,
+    pending: Vec<(String, i32)>,
+    failed: Option<WeirError>,
+    abandoned: bool,
+    dirty: bool,
+    last_commit: Instant,
+    last_housekeeping: Instant,
+    last_marks: Instant,
+    ownership: Arc<Mutex<Ownership>>,
+    cancel: CancellationToken,
+}
+
+/// Runs `graph` as one instance of its group until a stop request, a fatal
+/// error or the restart budget.
+pub fn run(graph: Arc<Graph>, config: Arc<Config>, shared: JobShared) -> Result<()> {
+    let plan = Arc::new(
+        GroupPlan::new(&graph, &config.job.name).map_err(|problems| WeirError::Graph {
+            job: graph.name.clone(),
+            problems,
+        })?,
+    );
+    info!(job = %graph.name, graph = %graph.describe(), stages = plan.stages.len(), "job graph (group mode)");
+    crate::runtime::job::run_attempts(config, shared, None, |config, shared, _, progressed| {
+        run_attempt(&graph, &plan, config, shared, progressed)
+    })
+}
+
+fn source_spec(graph: &Graph, node: NodeId) -> &SourceSpec {
+    match &graph.nodes[node].body {
+        NodeBody::Source(s) => s,
+        _ => unreachable!("a source entry's head is a source"),
+    }
+}
+
+fn run_attempt(
+    graph: &Arc<Graph>,
+    plan: &Arc<GroupPlan>,
+    config: &Arc<Config>,
+    shared: &JobShared,
+    progressed: &Arc<AtomicBool>,
+) -> Result<()> {
+    let cancel = CancellationToken::new();
+    // Fences this instance's previous incarnation and aborts its open
+    // transaction, so the offsets read below are final.
+    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
+    producer.begin_transaction()?;
+    let meta = kafka::create_consumer(config)?;
+    check_sink_topics(graph, &meta)?;
+    let mut topics = Vec::new();
+    let mut source_of_topic = HashMap::new();
+    let mut partitions_of_source = Vec::new();
+    for (s, entry) in plan.sources.iter().enumerate() {
+        let spec = source_spec(graph, entry.head);
+        for t in &spec.topics {
+            source_of_topic.insert(t.clone(), s);
+            topics.push(t.clone());
+        }
+        partitions_of_source.push(kafka::topic_partitions(&meta, &spec.topics)?);
+    }
+    for st in &plan.stages {
+        topics.push(repartition::ensure_topic_named(
+            config,
+            &meta,
+            st.topic.clone(),
+        )?);
+    }
+    let tasks = config.scale.tasks;
+    let expected = plan
+        .stages
+        .iter()
+        .map(|st| {
+            let mut w = BTreeSet::new();
+            for ws in &st.writers {
+                match ws {
+                    Writers::Source(s) => w.extend(
+                        partitions_of_source[*s]
+                            .iter()
+                            .map(|(t, p)| partition_writer(t, *p)),
+                    ),
+                    Writers::Stage(g) => {
+                        let head = &graph.nodes[plan.stages[*g].entry.head].uid;
+                        w.extend((0..tasks).map(|t| task_writer(head, t)));
+                    }
+                }
+            }
+            w
+        })
+        .collect();
+    let mut instance = GraphInstance {
+        graph: graph.clone(),
+        plan: plan.clone(),
+        stage_of_topic: plan.topics().into_iter().collect(),
+        source_of_topic,
+        expected,
+        config: config.clone(),
+        metrics: shared.metrics.clone(),
+        producer: producer.clone(),
+        storage: SharedStorage::open(config)?,
+        writer: writer_id(),
+        seq: 0,
+        epoch: 0,
+        incarnations: 0,
+        inputs: BTreeMap::new(),
+        source_chains: Vec::new(),
+        dead_letters: Vec::new(),
+        tasks: BTreeMap::new(),
+        pending: Vec::new(),
+        failed: None,
+        abandoned: false,
+        dirty: false,
+        last_commit: Instant::now(),
+        last_housekeeping: Instant::now(),
+        last_marks: Instant::now(),
+        ownership: shared.ownership.clone(),
+        cancel: cancel.clone(),
+    };
+    instance.build_source_chains();
+    instance.publish_ownership();
+    info!(
+        job = %config.job.name,
+        instance = config.instance(),
+        tasks,
+        topics = ?topics,
+        protocol = ?config.scale.group_protocol,
+        "instance joining the job's group"
+    );
+    // Interactive queries of graph operators are not served in group mode
+    // yet: the queue has no sender, so none arrive.
+    let (_, queries) = crossbeam_channel::bounded(0);
+    run_instance(
+        config, instance, &topics, &producer, &cancel, shared, progressed, &queries,
+    )
+}
+
+impl GraphInstance {
+    fn head_uid(&self, stage: usize) -> &str {
+        &self.graph.nodes[self.plan.stages[stage].entry.head].uid
+    }
+
+    /// The sinks' output in group mode: written in the open transaction on
+    /// this thread, between records, so the gate never holds anything.
+    fn output(&self, uid: &str, subtask: u32, topic: &str) -> Output {
+        Output::new(
+            uid.to_string(),
+            subtask,
+            self.producer.clone(),
+            topic.to_string(),
+            None,
+            BadRecordPolicy::Fail,
+            Arc::new(EpochGate::new(0)),
+            self.metrics.clone(),
+            self.cancel.clone(),
+        )
+    }
+
+    /// The chain of `entry` for task (or source) `subtask`: its nodes, hash
+    /// edges out of it as repartition topics, `stores` for its keyed nodes.
+    fn build_chain(
+        &self,
+        entry: &Entry,
+        name: String,
+        subtask: u32,
+        writer: &str,
+        mut stores: BTreeMap<NodeId, KeyedStore>,
+    ) -> Chain {
+        let graph = &self.graph;
+        let mut slots = Vec::new();
+        let mut exchanges = Vec::new();
+        for &n in &entry.nodes {
+            let node = &graph.nodes[n];
+            let mut targets = Vec::new();
+            for e in graph.outputs(n) {
+                if let Some(slot) = entry.nodes.iter().position(|m| *m == e.to) {
+                    targets.push(Target::Slot { slot, port: e.port });
+                    continue;
+                }
+                let (Some(stage), Exchange::Hash(cols)) =
+                    (self.plan.stage_of_head(e.to), &e.exchange)
+                else {
+                    unreachable!("an edge out of a chain is a hash edge into a stage's head");
+                };
+                targets.push(Target::Exchange(exchanges.len()));
+                exchanges.push(ExchangeOut::repartition(
+                    RepartitionOut::new(
+                        self.producer.clone(),
+                        self.plan.stages[stage].topic.clone(),
+                        e.port,
+                        self.config.scale.tasks as usize,
+                        writer.to_string(),
+                    ),
+                    cols.clone(),
+                ));
+            }
+            let body = slot_body(graph, n, subtask, stores.remove(&n), |spec| {
+                self.output(&node.uid, subtask, &spec.topic)
+            });
+            slots.push(super::chain::Slot {
+                uid: node.uid.clone(),
+                body,
+                targets,
+            });
+        }
+        Chain::new(
+            name,
+            subtask,
+            slots,
+            exchanges,
+            self.config.job.max_parallelism,
+            self.cancel.clone(),
+            self.metrics.clone(),
+        )
+    }
+
+    /// The sources' chains and dead-letter outputs, new (nothing gathered).
+    fn build_source_chains(&mut self) {
+        let mut chains = Vec::new();
+        let mut dead = Vec::new();
+        for entry in self.plan.sources.iter() {
+            let uid = self.graph.nodes[entry.head].uid.clone();
+            chains.push(self.build_chain(entry, uid.clone(), 0, &uid, BTreeMap::new()));
+            let spec = source_spec(&self.graph, entry.head);
+            dead.push(Output::new(
+                uid,
+                0,
+                self.producer.clone(),
+                String::new(),
+                spec.dead_letter_topic.clone(),
+                spec.on_bad_record,
+                Arc::new(EpochGate::new(0)),
+                self.metrics.clone(),
+                self.cancel.clone(),
+            ));
+        }
+        self.source_chains = chains;
+        self.dead_letters = dead;
+    }
+
+    fn publish_ownership(&self) {
+        let mut o = self.ownership.lock().expect("ownership lock");
+        o.instance = self.config.instance().to_string();
+        o.inputs = self
+            .inputs
+            .keys()
+            .map(|(t, p)| format!("{t}/{p}"))
+            .collect();
+        o.stages.clear();
+        for (stage, id) in self.tasks.keys() {
+            o.stages
+                .entry(self.head_uid(*stage).to_string())
+                .or_default()
+                .push(*id);
+        }
+    }
+
+    /// Each keyed node's declared tables, as checkpoints record them.
+    fn tables_of(&self, stage: usize) -> BTreeMap<String, Vec<String>> {
+        self.plan.stages[stage]
+            .entry
+            .nodes
+            .iter()
+            .filter_map(|n| match &self.graph.nodes[*n].body {
+                NodeBody::Operator(o) if o.keyed => Some((
+                    self.graph.nodes[*n].uid.clone(),
+                    o.tables
+                        .iter()
+                        .map(|t| format!("{} {:?} {}", t.name, t.kind, t.codec).to_lowercase())
+                        .collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn on_revoke(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
+        if !self.abandoned && self.failed.is_none() {
+            if lost {
+                warn!(
+                    "the group took this instance's partitions (assignment lost); not committing"
+                );
+                self.failed = Some(WeirError::GroupFenced {
+                    instance: self.config.instance().to_string(),
+                    context: "assignment lost: the session timed out or the member was fenced"
+                        .into(),
+                });
+            } else {
+                let started = Instant::now();
+                match self.commit(consumer) {
+                    Ok(()) => info!(
+                        partitions = tpl.count(),
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "committed before revocation"
+                    ),
+                    Err(e) => {
+                        error!(error = %e.report(), "commit before revocation failed; the attempt aborts");
+                        self.failed = Some(e);
+                    }
+                }
+            }
+        }
+        for e in tpl.elements() {
+            let tp = (e.topic().to_string(), e.partition());
+            info!(
+                topic = e.topic(),
+                partition = e.partition(),
+                "partition revoked"
+            );
+            self.pending.retain(|p| *p != tp);
+            let _ = self
+                .metrics
+                .consumer_lag
+                .remove_label_values(&[tp.0.as_str(), &tp.1.to_string()]);
+            match self.stage_of_topic.get(&tp.0) {
+                Some(stage) => {
+                    self.tasks.remove(&(*stage, tp.1 as u32));
+                }
+                None => {
+                    self.inputs.remove(&tp);
+                }
+            }
+        }
+        self.publish_ownership();
+    }
+
+    /// Restores the partitions assigned since the last call and lets them
+    /// be read.
+    fn activate(&mut self, consumer: &Consumer_) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &pending {
+            tpl.add_partition(t, *p);
+        }
+        let started = Instant::now();
+        // read_committed: waits for a previous owner's open transaction,
+        // which the broker aborts after transaction.timeout.ms at the latest.
+        let wait = std::time::Duration::from_millis(
+            self.config
+                .transaction_timeout_ms()
+                .unwrap_or(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS),
+        ) + REQUEST_TIMEOUT;
+        let committed = consumer
+            .committed_offsets(tpl.clone(), wait)
+            .map_err(|e| WeirError::kafka("read the group's committed offsets", e))?;
+        for e in committed.elements() {
+            let (topic, partition) = (e.topic().to_string(), e.partition());
+            let offset = match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            let position = match self.stage_of_topic.get(&topic).copied() {
+                Some(stage) => {
+                    let task = self.restore_task(stage, partition as u32, offset, e.metadata())?;
+                    self.tasks.insert((stage, partition as u32), task);
+                    offset.map_or(Offset::Beginning, Offset::Offset)
+                }
+                None => {
+                    let source = self.source_of_topic[&topic];
+                    let spec = source_spec(&self.graph, self.plan.sources[source].head);
+                    let marks = spec.event_time.as_ref().map(|et| {
+                        let mut w =
+                            SourceWatermarks::new(et.max_out_of_orderness_ms, et.idle_timeout_ms);
+                        w.register(&topic, partition, None, crate::runtime::now_ms());
+                        w
+                    });
+                    let start = spec.start;
+                    self.inputs.insert(
+                        (topic.clone(), partition),
+                        InputPartition {
+                            source,
+                            next: offset,
+                            marks,
+                            sent: None,
+                        },
+                    );
+                    match (offset, start) {
+                        (Some(o), _) => Offset::Offset(o),
+                        (None, StartPosition::Earliest) => Offset::Beginning,
+                        (None, StartPosition::Latest) => Offset::End,
+                    }
+                }
+            };
+            // Asynchronous (timeout 0), as `scale::engine` explains.
+            consumer
+                .seek(&topic, partition, position, std::time::Duration::ZERO)
+                .map_err(|e| WeirError::kafka(format!("seek {topic}/{partition}"), e))?;
+        }
+        consumer
+            .resume(&tpl)
+            .map_err(|e| WeirError::kafka("resume assigned partitions", e))?;
+        info!(
+            partitions = pending.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            since_start_ms = crate::observe::since_process_start().as_millis() as u64,
+            "assigned partitions restored and resumed"
+        );
+        self.publish_ownership();
+        Ok(())
+    }
+
+    /// Opens task `id` of `stage`: exactly the checkpoint its committed
+    /// offset names, or empty when the group has no offset for it yet.
+    fn restore_task(
+        &mut self,
+        stage: usize,
+        id: u32,
+        offset: Option<i64>,
+        metadata: &str,
+    ) -> Result<GraphTask> {
+        let c = self.config.clone();
+        let head = self.head_uid(stage).to_string();
+        let label = format!("stage {head:?} task {id}");
+        let range = range_for_subtask(id, c.scale.tasks, c.job.max_parallelism);
+        let dir = c
+            .job_state_dir()
+            .join("stages")
+            .join(&head)
+            .join(format!("{id:04}"));
+        let snapshots = dir.join("snapshots");
+        fs::create_dir_all(&snapshots).map_err(|e| WeirError::io(&snapshots, e))?;
+        let keyed: Vec<(NodeId, String, Vec<crate::dataflow::state::TableSpec>)> = self.plan.stages
+            [stage]
+            .entry
+            .nodes
+            .iter()
+            .filter_map(|n| match &self.graph.nodes[*n].body {
+                NodeBody::Operator(o) if o.keyed => {
+                    Some((*n, self.graph.nodes[*n].uid.clone(), o.tables.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let cache = c.state.cache_entries;
+        let mut stores = BTreeMap::new();
+        let (pointer, uploaded, restored_marks) = match (offset, manifest::parse_pointer(metadata))
+        {
+            (None, _) => {
+                for (n, uid, tables) in &keyed {
+                    let store = KeyedStore::open_empty(
+                        uid,
+                        tables.clone(),
+                        &dir.join("db").join(uid),
+                        cache,
+                    )?;
+                    stores.insert(*n, store);
+                }
+                info!(stage = %head, task = id, "task starts with empty state: the group has no offset for it");
+                (None, HashMap::new(), BTreeMap::new())
+            }
+            (Some(o), None) => {
+                return Err(WeirError::Recovery(format!(
+                    "{label}: the group committed offset {o} of {}/{id} without a checkpoint \
+                     pointer (metadata {metadata:?}); its state cannot be found, and weir does not \
+                     start a task from empty state in its place",
+                    self.plan.stages[stage].topic
+                )))
+            }
+            (Some(o), Some(key)) => {
+                let started = Instant::now();
+                let m = checkpoints::load_manifest(&self.storage, &label, key)?;
+                let state = m.graph.clone().filter(|g| g.stage == head);
+                if m.task != id || m.key_groups != range || m.offset != o || state.is_none() {
+                    return Err(WeirError::Recovery(format!(
+                        "{label}: checkpoint {key} in {} is of task {} (stage {:?}) with key groups \
+                         {:?} at offset {}, but the group's pointer is for task {id} of stage \
+                         {head:?}, key groups {range:?}, offset {o}",
+                        self.storage.location,
+                        m.task,
+                        m.graph.as_ref().map(|g| g.stage.as_str()),
+                        m.key_groups,
+                        m.offset
+                    )));
+                }
+                let state = state.expect("checked above");
+                let declared = self.tables_of(stage);
+                if state.tables != declared {
+                    return Err(WeirError::Recovery(format!(
+                        "{label}: its checkpoint {key} holds the tables {:?}, but the job now \
+                         declares {declared:?}; a job keeps its operators' state for its life. \
+                         Start a new job (another job.name) to change them",
+                        state.tables
+                    )));
+                }
+                let (folder, how) = match checkpoints::local_copy(&snapshots, key, &m) {
+                    Some(f) => (f, "hard links from a local copy"),
+                    None => (
+                        checkpoints::download(&self.storage, &snapshots, &label, key, &m)?,
+                        "download",
+                    ),
+                };
+                for (n, uid, tables) in &keyed {
+                    let handle = StateHandle {
+                        uid: uid.clone(),
+                        subtask: id,
+                        key_groups: range,
+                        path: uid.clone(),
+                        size_bytes: 0,
+                        files: Vec::new(),
+                    };
+                    let store = KeyedStore::restore(
+                        uid,
+                        tables.clone(),
+                        &dir.join("db").join(uid),
+                        &folder,
+                        &[&handle],
+                        range,
+                        cache,
+                    )?;
+                    stores.insert(*n, store);
+                }
+                info!(
+                    stage = %head,
+                    task = id,
+                    checkpoint = key,
+                    bytes = m.size_bytes(),
+                    how,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "task restored"
+                );
+                (
+                    Some(key.to_string()),
+                    checkpoints::uploaded_files(&m),
+                    state.watermarks,
+                )
+            }
+        };
+        for store in stores.values_mut() {
+            store.set_flush_on_snapshot(true);
+        }
+        let writer = task_writer(&head, id);
+        let entry = self.plan.stages[stage].entry.clone();
+        let mut chain = self.build_chain(&entry, format!("{head}-{id}"), id, &writer, stores);
+        let marks = WriterMarks::new(self.expected[stage].clone(), restored_marks);
+        if marks.current() > MIN_WATERMARK {
+            // The operators judge lateness by it; downstream already has it.
+            chain.on_watermark(marks.current())?;
+        }
+        self.incarnations += 1;
+        Ok(GraphTask {
+            stage,
+            id,
+            chain,
+            marks,
+            next: offset,
+            committed: pointer.clone(),
+            pointer,
+            uploaded,
+            writer: format!("{}-{}", self.writer, self.incarnations),
+            changed: false,
+            dir,
+        })
+    }
+
+    /// One record from the consumer.
+    fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
+        match self.stage_of_topic.get(m.topic()).copied() {
+            Some(stage) => self.on_repartition(stage, m),
+            None => self.on_input(m),
+        }
+    }
+
+    fn on_repartition(&mut self, stage: usize, m: &BorrowedMessage<'_>) -> Result<()> {
+        let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+        let max_p = self.config.job.max_parallelism;
+        let Some(task) = self.tasks.get_mut(&(stage, partition as u32)) else {
+            // Read before its restore (it is sought back) or after revocation.
+            return Ok(());
+        };
+        if task.next.is_some_and(|next| offset < next) {
+            warn!(stage, task = task.id, offset, next = ?task.next, "skipped a repartition record already applied");
+            return Ok(());
+        }
+        let bad = |reason: String| WeirError::BadRecord {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            reason,
+        };
+        match wire::decode(m.payload().unwrap_or_default()).map_err(bad)? {
+            wire::Wire::Row {
+                port,
+                timestamp,
+                row,
+            } => {
+                let key = m.key().unwrap_or_default();
+                let record = Record {
+                    row,
+                    timestamp,
+                    key_group: key_group(key, max_p),
+                    key: key.to_vec(),
+                };
+                task.chain.push(0, port, vec![record])?;
+            }
+            wire::Wire::Watermark {
+                writer,
+                watermark,
+                idle,
+            } => {
+                let advance = task.marks.on_mark(&writer, watermark, idle);
+                if let Some(idle) = advance.idle {
+                    task.chain.broadcast(Element::Idle(idle))?;
+                }
+                if let Some(wm) = advance.watermark {
+                    task.chain.on_watermark(wm)?;
+                }
+            }
+        }
+        task.next = Some(offset + 1);
+        task.changed = true;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn on_input(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
+        let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+        let tp = (topic.to_string(), partition);
+        let Some(input) = self.inputs.get_mut(&tp) else {
+            return Ok(());
+        };
+        if input.next.is_some_and(|n| offset < n) {
+            warn!(topic, partition, offset, next = ?input.next, "skipped an input record already processed");
+            return Ok(());
+        }
+        input.next = Some(offset + 1);
+        self.dirty = true;
+        let source = input.source;
+        let head = self.plan.sources[source].head;
+        let node = &self.graph.nodes[head];
+        let spec = source_spec(&self.graph, head);
+        self.metrics
+            .records_in
+            .with_label_values(&[node.uid.as_str()])
+            .inc();
+        match super::source::decode(spec, &node.schema, m.payload(), m.timestamp().to_millis()) {
+            Ok((row, timestamp)) => {
+                if let Some(w) = &mut input.marks {
+                    w.on_record(topic, partition, timestamp, crate::runtime::now_ms());
+                }
+                self.source_chains[source].push(
+                    0,
+                    0,
+                    vec![Record {
+                        row,
+                        timestamp,
+                        key_group: 0,
+                        key: Vec::new(),
+                    }],
+                )
+            }
+            Err(reason) => {
+                match bad_record(
+                    spec.on_bad_record,
+                    &self.metrics,
+                    topic,
+                    partition,
+                    offset,
+                    reason,
+                )? {
+                    None => Ok(()),
+                    Some(error) => self.dead_letters[source].dead_letter(Box::new(DeadLetter {
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().map(<[u8]>::to_vec),
+                        error,
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        headers: Vec::new(),
+                    })),
+                }
+            }
+        }
+    }
+
+    /// Polls the input partitions' watermarks; a change makes the epoch
+    /// worth committing (an idle partition's news must reach the stages
+    /// even when nothing is read).
+    fn poll_source_marks(&mut self) {
+        let now = crate::runtime::now_ms();
+        for input in self.inputs.values_mut() {
+            if let Some(w) = &mut input.marks {
+                w.poll(now);
+                if input.sent != Some((w.current(), w.is_idle())) {
+                    self.dirty = true;
+                }
+            }
+        }
+        self.last_marks = Instant::now();
+    }
+
+    /// Every input partition's watermark to the stages its source feeds.
+    fn send_source_marks(&mut self) -> Result<()> {
+        let now = crate::runtime::now_ms();
+        for ((topic, partition), input) in self.inputs.iter_mut() {
+            let Some(w) = &mut input.marks else {
+                continue;
+            };
+            w.poll(now);
+            let state = (w.current(), w.is_idle());
+            self.source_chains[input.source].send_mark(
+                &partition_writer(topic, *partition),
+                state.0,
+                state.1,
+            )?;
+            input.sent = Some(state);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        for c in &mut self.source_chains {
+            c.flush()?;
+        }
+        for d in &mut self.dead_letters {
+            d.flush_batch()?;
+        }
+        for t in self.tasks.values_mut() {
+            t.chain.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The epoch's checkpoint and commit: marks out, every chain's epoch
+    /// ended, each changed task snapshotted and uploaded, then one
+    /// transaction with the offsets and their pointers.
+    fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.send_source_marks()?;
+        for c in &mut self.source_chains {
+            c.end_epoch()?;
+        }
+        for d in &mut self.dead_letters {
+            d.flush_batch()?;
+        }
+        let mut offsets = TopicPartitionList::new();
+        for ((t, p), input) in &self.inputs {
+            if let Some(o) = input.next {
+                offsets
+                    .add_partition_offset(t, *p, Offset::Offset(o))
+                    .map_err(|e| WeirError::kafka("build offset list", e))?;
+            }
+        }
+        let keys: Vec<(usize, u32)> = self.tasks.keys().copied().collect();
+        let mut uploaded_bytes = 0u64;
+        for key in keys {
+            let mut task = self.tasks.remove(&key).expect("task listed");
+            let result = self.checkpoint_task(&mut task, &mut uploaded_bytes);
+            self.tasks.insert(key, task);
+            if let Some((next, pointer)) = result? {
+                let topic = &self.plan.stages[key.0].topic;
+                let mut e = offsets.add_partition(topic, key.1 as i32);
+                e.set_offset(Offset::Offset(next))
+                    .map_err(|e| WeirError::kafka("build offset list", e))?;
+                e.set_metadata(manifest::pointer(&pointer));
+            }
+        }
+        let prepared = started.elapsed();
+        if consumer.assignment_lost() {
+            return Err(WeirError::GroupFenced {
+                instance: self.config.instance().to_string(),
+                context: "assignment lost before the commit".into(),
+            });
+        }
+        let assigned = consumer
+            .assignment()
+            .map_err(|e| WeirError::kafka("read the assignment", e))?;
+        let foreign: Vec<String> = offsets
+            .elements()
+            .iter()
+            .filter(|e| assigned.find_partition(e.topic(), e.partition()).is_none())
+            .map(|e| format!("{}/{}", e.topic(), e.partition()))
+            .collect();
+        if !foreign.is_empty() {
+            let cause = WeirError::Task {
+                task: "scale".into(),
+                reason: format!("partitions no longer assigned: {}", foreign.join(", ")),
+            };
+            return self.reset_to_committed(&cause);
+        }
+        let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
+            task: "scale".into(),
+            reason: "consumer group metadata unavailable for the transaction".into(),
+        })?;
+        crate::crash_point!("group-before-commit");
+        fail::fail_point!("group-commit-refused", |_| {
+            let cause = WeirError::Task {
+                task: "scale".into(),
+                reason: "the commit was refused (failpoint group-commit-refused)".into(),
+            };
+            self.reset_to_committed(&cause)
+        });
+        if let Err(e) = self.producer.commit_transaction(&offsets, &group) {
+            return match classify(self.config.instance(), e) {
+                CommitRefusal::Migrated(e) => self.reset_to_committed(&e),
+                CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
+            };
+        }
+        self.producer.begin_transaction()?;
+        self.metrics.transactions_committed.inc();
+        self.epoch += 1;
+        self.metrics.checkpoint_completed(
+            self.epoch,
+            started.elapsed().as_secs_f64(),
+            uploaded_bytes,
+        );
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        for task in self.tasks.values_mut() {
+            task.committed = task.pointer.clone();
+            task.changed = false;
+            checkpoints::remove_stale_snapshots(
+                &task.dir.join("snapshots"),
+                task.committed.as_deref(),
+            );
+        }
+        debug!(
+            partitions = offsets.count(),
+            uploaded_bytes,
+            prepare_ms = prepared.as_millis() as u64,
+            took_ms = started.elapsed().as_millis() as u64,
+            "epoch committed"
+        );
+        self.publish_ownership();
+        if self.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
+            self.housekeeping(false);
+        }
+        Ok(())
+    }
+
+    /// After a commit the group refused in a rebalance: aborts the epoch
+    /// and takes every partition back to its committed offset and state,
+    /// without leaving the group.
+    fn reset_to_committed(&mut self, cause: &WeirError) -> Result<()> {
+        warn!(
+            error = %cause.report(),
+            "the group refused the commit (its assignment changed meanwhile); aborting the epoch \
+             and resuming every partition from its committed checkpoint"
+        );
+        self.producer.abort_transaction()?;
+        self.metrics.transactions_aborted.inc();
+        self.producer.begin_transaction()?;
+        // What the chains gathered belonged to the aborted epoch.
+        self.build_source_chains();
+        // Closes each RocksDB before its restore opens the same folder.
+        let tasks = std::mem::take(&mut self.tasks);
+        for (stage, id) in tasks.keys() {
+            self.pending
+                .push((self.plan.stages[*stage].topic.clone(), *id as i32));
+        }
+        drop(tasks);
+        let inputs = std::mem::take(&mut self.inputs);
+        self.pending.extend(inputs.into_keys());
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        self.publish_ownership();
+        Ok(())
+    }
+
+    /// Ends the task's epoch; snapshots and uploads it if it changed.
+    /// Returns its offset and pointer, if it has an offset to commit.
+    fn checkpoint_task(
+        &mut self,
+        task: &mut GraphTask,
+        uploaded_bytes: &mut u64,
+    ) -> Result<Option<(i64, String)>> {
+        task.chain.end_epoch()?;
+        let Some(next) = task.next else {
+            return Ok(None);
+        };
+        if !task.changed {
+            if let Some(p) = &task.pointer {
+                return Ok(Some((next, p.clone())));
+            }
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let target = task
+            .dir
+            .join("snapshots")
+            .join(format!("{}-{seq:08}", task.writer));
+        fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
+        let mut files = Vec::new();
+        for slot in &mut task.chain.slots {
+            let SlotBody::Operator { ctx, .. } = &mut slot.body else {
+                continue;
+            };
+            let Some(store) = ctx.store_mut() else {
+                continue;
+            };
+            let snapshot = store.snapshot(&target.join(&slot.uid))?;
+            files.extend(snapshot.files.into_iter().map(|f| SnapshotFile {
+                name: format!("{}/{}", slot.uid, f.name),
+                ..f
+            }));
+        }
+        let c = &self.config;
+        let head = self.head_uid(task.stage).to_string();
+        let prefix = manifest::stage_task_prefix(&head, task.id);
+        let files = checkpoints::upload(
+            &self.storage,
+            &prefix,
+            &task.writer,
+            seq,
+            &target,
+            &files,
+            &mut task.uploaded,
+            uploaded_bytes,
+        )?;
+        let m = TaskManifest {
+            format: manifest::FORMAT,
+            job: c.job.name.clone(),
+            operator_uid: head.clone(),
+            task: task.id,
+            tasks: c.scale.tasks,
+            key_groups: range_for_subtask(task.id, c.scale.tasks, c.job.max_parallelism),
+            max_parallelism: c.job.max_parallelism,
+            instance: c.instance().to_string(),
+            writer: task.writer.clone(),
+            seq,
+            created_ms: crate::observe::now_ms(),
+            offset: next,
+            files,
+            graph: Some(GraphTaskState {
+                stage: head,
+                tables: self.tables_of(task.stage),
+                watermarks: task.marks.snapshot(),
+            }),
+        };
+        let key = checkpoints::write_manifest(&self.storage, &m, &target)?;
+        task.pointer = Some(key.clone());
+        Ok(Some((next, key)))
+    }
+
+    /// Garbage collection of owned tasks' storage and trimming of their
+    /// repartition partitions. Failures are logged: the next run retries.
+    fn housekeeping(&mut self, stopping: bool) {
+        self.last_housekeeping = Instant::now();
+        let grace = (2 * self.config.checkpoint.timeout).as_millis() as i64;
+        let mut trim: BTreeMap<usize, Vec<(i32, i64)>> = BTreeMap::new();
+        let own = format!("{}-", self.writer);
+        for ((stage, id), task) in &self.tasks {
+            let Some(committed) = task.committed.as_deref() else {
+                continue;
+            };
+            if let Some(next) = task.next {
+                trim.entry(*stage).or_default().push((*id as i32, next));
+            }
+            let collected = checkpoints::collect(
+                &self.storage,
+                &manifest::stage_task_prefix(self.head_uid(*stage), *id),
+                committed,
+                self.config.checkpoint.retained,
+                grace,
+                stopping.then_some(own.as_str()),
+            );
+            match collected {
+                Ok(n) if n > 0 => {
+                    debug!(stage, task = id, deleted = n, "storage garbage collected")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(stage, task = id, error = %e.report(), "storage garbage collection failed; retried later")
+                }
+            }
+        }
+        for (stage, offsets) in trim {
+            let topic = &self.plan.stages[stage].topic;
+            if let Err(e) = repartition::trim(&self.config, topic, &offsets) {
+                warn!(topic = %topic, error = %e.report(), "trimming a repartition topic failed; retried later");
+            }
+        }
+    }
+}
+
+impl Rebalancing for GraphInstance {
+    fn revoked(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
+        self.on_revoke(consumer, tpl, lost);
+    }
+
+    fn assigned(&mut self, partitions: Vec<(String, i32)>) {
+        self.pending.extend(partitions);
+    }
+}
+
+impl GroupWork for GraphInstance {
+    fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
+        GraphInstance::on_message(self, m)
+    }
+    fn idle(&mut self) -> Result<()> {
+        self.flush()
+    }
+    fn due(&mut self) -> bool {
+        if self.last_marks.elapsed() >= WATERMARK_INTERVAL {
+            self.poll_source_marks();
+        }
+        self.dirty && self.last_commit.elapsed() >= self.config.checkpoint.interval
+    }
+    fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
+        GraphInstance::commit(self, consumer)
+    }
+    fn housekeeping(&mut self, stopping: bool) {
+        GraphInstance::housekeeping(self, stopping)
+    }
+    fn take_failed(&mut self) -> Option<WeirError> {
+        self.failed.take()
+    }
+    fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+    fn pending(&self) -> &[(String, i32)] {
+        &self.pending
+    }
+    fn activate(&mut self, consumer: &Consumer_) -> Result<()> {
+        GraphInstance::activate(self, consumer)
+    }
+    fn answer(&mut self, q: StateQuery) {
+        let _ = q.reply.send(Err(QueryFailure::Failed(
+            "interactive queries of job graph operators are not served in group mode yet".into(),
+        )));
+    }
+}

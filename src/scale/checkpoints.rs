@@ -1,0 +1,214 @@
+//! Task checkpoints on shared storage, as every group-mode instance takes
+//! and restores them (the built-in pipeline's and a job graph's): upload
+//! what storage lacks, load and check a manifest, restore from a local
+//! copy by hard links or by download, collect what no retained checkpoint
+//! reaches. `label` names the task in errors ("task 3", "stage counts task 3").
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use super::manifest::{self, ManifestFile, TaskManifest};
+use super::storage::SharedStorage;
+use crate::checkpoint::SnapshotFile;
+use crate::error::{Result, WeirError};
+
+/// The file in a local task snapshot naming the manifest it was uploaded as.
+pub const LOCAL_POINTER: &str = "WEIR-MANIFEST-KEY";
+
+/// Uploads the files of the snapshot in `target` that storage lacks (an
+/// SST file already uploaded under this writer is referenced again) and
+/// returns the manifest's file list.
+#[allow(clippy::too_many_arguments)]
+pub fn upload(
+    storage: &SharedStorage,
+    prefix: &str,
+    writer: &str,
+    seq: u64,
+    target: &Path,
+    files: &[SnapshotFile],
+    uploaded: &mut HashMap<String, ManifestFile>,
+    uploaded_bytes: &mut u64,
+) -> Result<Vec<ManifestFile>> {
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        if let Some(known) = uploaded.get(&f.name) {
+            if known.size_bytes == f.size_bytes {
+                out.push(known.clone());
+                continue;
+            }
+        }
+        let path = target.join(&f.name);
+        let bytes = fs::read(&path).map_err(|e| WeirError::io(&path, e))?;
+        let mf = ManifestFile {
+            name: f.name.clone(),
+            key: manifest::file_key(prefix, writer, seq, &f.name),
+            size_bytes: bytes.len() as u64,
+            crc32: crc32fast::hash(&bytes),
+        };
+        *uploaded_bytes += mf.size_bytes;
+        storage.put(&mf.key, bytes)?;
+        if f.name.ends_with(".sst") {
+            uploaded.insert(f.name.clone(), mf.clone());
+        }
+        out.push(mf);
+    }
+    Ok(out)
+}
+
+/// Writes manifest `m` and the local pointer next to its snapshot; returns
+/// its key.
+pub fn write_manifest(storage: &SharedStorage, m: &TaskManifest, target: &Path) -> Result<String> {
+    let key = m.key();
+    let json = serde_json::to_vec_pretty(m).expect("a manifest serialises");
+    storage.put(&key, json)?;
+    let local = target.join(LOCAL_POINTER);
+    fs::write(&local, &key).map_err(|e| WeirError::io(&local, e))?;
+    Ok(key)
+}
+
+/// The SST files of `m`, as already uploaded.
+pub fn uploaded_files(m: &TaskManifest) -> HashMap<String, ManifestFile> {
+    m.files
+        .iter()
+        .filter(|f| f.name.ends_with(".sst"))
+        .map(|f| (f.name.clone(), f.clone()))
+        .collect()
+}
+
+pub fn load_manifest(storage: &SharedStorage, label: &str, key: &str) -> Result<TaskManifest> {
+    let bytes = storage.get(key)?.ok_or_else(|| {
+        WeirError::Recovery(format!(
+            "{label}: its committed checkpoint {}/{key} is missing; restore that object \
+             (weir does not start a task from empty state in its place)",
+            storage.location
+        ))
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        WeirError::Recovery(format!(
+            "{label}: its committed checkpoint {}/{key} cannot be read: {e}",
+            storage.location
+        ))
+    })
+}
+
+/// Fetches a checkpoint's files into a folder below `snapshots`, checking
+/// each against the manifest.
+pub fn download(
+    storage: &SharedStorage,
+    snapshots: &Path,
+    label: &str,
+    key: &str,
+    m: &TaskManifest,
+) -> Result<PathBuf> {
+    let target = snapshots.join(format!("{}-{:08}-download", m.writer, m.seq));
+    if target.exists() {
+        fs::remove_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
+    }
+    fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
+    for f in &m.files {
+        let location = format!("{}/{}", storage.location, f.key);
+        let bytes = storage.get(&f.key)?.ok_or_else(|| {
+            WeirError::Recovery(format!(
+                "{label}: object {location} of its committed checkpoint {key} is missing \
+                 (weir does not start a task from empty state in its place)"
+            ))
+        })?;
+        let crc = crc32fast::hash(&bytes);
+        if bytes.len() as u64 != f.size_bytes || crc != f.crc32 {
+            return Err(WeirError::Recovery(format!(
+                "{label}: object {location} of its committed checkpoint {key} is damaged \
+                 ({} bytes with CRC-32 {crc:08x}, the manifest says {} bytes with {:08x}); \
+                 weir does not start a task from empty state in its place",
+                bytes.len(),
+                f.size_bytes,
+                f.crc32
+            )));
+        }
+        let path = target.join(&f.name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| WeirError::io(parent, e))?;
+        }
+        fs::write(&path, &bytes).map_err(|e| WeirError::io(&path, e))?;
+    }
+    let path = target.join(LOCAL_POINTER);
+    fs::write(&path, key).map_err(|e| WeirError::io(&path, e))?;
+    Ok(target)
+}
+
+/// A local snapshot folder below `snapshots` holding exactly the files of
+/// manifest `key`.
+pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest) -> Option<PathBuf> {
+    for entry in fs::read_dir(snapshots).ok()?.flatten() {
+        let folder = entry.path();
+        let Ok(named) = fs::read_to_string(folder.join(LOCAL_POINTER)) else {
+            continue;
+        };
+        if named != key {
+            continue;
+        }
+        let complete = m
+            .files
+            .iter()
+            .all(|f| fs::metadata(folder.join(&f.name)).is_ok_and(|md| md.len() == f.size_bytes));
+        if complete {
+            return Some(folder);
+        }
+    }
+    None
+}
+
+/// Removes local snapshots below `snapshots` other than the committed one
+/// (kept for a restore by hard links on this machine).
+pub fn remove_stale_snapshots(snapshots: &Path, committed: Option<&str>) {
+    let Ok(entries) = fs::read_dir(snapshots) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let folder = entry.path();
+        let named = fs::read_to_string(folder.join(LOCAL_POINTER)).ok();
+        if named.is_some() && named.as_deref() == committed {
+            continue;
+        }
+        if let Err(e) = fs::remove_dir_all(&folder) {
+            warn!(folder = %folder.display(), error = %e, "removing an old local snapshot failed");
+        }
+    }
+}
+
+/// Deletes what no retained checkpoint of the task in `prefix` reaches
+/// (`manifest::collectable`); returns how many objects went.
+pub fn collect(
+    storage: &SharedStorage,
+    prefix: &str,
+    committed: &str,
+    retained: u32,
+    grace_ms: i64,
+    own: Option<&str>,
+) -> Result<usize> {
+    let mut objects = manifest::TaskObjects::default();
+    for o in storage.list(prefix)? {
+        if o.key.contains("/manifests/") {
+            let files = match storage.get(&o.key)? {
+                Some(b) => match serde_json::from_slice::<TaskManifest>(&b) {
+                    Ok(m) => m.files.into_iter().map(|f| f.key).collect(),
+                    // An unreadable manifest is never a committed one
+                    // (those are checked); its files are not protected.
+                    Err(_) => Vec::new(),
+                },
+                None => continue,
+            };
+            objects.manifests.insert(o.key, (files, o.modified_ms));
+        } else {
+            objects.files.insert(o.key, o.modified_ms);
+        }
+    }
+    let now = crate::observe::now_ms() as i64;
+    let doomed = manifest::collectable(&objects, committed, retained, now, grace_ms, own);
+    for key in &doomed {
+        storage.delete(key)?;
+    }
+    Ok(doomed.len())
+}
