@@ -213,3 +213,291 @@ fn two_stage_job_in_group_mode_is_exact_under_random_sigkills_of_three_instances
     assert_eq!(owned.get("keys-per-count"), Some(&all), "{owned:?}");
     c.stop_all();
 }
+
+/// 2026-11-30T00:00:00Z
+const W0: i64 = 1_764_460_800_000;
+const GAP: i64 = 30_000;
+
+/// One input event of the windows example.
+#[derive(Debug, Clone)]
+struct Event {
+    id: u64,
+    user: String,
+    ts: i64,
+}
+
+impl Event {
+    fn json(&self) -> String {
+        format!(
+            r#"{{"id":{},"user":"{}","ts":{}}}"#,
+            self.id, self.user, self.ts
+        )
+    }
+}
+
+/// What a window result says: (user, start, end) → count.
+type Results = BTreeMap<(String, String, String), u64>;
+
+fn rfc3339(ms: i64) -> String {
+    let t = jiff::Timestamp::from_millisecond(ms).unwrap();
+    format!("{t:.3}")
+}
+
+fn add(m: &mut Results, user: &str, start: i64, end: i64) {
+    *m.entry((user.to_string(), rfc3339(start), rfc3339(end)))
+        .or_default() += 1;
+}
+
+/// The three results the windows example must write for `events`.
+fn expected_windows(events: &[Event]) -> [Results; 3] {
+    let (mut tumbling, mut hopping, mut session) = (Results::new(), Results::new(), Results::new());
+    let mut per_user: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for e in events {
+        let start = e.ts - e.ts.rem_euclid(60_000);
+        add(&mut tumbling, &e.user, start, start + 60_000);
+        let last = e.ts - e.ts.rem_euclid(20_000);
+        for k in 0..3 {
+            let s = last - k * 20_000;
+            add(&mut hopping, &e.user, s, s + 60_000);
+        }
+        per_user.entry(&e.user).or_default().push(e.ts);
+    }
+    for (user, mut times) in per_user {
+        times.sort_unstable();
+        let mut current: Option<(i64, i64, u64)> = None;
+        for ts in times {
+            current = match current {
+                Some((s, end, n)) if ts <= end => Some((s, end.max(ts + GAP), n + 1)),
+                Some((s, end, n)) => {
+                    *session
+                        .entry((user.to_string(), rfc3339(s), rfc3339(end)))
+                        .or_default() += n;
+                    Some((ts, ts + GAP, 1))
+                }
+                None => Some((ts, ts + GAP, 1)),
+            };
+        }
+        if let Some((s, end, n)) = current {
+            *session
+                .entry((user.to_string(), rfc3339(s), rfc3339(end)))
+                .or_default() += n;
+        }
+    }
+    [tumbling, hopping, session]
+}
+
+/// Every result in `records`, each once per time it was written.
+fn window_results(records: &[weir_testkit::OutRecord]) -> Vec<((String, String, String), u64)> {
+    records
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
+            let user = v["user"].as_str().unwrap().to_string();
+            assert_eq!(r.key.as_deref(), Some(user.as_str()), "record key = user");
+            (
+                (
+                    user,
+                    v["window_start"].as_str().unwrap().to_string(),
+                    v["window_end"].as_str().unwrap().to_string(),
+                ),
+                v["count"].as_u64().expect("count"),
+            )
+        })
+        .filter(|((user, _, _), _)| user != "__flush__")
+        .collect()
+}
+
+fn read_results(topic: &str, n: usize, timeout: Duration) -> Vec<weir_testkit::OutRecord> {
+    weir_testkit::read_topic(
+        topic,
+        weir_testkit::Isolation::Committed,
+        timeout,
+        Duration::from_secs(3),
+        |r| window_results(r).len() >= n,
+    )
+}
+
+/// Exactly one result per (user, window), with the true count.
+fn assert_exactly_once(kind: &str, records: &[weir_testkit::OutRecord], want: &Results) {
+    let mut seen: BTreeMap<(String, String, String), Vec<u64>> = BTreeMap::new();
+    for (w, n) in window_results(records) {
+        seen.entry(w).or_default().push(n);
+    }
+    let mut wrong = Vec::new();
+    for (w, counts) in &seen {
+        match want.get(w) {
+            Some(n) if counts == &vec![*n] => {}
+            n => wrong.push(format!("{w:?}: got {counts:?}, expected {n:?}")),
+        }
+    }
+    for (w, n) in want {
+        if !seen.contains_key(w) {
+            wrong.push(format!("{w:?}: missing, expected {n}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{kind}: {} of {} windows wrong, e.g. {:?}",
+        wrong.len(),
+        want.len(),
+        &wrong[..wrong.len().min(8)]
+    );
+}
+
+#[test]
+fn tumbling_hopping_and_session_windows_in_group_mode_are_exact_under_ten_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("gg-events"), unique("gg-windows"));
+    create_topic(&input, 4);
+    let kinds = ["tumbling", "hopping", "session"];
+    for kind in kinds {
+        create_topic(&format!("{output}.{kind}"), 2);
+        create_topic(&format!("{output}.{kind}.late"), 1);
+    }
+    // 4 partitions of 6,000 events, 20 ms of event time apart per
+    // partition, up to 3 s out of order (the bound is 5 s), in bursts of
+    // 20 s separated by 45 s of silence (so users have several sessions).
+    let (partitions, per_partition, users) = (4usize, 6_000usize, 40u64);
+    let mut on_time = Vec::new();
+    for i in 0..per_partition {
+        for _ in 0..partitions {
+            let base = W0 + i as i64 * 20 + (i as i64 / 1_000) * 45_000;
+            on_time.push(Event {
+                id: on_time.len() as u64,
+                user: format!("u{}", rng.below(users)),
+                ts: base - rng.below(3_001) as i64,
+            });
+        }
+    }
+    // Late: an hour behind; they go in once a result is committed, so
+    // every window they belong to has closed whatever the read order.
+    let late: Vec<Event> = (0..30u64)
+        .map(|k| Event {
+            id: 1_000_000 + k,
+            user: format!("u{}", k % 7),
+            ts: W0 - 3_600_000 + k as i64 * 1_000,
+        })
+        .collect();
+    let want = expected_windows(&on_time);
+    let last = on_time.iter().map(|e| e.ts).max().unwrap();
+    let flush: Vec<String> = (0..partitions)
+        .map(|p| {
+            Event {
+                id: 2_000_000 + p as u64,
+                user: "__flush__".into(),
+                ts: last + 3 * 60_000,
+            }
+            .json()
+        })
+        .collect();
+    let lines: Vec<String> = on_time.iter().map(Event::json).collect();
+    let (first_half, second_half) = lines.split_at(lines.len() / 2);
+    let (first_half, second_half) = (first_half.to_vec(), second_half.to_vec());
+    let late_lines: Vec<String> = late.iter().map(Event::json).collect();
+    let first_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let go_on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeder = {
+        let input = input.clone();
+        let (first_done, go_on) = (first_done.clone(), go_on.clone());
+        std::thread::spawn(move || {
+            use std::sync::atomic::Ordering::SeqCst;
+            // Chunks of a multiple of the partition count keep each
+            // partition's events in order (testkit's `produce` deals
+            // element i to partition i % partitions).
+            for chunk in first_half.chunks(400) {
+                produce(&input, 4, chunk);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            first_done.store(true, SeqCst);
+            while !go_on.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let per = second_half.len() / late_lines.len();
+            for (i, chunk) in second_half.chunks(per).enumerate() {
+                let mut lines = chunk.to_vec();
+                if let Some(l) = late_lines.get(i) {
+                    // The chunk's events move up one partition: a few ms
+                    // of event time, far within the 5 s bound.
+                    lines.insert(0, l.clone());
+                }
+                produce(&input, 4, &lines);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            produce(&input, 4, &flush);
+        })
+    };
+    let env = [
+        ("WINDOWS_INPUT", input.as_str()),
+        ("WINDOWS_OUTPUT", output.as_str()),
+    ];
+    let mut c = Cluster::new(dir.path(), "windows", &env);
+    for i in 0..3 {
+        c.start(i);
+    }
+    for kill in 0..10 {
+        std::thread::sleep(Duration::from_millis(1_500 + rng.below(2_500)));
+        c.assert_alive();
+        let victim = rng.below(3) as usize;
+        eprintln!("kill {kill}: SIGKILL i{victim}");
+        c.kill9(victim);
+        std::thread::sleep(Duration::from_millis(rng.below(2_000)));
+        c.start(victim);
+        if kill == 3 {
+            while !first_done.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            read_results(&format!("{output}.tumbling"), 1, Duration::from_secs(120));
+            go_on.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    feeder.join().unwrap();
+    for (kind, want) in kinds.iter().zip(&want) {
+        let records = read_results(
+            &format!("{output}.{kind}"),
+            want.len(),
+            Duration::from_secs(240),
+        );
+        if window_results(&records).len() < want.len() {
+            eprintln!("{}", c.logs());
+        }
+        assert_exactly_once(kind, &records, want);
+        // The dead-letter topic holds each late event once, with the
+        // window and watermark in headers.
+        let dead = weir_testkit::read_topic(
+            &format!("{output}.{kind}.late"),
+            weir_testkit::Isolation::Committed,
+            Duration::from_secs(60),
+            Duration::from_secs(2),
+            |r| r.len() >= late.len(),
+        );
+        let mut ids: Vec<u64> = dead
+            .iter()
+            .map(|r| {
+                for h in [
+                    "weir.late.window_start",
+                    "weir.late.window_end",
+                    "weir.late.watermark",
+                ] {
+                    assert!(
+                        r.headers.contains_key(h),
+                        "{kind}: {h} missing: {:?}",
+                        r.headers
+                    );
+                }
+                let v: serde_json::Value =
+                    serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
+                v["id"].as_u64().unwrap()
+            })
+            .collect();
+        ids.sort_unstable();
+        let want_ids: Vec<u64> = late.iter().map(|e| e.id).collect();
+        assert_eq!(
+            ids, want_ids,
+            "{kind}: the late events, each once (seed {seed})"
+        );
+    }
+    c.assert_alive();
+    c.stop_all();
+}

@@ -32,9 +32,10 @@ use super::graph::{
     SinkMode, SinkSpec, SourceFormat, SourceSpec,
 };
 use super::operator::Operator;
-use super::ops::aggregate::{output_schema, Agg, GroupAggregate, WindowAggregate};
+use super::ops::aggregate::{output_schema, Agg, GroupAggregate};
 use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
+use super::ops::window::WindowAggregate;
 use super::row::{DataType, Schema, Value};
 use super::state::TableSpec;
 use crate::config::{BadRecordPolicy, StartPosition};
@@ -197,6 +198,8 @@ pub struct KeyedStream {
 pub struct WindowedStream {
     keyed: KeyedStream,
     spec: WindowSpec,
+    allowed_lateness: i64,
+    late_topic: Option<String>,
 }
 
 /// Two keyed streams into one two-input operator (joins, co-processing).
@@ -324,6 +327,7 @@ fn stateless(op: impl Operator + Clone + Sync + 'static) -> NodeBody {
         inputs: 1,
         keyed: false,
         tables: Vec::new(),
+        late_topic: None,
     })
 }
 
@@ -509,6 +513,7 @@ impl KeyedStream {
             inputs: 1,
             keyed: true,
             tables: GroupAggregate::tables(),
+            late_topic: None,
         };
         self.keyed(uid, &kind, schema, op)
     }
@@ -520,6 +525,7 @@ impl KeyedStream {
             inputs: 1,
             keyed: true,
             tables: Deduplicate::tables(),
+            late_topic: None,
         };
         self.keyed(uid, "deduplicate", self.stream.schema(), op)
     }
@@ -529,12 +535,11 @@ impl KeyedStream {
         if let Err(e) = spec.validate() {
             self.stream.job.problem(format!("window: {e}"));
         }
-        if matches!(spec, WindowSpec::Session { .. }) {
-            self.stream.job.problem("window: session windows are not yet available in the job API (use [pipeline.window] in TOML)".into());
-        }
         WindowedStream {
             keyed: self.clone(),
             spec,
+            allowed_lateness: 0,
+            late_topic: None,
         }
     }
 
@@ -552,28 +557,48 @@ impl KeyedStream {
             inputs: 1,
             keyed: true,
             tables,
+            late_topic: None,
         };
         self.keyed(uid, "process", schema, op)
     }
 }
 
 impl WindowedStream {
+    /// Windows take records for `lateness` after their end: each such
+    /// record updates the window's result (update-before, update-after).
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.allowed_lateness = lateness.as_millis() as i64;
+        self
+    }
+
+    /// Records no window takes any more go to `topic` (as JSON, with the
+    /// window, event time and watermark in `weir.late.*` headers), in the
+    /// transaction of their epoch; without it they are dropped and counted.
+    pub fn late_to(mut self, topic: &str) -> Self {
+        self.late_topic = Some(topic.to_string());
+        self
+    }
+
     /// One row per key and window when the watermark passes its end: key
     /// columns, `window_start`, `window_end`, then the aggregates.
     pub fn aggregate(&self, uid: &str, aggs: Vec<Agg>) -> Stream {
         self.keyed.check_aggs(uid, &aggs);
-        let schema = output_schema(&self.keyed.stream.schema(), &self.keyed.key, true, &aggs);
-        let spec = self.spec;
+        let input = self.keyed.stream.schema();
+        let schema = output_schema(&input, &self.keyed.key, true, &aggs);
+        let (spec, allowed_lateness) = (self.spec, self.allowed_lateness);
         let op = OperatorSpec {
             factory: Arc::new(move || {
                 Box::new(WindowAggregate {
                     spec,
                     aggs: aggs.clone(),
+                    allowed_lateness,
+                    input: input.clone(),
                 })
             }),
             inputs: 1,
             keyed: true,
             tables: WindowAggregate::tables(),
+            late_topic: self.late_topic.clone(),
         };
         self.keyed.keyed(uid, "window-aggregate", schema, op)
     }
@@ -607,6 +632,7 @@ impl ConnectedStreams {
             inputs: 2,
             keyed: true,
             tables,
+            late_topic: None,
         };
         let node = job.add(
             uid,
@@ -712,6 +738,7 @@ mod tests {
             inputs: 1,
             keyed: true,
             tables: vec![],
+            late_topic: None,
         };
         let s = w.then("agg", "aggregate", w.schema(), NodeBody::Operator(spec));
         s.sink("out", KafkaSink::append("o", &[]));

@@ -105,6 +105,9 @@ pub struct OperatorSpec {
     /// Keyed operators have state (their tables and timers) and need hash inputs.
     pub keyed: bool,
     pub tables: Vec<TableSpec>,
+    /// Where records that arrive too late go (a window's `late_to`);
+    /// without it they are dropped and counted.
+    pub late_topic: Option<String>,
 }
 
 #[derive(Clone)]

@@ -24,6 +24,15 @@ pub struct Record {
     pub key: Vec<u8>,
 }
 
+/// A late record as it goes to a dead-letter topic: the row as JSON, why,
+/// and headers (the window, the event time, the watermark).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LateRecord {
+    pub value: Vec<u8>,
+    pub error: String,
+    pub headers: Vec<(String, String)>,
+}
+
 /// Where an operator emits its rows; the runtime passes them on to the
 /// next operator of the chain, an exchange or a sink.
 #[derive(Debug, Default)]
@@ -65,6 +74,8 @@ pub struct Context {
     value: Vec<u8>,
     /// Records dropped for arriving after their window closed.
     late: u64,
+    /// Late records for the node's dead-letter topic, if it has one.
+    late_records: Vec<LateRecord>,
     /// Whether a consumer of this node's output needs update-before rows.
     update_before: bool,
 }
@@ -81,6 +92,7 @@ impl Context {
             scratch: Vec::with_capacity(64),
             value: Vec::with_capacity(64),
             late: 0,
+            late_records: Vec::new(),
             update_before: true,
         }
     }
@@ -158,6 +170,16 @@ impl Context {
 
     pub(crate) fn take_late(&mut self) -> u64 {
         std::mem::take(&mut self.late)
+    }
+
+    /// A record no window takes any more, for the node's dead-letter topic
+    /// (`late_to` in the job API); counted as dropped without one.
+    pub fn late(&mut self, record: LateRecord) {
+        self.late_records.push(record);
+    }
+
+    pub(crate) fn take_late_records(&mut self) -> Vec<LateRecord> {
+        std::mem::take(&mut self.late_records)
     }
 
     fn store(&mut self) -> Result<&mut KeyedStore> {

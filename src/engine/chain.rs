@@ -18,7 +18,8 @@ use crate::dataflow::{Collector, Context, Operator, Record};
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::observe::metrics::Metrics;
-use crate::runtime::BATCH;
+use crate::runtime::output::Output;
+use crate::runtime::{DeadLetter, BATCH};
 use crate::state::key_groups::{key_group, subtask_for_key_group};
 
 /// Where a node's output goes.
@@ -35,8 +36,21 @@ pub enum SlotBody {
         op: Box<dyn Operator>,
         ctx: Box<Context>,
         keyed: bool,
+        /// The dead-letter output for late records, if the node has one.
+        late: Option<Box<Output>>,
     },
     Sink(Box<SinkWriter>),
+}
+
+impl SlotBody {
+    /// The Kafka output of this slot, if it writes any: a sink's, or an
+    /// operator's late records.
+    fn output(&mut self) -> Option<&mut Output> {
+        match self {
+            SlotBody::Sink(sink) => Some(&mut sink.output),
+            SlotBody::Operator { late, .. } => late.as_deref_mut(),
+        }
+    }
 }
 
 pub struct Slot {
@@ -123,19 +137,45 @@ impl Chain {
     pub fn push(&mut self, slot: usize, port: usize, records: Vec<Record>) -> Result<()> {
         let mut out = Collector::new();
         match &mut self.slots[slot].body {
-            SlotBody::Operator { op, ctx, keyed } => {
+            SlotBody::Operator {
+                op,
+                ctx,
+                keyed,
+                late,
+            } => {
                 for r in records {
                     if *keyed {
                         ctx.set_key(r.key_group, &r.key);
                     }
                     op.on_record(port, r, ctx, &mut out)?;
                 }
-                let late = ctx.take_late();
-                if late > 0 {
+                let mut dropped = ctx.take_late();
+                let records = ctx.take_late_records();
+                match late {
+                    Some(output) if !records.is_empty() => {
+                        self.metrics
+                            .late_records
+                            .with_label_values(&["dead-letter"])
+                            .inc_by(records.len() as u64);
+                        for r in records {
+                            output.dead_letter(Box::new(DeadLetter {
+                                key: None,
+                                value: Some(r.value),
+                                error: r.error,
+                                topic: String::new(),
+                                partition: 0,
+                                offset: 0,
+                                headers: r.headers,
+                            }))?;
+                        }
+                    }
+                    _ => dropped += records.len() as u64,
+                }
+                if dropped > 0 {
                     self.metrics
                         .late_records
                         .with_label_values(&["drop"])
-                        .inc_by(late);
+                        .inc_by(dropped);
                 }
             }
             SlotBody::Sink(sink) => {
@@ -215,8 +255,8 @@ impl Chain {
             }
         }
         for s in &mut self.slots {
-            if let SlotBody::Sink(sink) = &mut s.body {
-                sink.output.flush_batch()?;
+            if let Some(output) = s.body.output() {
+                output.flush_batch()?;
             }
         }
         Ok(())
@@ -314,8 +354,8 @@ impl Chain {
     /// snapshot (it belongs to this epoch). False if cancelled meanwhile.
     pub fn drain_sinks(&mut self) -> Result<bool> {
         for s in &mut self.slots {
-            if let SlotBody::Sink(sink) = &mut s.body {
-                if !sink.output.drain_before_snapshot()? {
+            if let Some(output) = s.body.output() {
+                if !output.drain_before_snapshot()? {
                     return Ok(false);
                 }
             }
@@ -326,8 +366,8 @@ impl Chain {
     /// Gives every sink a turn to send what its gate released.
     pub fn release_sinks(&mut self) -> Result<()> {
         for s in &mut self.slots {
-            if let SlotBody::Sink(sink) = &mut s.body {
-                sink.output.release_if_committed()?;
+            if let Some(output) = s.body.output() {
+                output.release_if_committed()?;
             }
         }
         Ok(())
@@ -382,8 +422,8 @@ impl Chain {
             }
         }
         for s in &mut self.slots {
-            if let SlotBody::Sink(sink) = &mut s.body {
-                sink.output.after_snapshot(id)?;
+            if let Some(output) = s.body.output() {
+                output.after_snapshot(id)?;
             }
         }
         Ok(Some(match declined {

@@ -240,14 +240,15 @@ fn run_attempt(
                     }
                     _ => None,
                 };
-                let body = slot_body(graph, n, k, store, |spec| {
+                let body = slot_body(graph, n, k, store, |what| {
+                    let (topic, dead_letters, policy) = what.topics();
                     Output::new(
                         node.uid.clone(),
                         k,
                         producer.clone(),
-                        spec.topic.clone(),
-                        None,
-                        BadRecordPolicy::Fail,
+                        topic,
+                        dead_letters,
+                        policy,
                         gate.clone(),
                         shared.metrics.clone(),
                         cancel.clone(),
@@ -404,7 +405,7 @@ pub(crate) fn slot_body(
     n: usize,
     subtask: u32,
     store: Option<KeyedStore>,
-    sink_output: impl FnOnce(&crate::dataflow::graph::SinkSpec) -> Output,
+    output: impl Fn(OutputFor<'_>) -> Output,
 ) -> SlotBody {
     let node = &graph.nodes[n];
     match &node.body {
@@ -412,6 +413,7 @@ pub(crate) fn slot_body(
             op: Box::new(crate::dataflow::ops::stateless::Union),
             ctx: Box::new(Context::new(&node.uid, subtask, None)),
             keyed: false,
+            late: None,
         },
         NodeBody::Operator(spec) => {
             let mut ctx = Box::new(Context::new(&node.uid, subtask, store));
@@ -420,14 +422,39 @@ pub(crate) fn slot_body(
                 op: (spec.factory)(),
                 ctx,
                 keyed: spec.keyed,
+                late: spec
+                    .late_topic
+                    .as_deref()
+                    .map(|t| Box::new(output(OutputFor::Late(t)))),
             }
         }
         NodeBody::Sink(spec) => SlotBody::Sink(Box::new(SinkWriter::new(
             &node.uid,
             spec.clone(),
             node.schema.clone(),
-            sink_output(spec),
+            output(OutputFor::Sink(&spec.topic)),
         ))),
+    }
+}
+
+/// What an `Output` of a slot writes: a sink's topic, or an operator's
+/// late records as dead letters to a topic.
+pub(crate) enum OutputFor<'a> {
+    Sink(&'a str),
+    Late(&'a str),
+}
+
+impl OutputFor<'_> {
+    /// `Output::new`'s topic, dead-letter topic and policy for it.
+    pub(crate) fn topics(&self) -> (String, Option<String>, BadRecordPolicy) {
+        match self {
+            OutputFor::Sink(t) => (t.to_string(), None, BadRecordPolicy::Fail),
+            OutputFor::Late(t) => (
+                String::new(),
+                Some(t.to_string()),
+                BadRecordPolicy::DeadLetter,
+            ),
+        }
     }
 }
 

@@ -239,6 +239,7 @@ mod tests {
                     op: Box::new(Union),
                     ctx: Box::new(Context::new("co", 0, None)),
                     keyed: false,
+                    late: None,
                 },
                 targets: vec![Target::Exchange(0)],
             }],

@@ -1,6 +1,5 @@
-//! Keyed aggregates: a running group aggregate (an updating result) and a
-//! window aggregate (one final row per key and window, when the watermark
-//! passes the window's end).
+//! Keyed aggregates: a running group aggregate (an updating result), and
+//! the accumulators it shares with the window aggregate (`super::window`).
 //!
 //! The group aggregate consumes updating input too: an insert or
 //! update-after adds its row, an update-before or delete takes it away, so a
@@ -14,7 +13,6 @@ use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::{Result, WeirError};
-use crate::window::assign::{assign, Window, WindowSpec};
 
 /// One aggregate function and its input column (none: `COUNT(*)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +193,7 @@ impl Accumulators {
         self.parts.iter().map(|p| (p.n, &p.value))
     }
 
-    fn new(aggs: &[Agg]) -> Self {
+    pub(crate) fn new(aggs: &[Agg]) -> Self {
         Self {
             rows: 0,
             parts: aggs
@@ -209,7 +207,12 @@ impl Accumulators {
     }
 
     /// Adds (or with `retract`, takes away) one input row.
-    fn apply(&mut self, aggs: &[Agg], row: &Row, retract: bool) -> std::result::Result<(), String> {
+    pub(crate) fn apply(
+        &mut self,
+        aggs: &[Agg],
+        row: &Row,
+        retract: bool,
+    ) -> std::result::Result<(), String> {
         self.rows += if retract { -1 } else { 1 };
         for (a, p) in aggs.iter().zip(self.parts.iter_mut()) {
             let v = match a.column {
@@ -245,7 +248,34 @@ impl Accumulators {
         Ok(())
     }
 
-    fn results(&self, aggs: &[Agg], out: &mut Vec<Value>) {
+    /// Adds everything `other` counted (session windows that merge).
+    pub(crate) fn merge(
+        &mut self,
+        aggs: &[Agg],
+        other: &Accumulators,
+    ) -> std::result::Result<(), String> {
+        self.rows += other.rows;
+        for ((a, p), o) in aggs.iter().zip(self.parts.iter_mut()).zip(&other.parts) {
+            if o.n == 0 {
+                continue;
+            }
+            p.value = if p.n == 0 {
+                o.value.clone()
+            } else {
+                match a.function {
+                    AggFunction::Count => Value::Null,
+                    AggFunction::Sum | AggFunction::Avg => add_values(&p.value, &o.value, false)?,
+                    AggFunction::Min if compare(&o.value, &p.value).is_lt() => o.value.clone(),
+                    AggFunction::Max if compare(&o.value, &p.value).is_gt() => o.value.clone(),
+                    AggFunction::Min | AggFunction::Max => p.value.clone(),
+                }
+            };
+            p.n += o.n;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn results(&self, aggs: &[Agg], out: &mut Vec<Value>) {
         for (a, p) in aggs.iter().zip(&self.parts) {
             out.push(match a.function {
                 AggFunction::Count if a.column.is_none() => Value::Int(self.rows),
@@ -260,7 +290,7 @@ impl Accumulators {
     }
 }
 
-fn failure(ctx: &Context, reason: String) -> WeirError {
+pub(crate) fn failure(ctx: &Context, reason: String) -> WeirError {
     WeirError::Operator {
         uid: ctx.uid.clone(),
         subtask: ctx.subtask,
@@ -336,94 +366,6 @@ impl Operator for GroupAggregate {
                 }
             }
         }
-        Ok(())
-    }
-}
-
-/// An aggregate per key and tumbling or hopping window of event time,
-/// emitted once when the watermark passes the window's end; records for a
-/// window already closed are dropped and counted as late.
-pub struct WindowAggregate {
-    pub spec: WindowSpec,
-    pub aggs: Vec<Agg>,
-}
-
-impl WindowAggregate {
-    pub const WINDOWS: Table = Table(0);
-
-    pub fn tables() -> Vec<TableSpec> {
-        vec![TableSpec::map::<Accumulators>("windows")]
-    }
-}
-
-fn window_tag(w: &Window) -> [u8; 16] {
-    let mut tag = [0u8; 16];
-    tag[..8].copy_from_slice(&w.start.to_be_bytes());
-    tag[8..].copy_from_slice(&w.end.to_be_bytes());
-    tag
-}
-
-impl Operator for WindowAggregate {
-    fn on_record(
-        &mut self,
-        _: usize,
-        r: Record,
-        ctx: &mut Context,
-        out: &mut Collector,
-    ) -> Result<()> {
-        let _ = out;
-        if r.row.kind != RowKind::Insert {
-            return Err(failure(
-                ctx,
-                format!(
-                    "a window aggregate takes append-only input, not a {} row",
-                    r.row.kind.short()
-                ),
-            ));
-        }
-        if r.timestamp == crate::time::NO_TIMESTAMP {
-            return Err(failure(
-                ctx,
-                "a window aggregate needs event time: give the source an event-time column".into(),
-            ));
-        }
-        for w in assign(&self.spec, r.timestamp) {
-            if w.max_timestamp() <= ctx.watermark() {
-                ctx.count_late();
-                continue;
-            }
-            let tag = window_tag(&w);
-            let acc: Option<Accumulators> = ctx.map_get(Self::WINDOWS, &tag)?;
-            let new = acc.is_none();
-            let mut acc = acc.unwrap_or_else(|| Accumulators::new(&self.aggs));
-            acc.apply(&self.aggs, &r.row, false)
-                .map_err(|e| failure(ctx, e))?;
-            ctx.map_put(Self::WINDOWS, &tag, &acc)?;
-            if new {
-                ctx.register_timer(w.max_timestamp(), &tag)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn on_timer(
-        &mut self,
-        time: i64,
-        tag: &[u8],
-        ctx: &mut Context,
-        out: &mut Collector,
-    ) -> Result<()> {
-        let Some(acc) = ctx.map_get::<Accumulators>(Self::WINDOWS, tag)? else {
-            return Ok(());
-        };
-        ctx.map_delete(Self::WINDOWS, tag)?;
-        let start = i64::from_be_bytes(tag[..8].try_into().expect("16-byte tag"));
-        let end = i64::from_be_bytes(tag[8..16].try_into().expect("16-byte tag"));
-        let mut values = ctx.key_values()?;
-        values.push(Value::Timestamp(start));
-        values.push(Value::Timestamp(end));
-        acc.results(&self.aggs, &mut values);
-        out.emit(Row::insert(values), time);
         Ok(())
     }
 }
@@ -513,59 +455,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("MIN(lo)") && e.contains("updating input"), "{e}");
-    }
-
-    #[test]
-    fn windows_fire_once_at_the_watermark_and_drop_late_records() {
-        let aggs = vec![
-            Agg::count("n"),
-            Agg {
-                function: AggFunction::Max,
-                column: Some(1),
-                name: "hi".into(),
-            },
-        ];
-        let spec = WindowSpec::Tumbling {
-            size: 10,
-            offset: 0,
-        };
-        let mut h = Harness::keyed(
-            WindowAggregate { spec, aggs },
-            WindowAggregate::tables(),
-            vec![0],
-        );
-        for (v, ts) in [(1, 1), (7, 9), (3, 12)] {
-            assert!(h
-                .record(0, row(RowKind::Insert, "a", v), ts)
-                .unwrap()
-                .is_empty());
-        }
-        assert!(h.watermark(8).unwrap().is_empty());
-        let fired = h.watermark(9).unwrap();
-        assert_eq!(
-            fired,
-            vec![(
-                Row::insert(vec![
-                    "a".into(),
-                    Value::Timestamp(0),
-                    Value::Timestamp(10),
-                    2.into(),
-                    7.into()
-                ]),
-                9
-            )]
-        );
-        // Late for [0, 10): dropped and counted, never a second result.
-        h.record(0, row(RowKind::Insert, "a", 100), 5).unwrap();
-        assert_eq!(h.ctx.take_late(), 1);
-        assert!(h.watermark(15).unwrap().is_empty());
-        let fired = h.watermark(19).unwrap();
-        assert_eq!(fired.len(), 1);
-        assert_eq!(fired[0].0.values[3], Value::Int(1));
-        let e = h
-            .record(0, row(RowKind::Delete, "a", 1), 30)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("append-only"), "{e}");
     }
 }

@@ -6,3 +6,4 @@
 pub mod aggregate;
 pub mod deduplicate;
 pub mod stateless;
+pub mod window;

@@ -50,9 +50,9 @@ use self::exchange::RepartitionOut;
 use self::marks::WriterMarks;
 use self::plan::{partition_writer, task_writer, Entry, GroupPlan, Writers};
 use super::chain::{Chain, ExchangeOut, SlotBody, Target};
-use super::{check_sink_topics, slot_body};
+use super::{check_sink_topics, slot_body, OutputFor};
 use crate::checkpoint::{SnapshotFile, StateHandle};
-use crate::config::{BadRecordPolicy, Config, StartPosition};
+use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
 use crate::dataflow::state::KeyedStore;
 use crate::dataflow::Record;
@@ -272,14 +272,15 @@ impl GraphInstance {
 
     /// The sinks' output in group mode: written in the open transaction on
     /// this thread, between records, so the gate never holds anything.
-    fn output(&self, uid: &str, subtask: u32, topic: &str) -> Output {
+    fn output(&self, uid: &str, subtask: u32, what: OutputFor<'_>) -> Output {
+        let (topic, dead_letters, policy) = what.topics();
         Output::new(
             uid.to_string(),
             subtask,
             self.producer.clone(),
-            topic.to_string(),
-            None,
-            BadRecordPolicy::Fail,
+            topic,
+            dead_letters,
+            policy,
             Arc::new(EpochGate::new(0)),
             self.metrics.clone(),
             self.cancel.clone(),
@@ -324,8 +325,8 @@ impl GraphInstance {
                     cols.clone(),
                 ));
             }
-            let body = slot_body(graph, n, subtask, stores.remove(&n), |spec| {
-                self.output(&node.uid, subtask, &spec.topic)
+            let body = slot_body(graph, n, subtask, stores.remove(&n), |what| {
+                self.output(&node.uid, subtask, what)
             });
             slots.push(super::chain::Slot {
                 uid: node.uid.clone(),
