@@ -176,23 +176,7 @@ fn two_stage_job_in_group_mode_is_exact_under_random_sigkills_of_three_instances
     for i in 0..3 {
         c.start(i);
     }
-    let kills = 8;
-    let every = (chunks.len() / (kills + 1)).max(1);
-    let mut killed = 0;
-    for (i, chunk) in chunks.iter().enumerate() {
-        produce(&input, 3, chunk);
-        std::thread::sleep(Duration::from_millis(100 + rng.below(300)));
-        if killed < kills && i % every == every - 1 {
-            c.assert_alive();
-            let victim = rng.below(3) as usize;
-            eprintln!("kill {killed}: SIGKILL i{victim}");
-            c.kill9(victim);
-            killed += 1;
-            std::thread::sleep(Duration::from_millis(rng.below(2_000)));
-            c.start(victim);
-        }
-    }
-    assert_eq!(killed, kills, "every planned kill happened");
+    feed_with_random_kills(&mut c, (&input, 3), &chunks, 8, &mut rng);
     let records = read_final_table_within(&output, &want, Duration::from_secs(240));
     let got = table(&records);
     if got != want {
@@ -497,6 +481,195 @@ fn tumbling_hopping_and_session_windows_in_group_mode_are_exact_under_ten_sigkil
             ids, want_ids,
             "{kind}: the late events, each once (seed {seed})"
         );
+    }
+    c.assert_alive();
+    c.stop_all();
+}
+
+/// Feeds `chunks` to `input` while SIGKILLing a random instance after
+/// every `chunks / (kills + 1)` chunks and starting it again after a
+/// random pause.
+fn feed_with_random_kills(
+    c: &mut Cluster,
+    input: (&str, i32),
+    chunks: &[Vec<String>],
+    kills: usize,
+    rng: &mut Rng,
+) {
+    let every = (chunks.len() / (kills + 1)).max(1);
+    let mut killed = 0;
+    for (i, chunk) in chunks.iter().enumerate() {
+        produce(input.0, input.1, chunk);
+        std::thread::sleep(Duration::from_millis(100 + rng.below(300)));
+        if killed < kills && i % every == every - 1 {
+            c.assert_alive();
+            let victim = rng.below(3) as usize;
+            eprintln!("kill {killed}: SIGKILL i{victim}");
+            c.kill9(victim);
+            killed += 1;
+            std::thread::sleep(Duration::from_millis(rng.below(2_000)));
+            c.start(victim);
+        }
+    }
+    assert_eq!(killed, kills, "every planned kill happened");
+}
+
+#[test]
+fn an_updating_result_crosses_a_repartition_topic_and_ends_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("gg-payments"), unique("gg-users-per-total"));
+    create_topic(&input, 3);
+    create_topic(&output, 2);
+    let Payments {
+        lines,
+        want,
+        totals,
+        ..
+    } = payments(&mut rng, 40, 5000, 5);
+    let chunks: Vec<Vec<String>> = lines.chunks(400).map(<[String]>::to_vec).collect();
+    let env = [
+        ("TOTALS_INPUT", input.as_str()),
+        ("TOTALS_OUTPUT", output.as_str()),
+    ];
+    let mut c = Cluster::new(dir.path(), "running_totals", &env);
+    for i in 0..3 {
+        c.start(i);
+    }
+    feed_with_random_kills(&mut c, (&input, 3), &chunks, 5, &mut rng);
+    // Each change of a user's total is a retraction of the old total and
+    // an addition to the new one in the second stage, through the
+    // repartition topic: the final table is the true distribution.
+    let records = read_final_table_within(&output, &want, Duration::from_secs(240));
+    let got = table(&records);
+    if got != want {
+        eprintln!("{}", c.logs());
+    }
+    assert_eq!(got, want, "users per current total (seed {seed})");
+    c.assert_alive();
+    // Interactive queries: of the running instances, exactly the one that
+    // owns a user's task answers with the user's total; the others answer
+    // 421 naming the task.
+    let all: Vec<u32> = (0..TASKS).collect();
+    let started = std::time::Instant::now();
+    while c.owned().get("totals") != Some(&all) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "tasks owned: {:?}",
+            c.owned()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let addrs: Vec<String> = c
+        .running
+        .values_mut()
+        .map(|w| w.admin_addr(Duration::from_secs(30)))
+        .collect();
+    for (u, total) in totals.iter().take(10) {
+        let mut answered = 0;
+        for addr in &addrs {
+            let (status, body) = http(addr, "GET", &format!("/state/totals/u{u}"), None);
+            match status {
+                200 => {
+                    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                    assert_eq!(v["value"], serde_json::json!({"total": total}), "{body}");
+                    answered += 1;
+                }
+                421 => assert!(body.contains("\"task\""), "{body}"),
+                other => panic!("u{u} at {addr}: {other} {body}"),
+            }
+        }
+        assert_eq!(answered, 1, "u{u} answered by one instance");
+    }
+    c.stop_all();
+}
+
+#[test]
+fn a_two_input_operator_in_group_mode_is_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (clicks, views, counts) = (
+        unique("gg-clicks"),
+        unique("gg-views"),
+        unique("gg-clicks-views"),
+    );
+    // Different partition counts: the two inputs of a key meet in the
+    // stage's one repartition topic, not by partition.
+    create_topic(&clicks, 4);
+    create_topic(&views, 1);
+    create_topic(&counts, 2);
+    let users = 25u64;
+    let mut want_counts: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let view_feeder = {
+        let views = views.clone();
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        std::thread::spawn(move || {
+            let mut sent: BTreeMap<u64, u64> = BTreeMap::new();
+            for round in 0..12 {
+                let batch: Vec<String> = (0..20)
+                    .map(|_| {
+                        let u = rng.below(users);
+                        *sent.entry(u).or_default() += 1;
+                        format!(r#"{{"user":"u{u}"}}"#)
+                    })
+                    .collect();
+                produce(&views, 1, &batch);
+                let pause = if round % 4 == 3 { 3000 } else { 300 };
+                std::thread::sleep(Duration::from_millis(pause));
+            }
+            sent
+        })
+    };
+    let chunks: Vec<Vec<String>> = (0..16)
+        .map(|_| {
+            (0..500)
+                .map(|_| {
+                    let u = rng.below(users);
+                    want_counts.entry(u).or_default().0 += 1;
+                    format!(r#"{{"user":"u{u}"}}"#)
+                })
+                .collect()
+        })
+        .collect();
+    let env = [
+        ("CLICKS", clicks.as_str()),
+        ("VIEWS", views.as_str()),
+        ("COUNTS", counts.as_str()),
+    ];
+    let mut c = Cluster::new(dir.path(), "clicks_views", &env);
+    for i in 0..3 {
+        c.start(i);
+    }
+    feed_with_random_kills(&mut c, (&clicks, 4), &chunks, 5, &mut rng);
+    for (u, n) in view_feeder.join().unwrap() {
+        want_counts.entry(u).or_default().1 += n;
+    }
+    let want: BTreeMap<String, Option<serde_json::Value>> = want_counts
+        .iter()
+        .map(|(u, (c, v))| {
+            let user = format!("u{u}");
+            (
+                serde_json::json!({"user": user}).to_string(),
+                Some(serde_json::json!({"user": user, "clicks": c, "views": v})),
+            )
+        })
+        .collect();
+    let records = read_final_table_within(&counts, &want, Duration::from_secs(240));
+    let got = table(&records);
+    if got != want {
+        eprintln!("{}", c.logs());
+    }
+    assert_eq!(got, want, "clicks and views per user (seed {seed})");
+    // Each committed update moved one of the two counts by one.
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &records {
+        let v = json(r);
+        let total = v["clicks"].as_u64().unwrap() + v["views"].as_u64().unwrap();
+        let last = seen.entry(r.key.clone().unwrap()).or_default();
+        assert_eq!(total, *last + 1, "user {:?} (seed {seed})", r.key);
+        *last = total;
     }
     c.assert_alive();
     c.stop_all();

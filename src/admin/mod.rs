@@ -137,6 +137,7 @@ async fn state_query(
         Err(QueryError::Unavailable(why)) => {
             return json_error(StatusCode::SERVICE_UNAVAILABLE, why);
         }
+        Err(QueryError::BadKey(why)) => return json_error(StatusCode::BAD_REQUEST, why),
     };
     let answer = match tokio::time::timeout(QUERY_TIMEOUT, routed.answer).await {
         Ok(Ok(Ok(answer))) => answer,

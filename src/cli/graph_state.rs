@@ -14,10 +14,9 @@ use serde_json::{json, Value as Json};
 use super::OutputFormat;
 use crate::checkpoint::metadata::{KeyColumn, StateInfo};
 use crate::checkpoint::reader::CheckpointReader;
-use crate::dataflow::codec::{self, get_varint, put_varint, StateCodec};
-use crate::dataflow::json::format_timestamp;
-use crate::dataflow::ops::aggregate::Accumulators;
-use crate::dataflow::row::{Decimal, Row, Value};
+use crate::dataflow::codec::{self, get_varint, put_varint};
+use crate::dataflow::inspect::{self, decode_by_codec, decode_list, hex, value_json};
+use crate::dataflow::row::Value;
 use crate::error::{Result, WeirError};
 use crate::state::key_groups::key_group;
 
@@ -32,140 +31,10 @@ pub fn state_info<'a>(reader: &'a CheckpointReader, uid: &str) -> Option<&'a Sta
         .and_then(|o| o.state.as_ref())
 }
 
-/// A value as JSON without its column's type: timestamps as RFC 3339,
-/// decimals with their digits, structs as arrays.
-pub fn value_json(v: &Value) -> Json {
-    match v {
-        Value::Null => Json::Null,
-        Value::Bool(b) => Json::Bool(*b),
-        Value::Int(i) => json!(i),
-        Value::Double(d) => serde_json::Number::from_f64(*d).map_or(Json::Null, Json::Number),
-        Value::Decimal(d) => {
-            serde_json::from_str(&d.to_string()).unwrap_or_else(|_| Json::String(d.to_string()))
-        }
-        Value::String(s) => Json::String(s.clone()),
-        Value::Bytes(b) => Json::String(String::from_utf8_lossy(b).into_owned()),
-        Value::Timestamp(ms) => Json::String(format_timestamp(*ms)),
-        Value::List(items) | Value::Struct(items) => {
-            Json::Array(items.iter().map(value_json).collect())
-        }
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// One stored value by its codec's name; an unknown codec (an operator's
-/// own) shows its bytes in hex.
-fn decode_by_codec(codec: &str, bytes: &[u8]) -> std::result::Result<Json, String> {
-    Ok(match codec {
-        "row" => {
-            let r = Row::decode(bytes)?;
-            json!({"kind": r.kind.short(), "values": r.values.iter().map(value_json).collect::<Vec<_>>()})
-        }
-        "value" => value_json(&Value::decode(bytes)?),
-        "values" => Json::Array(
-            Vec::<Value>::decode(bytes)?
-                .iter()
-                .map(value_json)
-                .collect(),
-        ),
-        "i64" => json!(i64::decode(bytes)?),
-        "accumulators" => {
-            let acc = Accumulators::decode(bytes)?;
-            let parts: Vec<Json> = acc
-                .parts()
-                .map(|(n, v)| json!({"n": n, "value": value_json(v)}))
-                .collect();
-            json!({"rows": acc.rows(), "parts": parts})
-        }
-        other => json!({"codec": other, "hex": hex(bytes)}),
-    })
-}
-
-fn decode_list(codec: &str, bytes: &[u8]) -> std::result::Result<Json, String> {
-    let mut input = bytes;
-    let n = get_varint(&mut input)? as usize;
-    let mut items = Vec::new();
-    for _ in 0..n {
-        let len = get_varint(&mut input)? as usize;
-        if input.len() < len {
-            return Err("a list item is cut short".into());
-        }
-        let (item, rest) = input.split_at(len);
-        items.push(decode_by_codec(codec, item)?);
-        input = rest;
-    }
-    Ok(Json::Array(items))
-}
-
 /// The key the user typed, as the operator's key values.
 fn parse_key(text: &str, columns: &[KeyColumn]) -> Result<Vec<Value>> {
-    let bad = |why: String| {
-        let cols: Vec<String> = columns
-            .iter()
-            .map(|c| format!("{} {}", c.name, c.data_type))
-            .collect();
-        WeirError::Recovery(format!(
-            "--key {text:?}: {why} (the key columns are: {})",
-            cols.join(", ")
-        ))
-    };
-    let parts: Vec<Json> = if columns.len() == 1 {
-        vec![match serde_json::from_str::<Json>(text) {
-            Ok(j) if !matches!(j, Json::String(_)) && columns[0].data_type != "VARCHAR" => j,
-            _ => Json::String(text.to_string()),
-        }]
-    } else {
-        match serde_json::from_str::<Json>(text) {
-            Ok(Json::Array(items)) if items.len() == columns.len() => items,
-            _ => {
-                return Err(bad(format!(
-                    "give a JSON array of {} values",
-                    columns.len()
-                )))
-            }
-        }
-    };
-    parts
-        .iter()
-        .zip(columns)
-        .map(|(j, c)| {
-            let t = c.data_type.as_str();
-            Ok(match (t, j) {
-                (_, Json::Null) => Value::Null,
-                ("VARCHAR", Json::String(s)) => Value::String(s.clone()),
-                ("VARCHAR", other) => Value::String(other.to_string()),
-                ("BIGINT" | "INT", Json::Number(n)) if n.is_i64() => {
-                    Value::Int(n.as_i64().expect("i64"))
-                }
-                ("DOUBLE", Json::Number(n)) => Value::Double(n.as_f64().unwrap_or(f64::NAN)),
-                ("BOOLEAN", Json::Bool(b)) => Value::Bool(*b),
-                ("TIMESTAMP(3)", Json::String(s)) => {
-                    Value::Timestamp(crate::dataflow::json::parse_timestamp(s).map_err(bad)?)
-                }
-                ("TIMESTAMP(3)", Json::Number(n)) if n.is_i64() => {
-                    Value::Timestamp(n.as_i64().expect("i64"))
-                }
-                ("BYTES", Json::String(s)) => Value::Bytes(s.as_bytes().to_vec()),
-                (t, j) if t.starts_with("DECIMAL(") => {
-                    let scale = t
-                        .trim_end_matches(')')
-                        .rsplit(',')
-                        .next()
-                        .and_then(|s| s.trim().parse::<u8>().ok())
-                        .unwrap_or(0);
-                    let text = match j {
-                        Json::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    Value::Decimal(Decimal::parse(&text, scale).map_err(bad)?)
-                }
-                (t, j) => return Err(bad(format!("{j} is not a {t} for column {:?}", c.name))),
-            })
-        })
-        .collect()
+    inspect::parse_key(text, columns)
+        .map_err(|e| WeirError::Recovery(format!("--key {text:?}: {e}")))
 }
 
 /// One entry's parts: key group, table index, key bytes, map key.

@@ -508,8 +508,9 @@ impl KeyedStream {
                 .collect::<Vec<_>>()
                 .join(",")
         );
+        let key = self.key.clone();
         let op = OperatorSpec {
-            factory: Arc::new(move || Box::new(GroupAggregate { aggs: aggs.clone() })),
+            factory: Arc::new(move || Box::new(GroupAggregate::new(aggs.clone(), key.clone()))),
             inputs: 1,
             keyed: true,
             tables: GroupAggregate::tables(),
@@ -734,7 +735,7 @@ mod tests {
         let w = words(&job);
         // Built by hand: the API never makes this edge.
         let spec = OperatorSpec {
-            factory: Arc::new(|| Box::new(GroupAggregate { aggs: vec![] })),
+            factory: Arc::new(|| Box::new(GroupAggregate::new(vec![], vec![]))),
             inputs: 1,
             keyed: true,
             tables: vec![],

@@ -16,6 +16,11 @@ pub trait StateCodec: Sized {
     const NAME: &'static str;
     fn encode(&self, out: &mut Vec<u8>);
     fn decode(bytes: &[u8]) -> Result<Self, String>;
+    /// Decodes into `self`, reusing its buffers where the type can.
+    fn decode_into(&mut self, bytes: &[u8]) -> Result<(), String> {
+        *self = Self::decode(bytes)?;
+        Ok(())
+    }
 }
 
 pub fn put_varint(mut v: u64, out: &mut Vec<u8>) {

@@ -329,6 +329,18 @@ impl Graph {
             .unwrap_or_default()
     }
 
+    /// [`Graph::key_columns`] as checkpoints record them (and queries parse
+    /// keys by).
+    pub fn key_column_info(&self, node: NodeId) -> Vec<KeyColumn> {
+        self.key_columns(node)
+            .into_iter()
+            .map(|f| KeyColumn {
+                name: f.name,
+                data_type: f.data_type.to_string(),
+            })
+            .collect()
+    }
+
     /// The shape checkpoints record and restores compare, with each keyed
     /// node's key and tables.
     pub fn topology(&self, parallelism: u32, max_parallelism: u32) -> Topology {
@@ -344,14 +356,7 @@ impl Graph {
                     parallelism,
                     state: match &n.body {
                         NodeBody::Operator(o) if o.keyed => Some(StateInfo {
-                            key: self
-                                .key_columns(i)
-                                .into_iter()
-                                .map(|f| KeyColumn {
-                                    name: f.name,
-                                    data_type: f.data_type.to_string(),
-                                })
-                                .collect(),
+                            key: self.key_column_info(i),
                             tables: o
                                 .tables
                                 .iter()

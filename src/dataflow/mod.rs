@@ -14,6 +14,7 @@
 pub mod builder;
 pub mod codec;
 pub mod graph;
+pub mod inspect;
 pub mod json;
 pub mod operator;
 pub mod ops;

@@ -45,6 +45,13 @@ impl Collector {
         Self::default()
     }
 
+    /// Room for `n` rows (a batch of records that each emit about one).
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            out: Vec::with_capacity(n),
+        }
+    }
+
     /// Emits `row` with event time `timestamp`.
     pub fn emit(&mut self, row: Row, timestamp: i64) {
         self.out.push((row, timestamp));
@@ -78,6 +85,10 @@ pub struct Context {
     late_records: Vec<LateRecord>,
     /// Whether a consumer of this node's output needs update-before rows.
     update_before: bool,
+    /// Per input port, the key columns its hash edge routes by (keyed
+    /// nodes): the key of a record from an in-process exchange is encoded
+    /// here from its row, into the one buffer, instead of travelling.
+    key_columns: Vec<Vec<usize>>,
 }
 
 impl Context {
@@ -94,6 +105,7 @@ impl Context {
             late: 0,
             late_records: Vec::new(),
             update_before: true,
+            key_columns: Vec::new(),
         }
     }
 
@@ -108,6 +120,28 @@ impl Context {
     /// unless every consumer of this node's output ignores them.
     pub fn update_before_needed(&self) -> bool {
         self.update_before
+    }
+
+    pub(crate) fn set_key_columns(&mut self, columns: Vec<Vec<usize>>) {
+        self.key_columns = columns;
+    }
+
+    /// Sets the current key to `row`'s key columns for input `port` (in
+    /// `key_group`, which the exchange computed from the same encoding).
+    pub(crate) fn set_key_from_row(&mut self, port: usize, row: &Row, key_group: u32) {
+        self.key_group = key_group;
+        self.key.clear();
+        if let Some(columns) = self.key_columns.get(port) {
+            super::codec::encode_key(row, columns, &mut self.key);
+        }
+    }
+
+    /// The current key's entries in every table, as JSON by table name.
+    pub fn tables_json(&mut self) -> Result<Option<serde_json::Value>> {
+        let (kg, key) = (self.key_group, std::mem::take(&mut self.key));
+        let result = super::inspect::key_tables(self.store()?, kg, &key);
+        self.key = key;
+        result
     }
 
     pub(crate) fn set_key(&mut self, key_group: u32, key: &[u8]) {
@@ -233,6 +267,22 @@ impl Context {
     /// The current key's value in a value table.
     pub fn get<T: StateCodec>(&mut self, table: Table) -> Result<Option<T>> {
         self.get_at(table, None)
+    }
+
+    /// The current key's value in a value table, decoded into `value`
+    /// (reusing its buffers); false, with `value` untouched, if there is none.
+    pub fn get_into<T: StateCodec>(&mut self, table: Table, value: &mut T) -> Result<bool> {
+        self.full_key(table, None);
+        let key = std::mem::take(&mut self.scratch);
+        let result = self.store().and_then(|store| {
+            store.read_with(&key, |store, bytes| {
+                value
+                    .decode_into(bytes)
+                    .map_err(|e| store.corrupt(&key, format!("not a {}: {e}", T::NAME)))
+            })
+        });
+        self.scratch = key;
+        Ok(result?.is_some())
     }
 
     pub fn put<T: StateCodec>(&mut self, table: Table, value: &T) -> Result<()> {
@@ -374,6 +424,13 @@ pub trait Operator: Send {
     /// The checkpoint barrier is aligned: emit what belongs to this epoch.
     fn before_snapshot(&mut self, _ctx: &mut Context, _out: &mut Collector) -> Result<()> {
         Ok(())
+    }
+
+    /// What `GET /state/<uid>/<key>` shows for the current key, None when
+    /// the operator holds nothing for it. By default every table's
+    /// entries, each decoded by its codec (`{"acc": ...}`).
+    fn query(&mut self, ctx: &mut Context) -> Result<Option<serde_json::Value>> {
+        ctx.tables_json()
     }
 }
 

@@ -142,7 +142,7 @@ impl KeyedStore {
         })
     }
 
-    fn corrupt(&self, full_key: &[u8], reason: String) -> WeirError {
+    pub(crate) fn corrupt(&self, full_key: &[u8], reason: String) -> WeirError {
         let (key_group, key) = crate::state::split_key(full_key).unwrap_or((0, full_key));
         WeirError::CorruptState {
             uid: self.uid.clone(),

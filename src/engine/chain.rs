@@ -19,6 +19,7 @@ use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::observe::metrics::Metrics;
 use crate::runtime::output::Output;
+use crate::runtime::query::{KeyState, QueryFailure, StateQuery};
 use crate::runtime::{DeadLetter, BATCH};
 use crate::state::key_groups::{key_group, subtask_for_key_group};
 
@@ -135,17 +136,21 @@ impl Chain {
     /// Records into node `slot` on input `port`, and everything they cause
     /// downstream within this task.
     pub fn push(&mut self, slot: usize, port: usize, records: Vec<Record>) -> Result<()> {
-        let mut out = Collector::new();
-        match &mut self.slots[slot].body {
+        let emitted = match &mut self.slots[slot].body {
             SlotBody::Operator {
                 op,
                 ctx,
                 keyed,
                 late,
             } => {
+                let mut out = Collector::with_capacity(records.len());
                 for r in records {
                     if *keyed {
-                        ctx.set_key(r.key_group, &r.key);
+                        if r.key.is_empty() {
+                            ctx.set_key_from_row(port, &r.row, r.key_group);
+                        } else {
+                            ctx.set_key(r.key_group, &r.key);
+                        }
                     }
                     op.on_record(port, r, ctx, &mut out)?;
                 }
@@ -177,6 +182,7 @@ impl Chain {
                         .with_label_values(&["drop"])
                         .inc_by(dropped);
                 }
+                out.take()
             }
             SlotBody::Sink(sink) => {
                 for r in &records {
@@ -184,8 +190,8 @@ impl Chain {
                 }
                 return Ok(());
             }
-        }
-        self.route(slot, out.take())
+        };
+        self.route(slot, emitted)
     }
 
     fn route(&mut self, slot: usize, emitted: Vec<(Row, i64)>) -> Result<()> {
@@ -227,7 +233,14 @@ impl Chain {
                     self.scratch.clear();
                     encode_key(&r.row, columns, &mut self.scratch);
                     r.key_group = key_group(&self.scratch, self.max_parallelism);
-                    r.key = self.scratch.clone();
+                    // In-process, the reading task encodes the key again
+                    // from the row into its own buffer
+                    // (`Context::set_key_from_row`), which costs less than
+                    // a copy that travels; a repartition record carries it
+                    // as its Kafka key.
+                    if matches!(self.exchanges[x].route, Route::Repartition(_)) {
+                        r.key = self.scratch.clone();
+                    }
                     subtask_for_key_group(r.key_group, parallelism, self.max_parallelism) as usize
                 }
             };
@@ -289,6 +302,29 @@ impl Chain {
             }
             Route::Repartition(out) => out.send(target, element),
         }
+    }
+
+    /// Answers an interactive query for node `slot` (a keyed operator of
+    /// this task) from its state as it is now; `task` names a group-mode
+    /// task in the answer.
+    pub fn answer(&mut self, slot: usize, q: StateQuery, task: Option<u32>) {
+        let answer = match &mut self.slots[slot].body {
+            SlotBody::Operator { op, ctx, .. } => {
+                ctx.set_key(q.key_group, &q.encoded);
+                op.query(ctx)
+                    .map(|value| KeyState {
+                        value,
+                        windows: None,
+                        task,
+                    })
+                    .map_err(|e| QueryFailure::Failed(e.report().to_string()))
+            }
+            SlotBody::Sink(_) => Err(QueryFailure::Failed(format!(
+                "{} is a sink; it holds no state",
+                self.slots[slot].uid
+            ))),
+        };
+        let _ = q.reply.send(answer);
     }
 
     /// Group mode: `writer`'s watermark to every partition of every

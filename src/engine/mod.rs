@@ -168,6 +168,20 @@ fn run_attempt(
         .collect();
     let folder = restored.checkpoint.as_ref().map(|(_, f)| f.clone());
 
+    // Interactive queries: one queue per keyed node and subtask.
+    let mut query_inputs: BTreeMap<
+        usize,
+        Vec<Option<Receiver<crate::runtime::query::StateQuery>>>,
+    > = BTreeMap::new();
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if node.is_keyed() {
+            let receivers =
+                shared
+                    .queries
+                    .register_keyed(&node.uid, p, max_p, Some(graph.key_column_info(n)));
+            query_inputs.insert(n, receivers.into_iter().map(Some).collect());
+        }
+    }
     let mut tasks: Vec<(String, TaskBody)> = Vec::new();
     let mut commands = Vec::new();
     let mut task_acks = 0usize;
@@ -355,6 +369,15 @@ fn run_attempt(
                         }
                     }
                     task_acks += 1;
+                    let queries = stage
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(slot, n)| {
+                            let rx = query_inputs.get_mut(n)?[k as usize].take()?;
+                            Some((slot, rx))
+                        })
+                        .collect();
                     let t = StageTask {
                         chain,
                         inputs,
@@ -363,6 +386,7 @@ fn run_attempt(
                         store: store.clone(),
                         acks: ack_tx.clone(),
                         gate: gate.clone(),
+                        queries,
                     };
                     tasks.push((task_name, Box::new(move || t.run())));
                 }
@@ -418,6 +442,17 @@ pub(crate) fn slot_body(
         NodeBody::Operator(spec) => {
             let mut ctx = Box::new(Context::new(&node.uid, subtask, store));
             ctx.set_update_before(graph.update_before_needed(n));
+            if spec.keyed {
+                let mut columns = vec![Vec::new(); spec.inputs];
+                for e in graph.inputs(n) {
+                    if let (Exchange::Hash(cols), Some(slot)) =
+                        (&e.exchange, columns.get_mut(e.port))
+                    {
+                        *slot = cols.clone();
+                    }
+                }
+                ctx.set_key_columns(columns);
+            }
             SlotBody::Operator {
                 op: (spec.factory)(),
                 ctx,

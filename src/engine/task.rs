@@ -17,6 +17,7 @@ use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::runtime::alignment::BarrierAligner;
 use crate::runtime::gate::EpochGate;
+use crate::runtime::query::StateQuery;
 use crate::runtime::Ack;
 use crate::time::valve::{ValveOutput, WatermarkValve};
 
@@ -34,6 +35,8 @@ pub struct StageTask {
     pub store: CheckpointStore,
     pub acks: Sender<Ack>,
     pub gate: std::sync::Arc<EpochGate>,
+    /// Interactive queries, per keyed node of the chain (by slot).
+    pub queries: Vec<(usize, Receiver<StateQuery>)>,
 }
 
 impl StageTask {
@@ -52,6 +55,11 @@ impl StageTask {
                 return Ok(());
             }
             self.chain.release_sinks()?;
+            for (slot, queries) in &self.queries {
+                while let Ok(q) = queries.try_recv() {
+                    self.chain.answer(*slot, q, None);
+                }
+            }
             if let Some(pending) = aligner.pending() {
                 let cancelled = self.gate.cancelled();
                 if cancelled >= pending && aligner.cancel(cancelled) {
@@ -268,6 +276,7 @@ mod tests {
             store,
             acks: ack_tx,
             gate: Arc::new(EpochGate::new(0)),
+            queries: Vec::new(),
         };
         let running = std::thread::spawn(move || task.run());
         let wait = Duration::from_secs(5);

@@ -70,6 +70,9 @@ pub type QueryAnswer = Result<KeyState, QueryFailure>;
 /// A query on its way to the subtask that owns the key.
 pub struct StateQuery {
     pub key: String,
+    /// The key as the operator stores it: the text itself for a built-in
+    /// pipeline, the key columns' encoding for a job graph's operator.
+    pub encoded: Vec<u8>,
     pub key_group: u32,
     pub reply: tokio::sync::oneshot::Sender<QueryAnswer>,
 }
@@ -84,11 +87,16 @@ pub struct QueryRoutes {
 struct OperatorRoutes {
     max_parallelism: u32,
     subtasks: Vec<Sender<StateQuery>>,
+    /// A job graph's operator: its key columns, which the key in the path
+    /// is parsed by (`dataflow::inspect::parse_key`).
+    key: Option<Vec<crate::checkpoint::metadata::KeyColumn>>,
 }
 
 /// Why a query got no answer, as the endpoint reports it.
 #[derive(Debug, PartialEq)]
 pub enum QueryError {
+    /// The key in the path is not one of the operator's keys (400).
+    BadKey(String),
     /// No running operator by that uid (404).
     UnknownOperator { known: Vec<String> },
     /// The subtask is busy or gone, or no attempt runs (503).
@@ -111,6 +119,18 @@ impl QueryRoutes {
         parallelism: u32,
         max_parallelism: u32,
     ) -> Vec<Receiver<StateQuery>> {
+        self.register_keyed(uid, parallelism, max_parallelism, None)
+    }
+
+    /// [`QueryRoutes::register`] for a job graph's keyed operator, whose
+    /// keys are its `key` columns.
+    pub fn register_keyed(
+        &self,
+        uid: &str,
+        parallelism: u32,
+        max_parallelism: u32,
+        key: Option<Vec<crate::checkpoint::metadata::KeyColumn>>,
+    ) -> Vec<Receiver<StateQuery>> {
         let (senders, receivers) = (0..parallelism)
             .map(|_| crossbeam_channel::bounded(QUERY_QUEUE))
             .unzip();
@@ -118,6 +138,7 @@ impl QueryRoutes {
             uid.to_string(),
             OperatorRoutes {
                 max_parallelism,
+                key,
                 subtasks: senders,
             },
         );
@@ -147,11 +168,27 @@ impl QueryRoutes {
                 known: operators.keys().cloned().collect(),
             });
         };
-        let kg = key_group(key.as_bytes(), op.max_parallelism);
+        let encoded = match &op.key {
+            None => key.as_bytes().to_vec(),
+            Some(columns) => {
+                let values = crate::dataflow::inspect::parse_key(key, columns)
+                    .map_err(|e| QueryError::BadKey(format!("key {key:?} of {uid}: {e}")))?;
+                let mut encoded = Vec::new();
+                let row = crate::dataflow::row::Row::insert(values);
+                crate::dataflow::codec::encode_key(
+                    &row,
+                    &(0..row.values.len()).collect::<Vec<_>>(),
+                    &mut encoded,
+                );
+                encoded
+            }
+        };
+        let kg = key_group(&encoded, op.max_parallelism);
         let subtask = subtask_for_key_group(kg, op.subtasks.len() as u32, op.max_parallelism);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let query = StateQuery {
             key: key.to_string(),
+            encoded,
             key_group: kg,
             reply,
         };

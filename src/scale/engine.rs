@@ -130,6 +130,8 @@ pub struct Instance {
     last_commit: Instant,
     last_housekeeping: Instant,
     ownership: Arc<Mutex<Ownership>>,
+    /// Interactive queries for the tasks it owns.
+    queries: crossbeam_channel::Receiver<StateQuery>,
     cancel: CancellationToken,
 }
 
@@ -963,16 +965,16 @@ pub fn run_attempt(
         last_commit: Instant::now(),
         last_housekeeping: Instant::now(),
         ownership: shared.ownership.clone(),
+        // One query queue for the instance: its poll loop answers for the
+        // tasks it owns.
+        queries: shared
+            .queries
+            .register(&uid, 1, config.job.max_parallelism)
+            .pop()
+            .expect("one queue"),
         cancel: cancel.clone(),
     };
     instance.publish_ownership();
-    // One query queue for the instance: its poll loop answers for the
-    // tasks it owns.
-    let queries = shared
-        .queries
-        .register(&uid, 1, config.job.max_parallelism)
-        .pop()
-        .expect("one queue");
     let mut topics = config.source.topics.clone();
     topics.push(topic.clone());
     info!(
@@ -984,7 +986,7 @@ pub fn run_attempt(
         "instance joining the job's group"
     );
     run_instance(
-        config, instance, &topics, &producer, &cancel, shared, progressed, &queries,
+        config, instance, &topics, &producer, &cancel, shared, progressed,
     )
 }
 
@@ -1000,7 +1002,6 @@ pub fn run_instance<I: GroupWork>(
     cancel: &CancellationToken,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
-    queries: &crossbeam_channel::Receiver<StateQuery>,
 ) -> Result<()> {
     let instance = Arc::new(Mutex::new(instance));
     let consumer: BaseConsumer<GroupContext<I>> = group_consumer_config(config)
@@ -1013,7 +1014,7 @@ pub fn run_instance<I: GroupWork>(
     consumer
         .subscribe(&topics)
         .map_err(|e| WeirError::kafka("subscribe", e))?;
-    let outcome = poll_loop(&consumer, &instance, shared, progressed, queries);
+    let outcome = poll_loop(&consumer, &instance, shared, progressed);
     if let Err(e) = &outcome {
         cancel.cancel();
         instance.lock().expect("instance lock").abandon();
@@ -1048,7 +1049,8 @@ pub trait GroupWork: Rebalancing {
     /// Assigned partitions not restored yet.
     fn pending(&self) -> &[(String, i32)];
     fn activate(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
-    fn answer(&mut self, q: StateQuery);
+    /// Answers the interactive queries waiting for this instance.
+    fn answer_queries(&mut self);
 }
 
 impl GroupWork for Instance {
@@ -1079,8 +1081,10 @@ impl GroupWork for Instance {
     fn activate(&mut self, consumer: &GroupConsumer) -> Result<()> {
         Instance::activate(self, consumer)
     }
-    fn answer(&mut self, q: StateQuery) {
-        Instance::answer(self, q)
+    fn answer_queries(&mut self) {
+        while let Ok(q) = self.queries.try_recv() {
+            self.answer(q);
+        }
     }
 }
 
@@ -1091,7 +1095,6 @@ pub fn poll_loop<I: GroupWork>(
     instance: &Arc<Mutex<I>>,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
-    queries: &crossbeam_channel::Receiver<StateQuery>,
 ) -> Result<()> {
     let mut first_read = false;
     loop {
@@ -1104,9 +1107,7 @@ pub fn poll_loop<I: GroupWork>(
         }
         let msg = consumer.poll(Duration::from_millis(10));
         let mut inst = instance.lock().expect("instance lock");
-        while let Ok(q) = queries.try_recv() {
-            inst.answer(q);
-        }
+        inst.answer_queries();
         if let Some(e) = inst.take_failed() {
             return Err(e);
         }

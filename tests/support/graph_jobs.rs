@@ -266,3 +266,42 @@ pub fn assert_counts_up_by_one(records: &[OutRecord], column: &str, seed: u64) {
         *last = keys;
     }
 }
+
+/// Payments `{"user","amount"}` of `users` users, `n` of them with amounts
+/// up to `max`: the lines, each user's total, and the table the
+/// running_totals job must end with (users per current total).
+pub struct Payments {
+    pub lines: Vec<String>,
+    pub totals: BTreeMap<u64, i64>,
+    pub per_total: BTreeMap<i64, u64>,
+    pub want: BTreeMap<String, Option<serde_json::Value>>,
+}
+
+pub fn payments(rng: &mut Rng, users: u64, n: usize, max: u64) -> Payments {
+    let mut totals: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for _ in 0..n {
+        let (u, amount) = (rng.below(users), 1 + rng.below(max) as i64);
+        *totals.entry(u).or_default() += amount;
+        lines.push(format!(r#"{{"user":"u{u}","amount":{amount}}}"#));
+    }
+    let mut per_total: BTreeMap<i64, u64> = BTreeMap::new();
+    for t in totals.values() {
+        *per_total.entry(*t).or_default() += 1;
+    }
+    let want = per_total
+        .iter()
+        .map(|(t, n)| {
+            (
+                serde_json::json!({"total": t}).to_string(),
+                Some(serde_json::json!({"total": t, "users": n})),
+            )
+        })
+        .collect();
+    Payments {
+        lines,
+        totals,
+        per_total,
+        want,
+    }
+}

@@ -8,7 +8,7 @@
 //! update-after when a key's result changes, and delete when its last row
 //! is retracted.
 
-use crate::dataflow::codec::StateCodec;
+use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
@@ -99,36 +99,63 @@ pub struct Accumulators {
     parts: Vec<Part>,
 }
 
+/// Zigzag: small negative counts (retractions) stay short as varints.
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
 impl StateCodec for Accumulators {
     const NAME: &'static str = "accumulators";
 
+    /// `parts | rows | (n, value) per part`: counts as zigzag varints, each
+    /// value as `codec::encode_value` (a count's is one byte, NULL). A hot
+    /// key's update encodes a few bytes and allocates nothing.
     fn encode(&self, out: &mut Vec<u8>) {
-        let mut values = Vec::with_capacity(1 + 2 * self.parts.len());
-        values.push(Value::Int(self.rows));
+        put_varint(self.parts.len() as u64, out);
+        put_varint(zigzag(self.rows), out);
         for p in &self.parts {
-            values.push(Value::Int(p.n));
-            values.push(p.value.clone());
+            put_varint(zigzag(p.n), out);
+            encode_value(&p.value, out);
         }
-        values.encode(out);
     }
 
     fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
-        let values = Vec::<Value>::decode(bytes)?;
-        let rows = values
-            .first()
-            .and_then(Value::as_int)
-            .ok_or("no row count")?;
-        let parts = values[1..]
-            .chunks(2)
-            .map(|c| match c {
-                [Value::Int(n), v] => Ok(Part {
-                    n: *n,
-                    value: v.clone(),
-                }),
-                _ => Err("an aggregate's part is not (count, value)".to_string()),
-            })
-            .collect::<std::result::Result<_, _>>()?;
-        Ok(Self { rows, parts })
+        let mut acc = Self {
+            rows: 0,
+            parts: Vec::new(),
+        };
+        acc.decode_into(bytes)?;
+        Ok(acc)
+    }
+
+    /// Reuses the parts already there.
+    fn decode_into(&mut self, bytes: &[u8]) -> std::result::Result<(), String> {
+        let mut input = bytes;
+        let parts = get_varint(&mut input)? as usize;
+        if parts > input.len() {
+            return Err(format!("{parts} parts in {} bytes", bytes.len()));
+        }
+        self.rows = unzigzag(get_varint(&mut input)?);
+        self.parts.truncate(parts);
+        for i in 0..parts {
+            let n = unzigzag(get_varint(&mut input)?);
+            let value = decode_value(&mut input)?;
+            match self.parts.get_mut(i) {
+                Some(p) => {
+                    p.n = n;
+                    p.value = value;
+                }
+                None => self.parts.push(Part { n, value }),
+            }
+        }
+        if !input.is_empty() {
+            return Err(format!("{} bytes left after the value", input.len()));
+        }
+        Ok(())
     }
 }
 
@@ -194,16 +221,22 @@ impl Accumulators {
     }
 
     pub(crate) fn new(aggs: &[Agg]) -> Self {
-        Self {
+        let mut acc = Self {
             rows: 0,
-            parts: aggs
-                .iter()
-                .map(|_| Part {
-                    n: 0,
-                    value: Value::Null,
-                })
-                .collect(),
-        }
+            parts: Vec::with_capacity(aggs.len()),
+        };
+        acc.reset(aggs);
+        acc
+    }
+
+    /// Back to nothing counted, keeping the buffer.
+    pub(crate) fn reset(&mut self, aggs: &[Agg]) {
+        self.rows = 0;
+        self.parts.clear();
+        self.parts.extend(aggs.iter().map(|_| Part {
+            n: 0,
+            value: Value::Null,
+        }));
     }
 
     /// Adds (or with `retract`, takes away) one input row.
@@ -301,19 +334,57 @@ pub(crate) fn failure(ctx: &Context, reason: String) -> WeirError {
 /// A running aggregate per key: an updating result.
 pub struct GroupAggregate {
     pub aggs: Vec<Agg>,
+    /// The key columns of its input (its output starts with them).
+    pub key: Vec<usize>,
+    /// The current key's accumulators, decoded in place, and its results
+    /// before and after a row: buffers reused from record to record.
+    acc: Accumulators,
+    was: Vec<Value>,
+    now: Vec<Value>,
 }
 
 impl GroupAggregate {
     pub const ACC: Table = Table(0);
 
+    pub fn new(aggs: Vec<Agg>, key: Vec<usize>) -> Self {
+        Self {
+            acc: Accumulators::new(&aggs),
+            aggs,
+            key,
+            was: Vec::new(),
+            now: Vec::new(),
+        }
+    }
+
     pub fn tables() -> Vec<TableSpec> {
         vec![TableSpec::value::<Accumulators>("acc")]
     }
 
-    fn output(&self, ctx: &Context, acc: &Accumulators, kind: RowKind) -> Result<Row> {
-        let mut values = ctx.key_values()?;
-        acc.results(&self.aggs, &mut values);
-        Ok(Row::new(kind, values))
+    /// The key columns of `input` followed by `results`.
+    fn row(&self, input: &Row, results: &[Value], kind: RowKind) -> Row {
+        let mut values = Vec::with_capacity(self.key.len() + results.len());
+        values.extend(self.key.iter().map(|c| input.get(*c).clone()));
+        values.extend_from_slice(results);
+        Row::new(kind, values)
+    }
+
+    /// As [`Self::row`] with the current results, moving the key columns
+    /// out of `input` (whose buffer it reuses when the key leads the row).
+    fn row_from(&self, input: Row, kind: RowKind) -> Row {
+        let mut values = input.values;
+        if self.key.iter().enumerate().all(|(i, c)| i == *c) {
+            values.truncate(self.key.len());
+        } else {
+            let mut taken = Vec::with_capacity(self.key.len() + self.now.len());
+            taken.extend(
+                self.key
+                    .iter()
+                    .map(|c| std::mem::replace(&mut values[*c], Value::Null)),
+            );
+            values = taken;
+        }
+        values.extend_from_slice(&self.now);
+        Row::new(kind, values)
     }
 }
 
@@ -326,47 +397,61 @@ impl Operator for GroupAggregate {
         out: &mut Collector,
     ) -> Result<()> {
         let retract = !r.row.kind.is_addition();
-        let old: Option<Accumulators> = ctx.get(Self::ACC)?;
-        if old.is_none() && retract {
+        let existed = ctx.get_into(Self::ACC, &mut self.acc)?;
+        self.was.clear();
+        if existed {
+            self.acc.results(&self.aggs, &mut self.was);
+        } else if retract {
             // Flink does the same: a retraction of what is not there (state
             // expired, or never added) changes nothing.
             return Ok(());
+        } else {
+            self.acc.reset(&self.aggs);
         }
-        let mut acc = old.clone().unwrap_or_else(|| Accumulators::new(&self.aggs));
-        acc.apply(&self.aggs, &r.row, retract)
+        self.acc
+            .apply(&self.aggs, &r.row, retract)
             .map_err(|e| failure(ctx, e))?;
-        match old {
-            _ if acc.rows <= 0 => {
-                ctx.delete(Self::ACC)?;
-                if let Some(old) = &old {
-                    out.emit(self.output(ctx, old, RowKind::Delete)?, r.timestamp);
-                }
+        let ts = r.timestamp;
+        if self.acc.rows <= 0 {
+            ctx.delete(Self::ACC)?;
+            if existed {
+                out.emit(self.row(&r.row, &self.was, RowKind::Delete), ts);
             }
-            None => {
-                ctx.put(Self::ACC, &acc)?;
-                out.emit(self.output(ctx, &acc, RowKind::Insert)?, r.timestamp);
-            }
-            Some(old) => {
-                ctx.put(Self::ACC, &acc)?;
-                let (mut was, mut now) = (Vec::new(), Vec::new());
-                old.results(&self.aggs, &mut was);
-                acc.results(&self.aggs, &mut now);
-                if was != now {
-                    let key = ctx.key_values()?;
-                    // Consumers that replace a key's row (upsert sinks)
-                    // have no use for the old one.
-                    if ctx.update_before_needed() {
-                        let mut before = key.clone();
-                        before.extend(was);
-                        out.emit(Row::new(RowKind::UpdateBefore, before), r.timestamp);
-                    }
-                    let mut after = key;
-                    after.extend(now);
-                    out.emit(Row::new(RowKind::UpdateAfter, after), r.timestamp);
-                }
-            }
+            return Ok(());
         }
+        ctx.put(Self::ACC, &self.acc)?;
+        self.now.clear();
+        self.acc.results(&self.aggs, &mut self.now);
+        if !existed {
+            out.emit(self.row_from(r.row, RowKind::Insert), ts);
+            return Ok(());
+        }
+        if self.was == self.now {
+            return Ok(());
+        }
+        // Consumers that replace a key's row (upsert sinks) have no use for
+        // the old one.
+        if ctx.update_before_needed() {
+            out.emit(self.row(&r.row, &self.was, RowKind::UpdateBefore), ts);
+        }
+        out.emit(self.row_from(r.row, RowKind::UpdateAfter), ts);
         Ok(())
+    }
+
+    /// The key's current results by aggregate name (`{"count": 3}`).
+    fn query(&mut self, ctx: &mut Context) -> Result<Option<serde_json::Value>> {
+        if !ctx.get_into(Self::ACC, &mut self.acc)? {
+            return Ok(None);
+        }
+        self.now.clear();
+        self.acc.results(&self.aggs, &mut self.now);
+        Ok(Some(serde_json::Value::Object(
+            self.aggs
+                .iter()
+                .zip(&self.now)
+                .map(|(a, v)| (a.name.clone(), crate::dataflow::inspect::value_json(v)))
+                .collect(),
+        )))
     }
 }
 
@@ -380,6 +465,41 @@ mod tests {
     }
 
     #[test]
+    fn accumulators_round_trip_reuse_their_parts_and_refuse_garbage() {
+        let acc = Accumulators {
+            rows: -3,
+            parts: vec![
+                Part {
+                    n: 2,
+                    value: Value::Null,
+                },
+                Part {
+                    n: -1,
+                    value: Value::Double(2.5),
+                },
+                Part {
+                    n: 7,
+                    value: Value::from("x"),
+                },
+            ],
+        };
+        let mut buf = Vec::new();
+        acc.encode(&mut buf);
+        assert_eq!(Accumulators::decode(&buf), Ok(acc.clone()));
+        let mut into = Accumulators::new(&[Agg::count("n")]);
+        into.decode_into(&buf).unwrap();
+        assert_eq!(into, acc);
+        for n in 0..buf.len() {
+            assert!(
+                Accumulators::decode(&buf[..n]).is_err(),
+                "{n} bytes decoded"
+            );
+        }
+        buf.push(0);
+        assert!(Accumulators::decode(&buf).is_err(), "a trailing byte");
+    }
+
+    #[test]
     fn group_aggregate_emits_updates_and_retracts() {
         let aggs = vec![
             Agg::count("n"),
@@ -389,7 +509,11 @@ mod tests {
                 name: "s".into(),
             },
         ];
-        let mut h = Harness::keyed(GroupAggregate { aggs }, GroupAggregate::tables(), vec![0]);
+        let mut h = Harness::keyed(
+            GroupAggregate::new(aggs, vec![0]),
+            GroupAggregate::tables(),
+            vec![0],
+        );
         let got = h.record(0, row(RowKind::Insert, "a", 5), 1).unwrap();
         assert_eq!(
             got,
@@ -423,9 +547,7 @@ mod tests {
     #[test]
     fn without_a_consumer_of_update_befores_only_the_new_row_goes_out() {
         let mut h = Harness::keyed(
-            GroupAggregate {
-                aggs: vec![Agg::count("n")],
-            },
+            GroupAggregate::new(vec![Agg::count("n")], vec![0]),
             GroupAggregate::tables(),
             vec![0],
         );
@@ -448,7 +570,11 @@ mod tests {
             column: Some(1),
             name: "lo".into(),
         }];
-        let mut h = Harness::keyed(GroupAggregate { aggs }, GroupAggregate::tables(), vec![0]);
+        let mut h = Harness::keyed(
+            GroupAggregate::new(aggs, vec![0]),
+            GroupAggregate::tables(),
+            vec![0],
+        );
         h.record(0, row(RowKind::Insert, "a", 5), 1).unwrap();
         let e = h
             .record(0, row(RowKind::Delete, "a", 5), 1)

@@ -73,7 +73,7 @@ use crate::scale::engine::{
 use crate::scale::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
 use crate::scale::storage::SharedStorage;
 use crate::scale::{checkpoints, repartition};
-use crate::state::key_groups::{key_group, range_for_subtask};
+use crate::state::key_groups::{key_group, range_for_subtask, subtask_for_key_group};
 use crate::time::watermark::SourceWatermarks;
 use crate::time::MIN_WATERMARK;
 
@@ -140,6 +140,14 @@ pub struct GraphInstance {
     last_housekeeping: Instant,
     last_marks: Instant,
     ownership: Arc<Mutex<Ownership>>,
+    /// Interactive queries per keyed node: its stage, its slot in the
+    /// stage's chain, its uid, and the one queue the instance answers.
+    queries: Vec<(
+        usize,
+        usize,
+        String,
+        crossbeam_channel::Receiver<StateQuery>,
+    )>,
     cancel: CancellationToken,
 }
 
@@ -245,6 +253,33 @@ fn run_attempt(
         last_housekeeping: Instant::now(),
         last_marks: Instant::now(),
         ownership: shared.ownership.clone(),
+        queries: plan
+            .stages
+            .iter()
+            .enumerate()
+            .flat_map(|(stage, st)| {
+                st.entry
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| graph.nodes[**n].is_keyed())
+                    .map(move |(slot, n)| (stage, slot, *n))
+            })
+            .map(|(stage, slot, n)| {
+                let uid = graph.nodes[n].uid.clone();
+                let rx = shared
+                    .queries
+                    .register_keyed(
+                        &uid,
+                        1,
+                        config.job.max_parallelism,
+                        Some(graph.key_column_info(n)),
+                    )
+                    .pop()
+                    .expect("one queue");
+                (stage, slot, uid, rx)
+            })
+            .collect(),
         cancel: cancel.clone(),
     };
     instance.build_source_chains();
@@ -257,11 +292,8 @@ fn run_attempt(
         protocol = ?config.scale.group_protocol,
         "instance joining the job's group"
     );
-    // Interactive queries of graph operators are not served in group mode
-    // yet: the queue has no sender, so none arrive.
-    let (_, queries) = crossbeam_channel::bounded(0);
     run_instance(
-        config, instance, &topics, &producer, &cancel, shared, progressed, &queries,
+        config, instance, &topics, &producer, &cancel, shared, progressed,
     )
 }
 
@@ -1147,9 +1179,28 @@ impl GroupWork for GraphInstance {
     fn activate(&mut self, consumer: &Consumer_) -> Result<()> {
         GraphInstance::activate(self, consumer)
     }
-    fn answer(&mut self, q: StateQuery) {
-        let _ = q.reply.send(Err(QueryFailure::Failed(
-            "interactive queries of job graph operators are not served in group mode yet".into(),
-        )));
+    fn answer_queries(&mut self) {
+        let c = self.config.clone();
+        for (stage, slot, uid, queries) in &self.queries {
+            while let Ok(q) = queries.try_recv() {
+                let task = subtask_for_key_group(q.key_group, c.scale.tasks, c.job.max_parallelism);
+                match self.tasks.get_mut(&(*stage, task)) {
+                    Some(t) => t.chain.answer(*slot, q, Some(task)),
+                    None => {
+                        let _ = q.reply.send(Err(QueryFailure::NotHere {
+                            task,
+                            message: format!(
+                                "key {:?} of {uid} is in task {task} of stage {:?}, which \
+                                 instance {} does not own now; GET /tasks on each instance \
+                                 shows which owns it",
+                                q.key,
+                                self.graph.nodes[self.plan.stages[*stage].entry.head].uid,
+                                c.instance()
+                            ),
+                        }));
+                    }
+                }
+            }
+        }
     }
 }
