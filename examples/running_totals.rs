@@ -9,7 +9,9 @@
 //! cargo run --example running_totals -- run --config weir.toml
 //! ```
 //! Topics from `TOTALS_INPUT` and `TOTALS_OUTPUT` (default `payments`,
-//! `users-per-total`). Input: `{"user": "u1", "amount": 5}`.
+//! `users-per-total`). Input: `{"user": "u1", "amount": 5}`; records
+//! whose amount is not above 0 (or is missing) are not payments and are
+//! filtered out first.
 
 use std::process::ExitCode;
 
@@ -24,6 +26,8 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
             Schema::of(&[("user", DataType::String), ("amount", DataType::BigInt)]),
         ),
     );
+    // Only payments: `WHERE amount > 0`, a filter over a row expression.
+    let payments = payments.filter_where("paid", Expr::col("amount").gt(Expr::lit(0)));
     let amount = payments.schema().index_of("amount");
     let totals = payments.key_by(&["user"]).aggregate(
         "totals",

@@ -74,6 +74,11 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
+# Keep every record whatever its timestamp. weir writes a window's result
+# with the window's end as its Kafka timestamp, and the tests (and the
+# demo) use fixed event times long past: time-based retention (7 days by
+# default) would delete results between their commit and the reader.
+log.retention.ms=-1
 # Let a killed producer's open transaction be aborted quickly in tests.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=5000
 # Group mode (KIP-848): the broker owns the session timeout. 6 s instead of

@@ -85,6 +85,10 @@ pub enum WeirError {
     #[error("sink {sink:?} writes to topic {topic:?}, which does not exist or has no partitions; create it first")]
     MissingSinkTopic { sink: String, topic: String },
 
+    /// The same for an operator's dead-letter topic for late records.
+    #[error("operator {operator:?} sends late records to topic {topic:?}, which does not exist or has no partitions; create it first")]
+    MissingLateTopic { operator: String, topic: String },
+
     #[error("recovery refused: {0}")]
     Recovery(String),
 
@@ -222,6 +226,7 @@ impl WeirError {
                 | Self::CorruptState { .. }
                 | Self::MissingTopic { .. }
                 | Self::MissingSinkTopic { .. }
+                | Self::MissingLateTopic { .. }
                 | Self::Recovery(_)
                 | Self::Fenced { .. }
                 | Self::GroupFenced { .. }

@@ -414,6 +414,28 @@ fn a_graph_job_whose_sink_topic_is_missing_is_refused_at_start_naming_it() {
         "refused, not retried: {}",
         log_tail(&log)
     );
+    // So is a window's missing topic for late records.
+    let (events, windows) = (unique("events"), unique("windows"));
+    create_topic(&events, 1);
+    for kind in ["tumbling", "hopping", "session"] {
+        create_topic(&format!("{windows}.{kind}"), 1);
+    }
+    let config = graph_config(&dir.path().join("windows"), 1);
+    let env = [
+        ("WINDOWS_INPUT", events.as_str()),
+        ("WINDOWS_OUTPUT", windows.as_str()),
+    ];
+    let mut weir = WeirProcess::start(&example("windows"), &config, &env);
+    let status = weir.wait(Duration::from_secs(60)).expect("exits by itself");
+    let log = weir.log_text();
+    assert!(!status.success(), "{}", log_tail(&log));
+    assert!(
+        log.contains(&format!(
+            "operator \"tumbling\" sends late records to topic \"{windows}.tumbling.late\", which does not exist"
+        )),
+        "{}",
+        log_tail(&log)
+    );
 }
 
 #[test]

@@ -32,7 +32,7 @@ pub struct AdminState {
     pub token: Option<String>,
     pub savepoint_timeout: Duration,
     /// The tasks and input partitions this instance owns (group mode).
-    pub ownership: Arc<std::sync::Mutex<crate::scale::engine::Ownership>>,
+    pub ownership: Arc<std::sync::Mutex<crate::runtime::assignment::Ownership>>,
     /// Group mode takes no savepoints (its checkpoints are per task).
     pub group_mode: bool,
     /// The job as configured, for the console.

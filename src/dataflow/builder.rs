@@ -27,6 +27,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::expr::Expr;
 use super::graph::{
     Edge, EventTimeSpec, Exchange, Graph, KeyFormat, Node, NodeBody, NodeId, OperatorSpec,
     SinkMode, SinkSpec, SourceFormat, SourceSpec,
@@ -35,6 +36,7 @@ use super::operator::Operator;
 use super::ops::aggregate::{output_schema, Agg, GroupAggregate};
 use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
+use super::ops::where_filter::WhereFilter;
 use super::ops::window::WindowAggregate;
 use super::row::{DataType, Schema, Value};
 use super::state::TableSpec;
@@ -389,6 +391,25 @@ impl Stream {
     ) -> Stream {
         let schema = self.schema();
         self.then(uid, "filter", schema, stateless(Filter(Arc::new(f))))
+    }
+
+    /// The rows for which `predicate` is TRUE (SQL's `WHERE`: NULL and
+    /// FALSE drop a row). Its columns and types are checked now.
+    pub fn filter_where(&self, uid: &str, predicate: Expr) -> Stream {
+        let schema = self.schema();
+        let predicate = match predicate.resolve(&schema) {
+            Ok((p, Some(DataType::Boolean) | None)) => p,
+            Ok((_, Some(t))) => {
+                self.job
+                    .problem(format!("filter {uid:?}: the predicate is {t}, not BOOLEAN"));
+                Expr::lit(false)
+            }
+            Err(e) => {
+                self.job.problem(format!("filter {uid:?}: {e}"));
+                Expr::lit(false)
+            }
+        };
+        self.then(uid, "filter", schema, stateless(WhereFilter { predicate }))
     }
 
     /// Any number of rows of `schema` per row.

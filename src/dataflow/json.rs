@@ -208,6 +208,26 @@ pub fn encode_columns(row: &Row, schema: &Schema, columns: &[usize], out: &mut V
     out.push(b'}');
 }
 
+/// A value as JSON without its column's type: timestamps as RFC 3339,
+/// decimals with their digits, structs as arrays.
+pub fn value_json(v: &Value) -> Json {
+    match v {
+        Value::Null => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Int(i) => Json::from(*i),
+        Value::Double(d) => serde_json::Number::from_f64(*d).map_or(Json::Null, Json::Number),
+        Value::Decimal(d) => {
+            serde_json::from_str(&d.to_string()).unwrap_or_else(|_| Json::String(d.to_string()))
+        }
+        Value::String(s) => Json::String(s.clone()),
+        Value::Bytes(b) => Json::String(String::from_utf8_lossy(b).into_owned()),
+        Value::Timestamp(ms) => Json::String(format_timestamp(*ms)),
+        Value::List(items) | Value::Struct(items) => {
+            Json::Array(items.iter().map(value_json).collect())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@
 
 pub mod builder;
 pub mod codec;
+pub mod expr;
 pub mod graph;
 pub mod inspect;
 pub mod json;
@@ -30,6 +31,7 @@ pub mod prelude {
         ConnectedStreams, JobBuilder, KafkaSink, KafkaSource, KeyedStream, Stream, WindowedStream,
     };
     pub use super::codec::StateCodec;
+    pub use super::expr::Expr;
     pub use super::graph::Graph;
     pub use super::operator::{Collector, Context, Operator, Record};
     pub use super::ops::aggregate::{Agg, AggFunction};

@@ -136,12 +136,11 @@ impl Context {
         }
     }
 
-    /// The current key's entries in every table, as JSON by table name.
-    pub fn tables_json(&mut self) -> Result<Option<serde_json::Value>> {
-        let (kg, key) = (self.key_group, std::mem::take(&mut self.key));
-        let result = super::inspect::key_tables(self.store()?, kg, &key);
-        self.key = key;
-        result
+    /// The current key, its key group and the store (for the runtime's
+    /// view of a key's tables).
+    pub(crate) fn key_and_store(&mut self) -> Option<(u32, &[u8], &mut KeyedStore)> {
+        let store = self.store.as_mut()?;
+        Some((self.key_group, &self.key, store))
     }
 
     pub(crate) fn set_key(&mut self, key_group: u32, key: &[u8]) {
@@ -426,12 +425,21 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// What `GET /state/<uid>/<key>` shows for the current key, None when
-    /// the operator holds nothing for it. By default every table's
-    /// entries, each decoded by its codec (`{"acc": ...}`).
-    fn query(&mut self, ctx: &mut Context) -> Result<Option<serde_json::Value>> {
-        ctx.tables_json()
+    /// What `GET /state/<uid>/<key>` shows for the current key. By
+    /// default every table's entries, each decoded by its codec
+    /// (`{"acc": ...}`).
+    fn query(&mut self, _ctx: &mut Context) -> Result<Queried> {
+        Ok(Queried::Tables)
     }
+}
+
+/// An operator's answer to an interactive query.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Queried {
+    /// Show the key's entries in every table.
+    Tables,
+    /// Show this (None: the operator holds nothing for the key).
+    Value(Option<serde_json::Value>),
 }
 
 /// Test support: drives an operator the way the task runner does, over a

@@ -13,6 +13,7 @@ use super::group::exchange::RepartitionOut;
 use super::sink::SinkWriter;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::dataflow::codec::encode_key;
+use crate::dataflow::operator::Queried;
 use crate::dataflow::row::Row;
 use crate::dataflow::{Collector, Context, Operator, Record};
 use crate::element::{Barrier, Element};
@@ -311,7 +312,16 @@ impl Chain {
         let answer = match &mut self.slots[slot].body {
             SlotBody::Operator { op, ctx, .. } => {
                 ctx.set_key(q.key_group, &q.encoded);
-                op.query(ctx)
+                let value = op.query(ctx).and_then(|shown| match shown {
+                    Queried::Value(v) => Ok(v),
+                    Queried::Tables => match ctx.key_and_store() {
+                        Some((kg, key, store)) => {
+                            crate::dataflow::inspect::key_tables(store, kg, key)
+                        }
+                        None => Ok(None),
+                    },
+                });
+                value
                     .map(|value| KeyState {
                         value,
                         windows: None,

@@ -493,24 +493,37 @@ impl OutputFor<'_> {
     }
 }
 
-/// Refuses to start when a sink's topic does not exist (a producer would
-/// wait for it, then fail at the first record, long after the start).
+/// Refuses to start when a sink's topic, or an operator's topic for late
+/// records, does not exist (a producer would wait for it, then fail at the
+/// first record, long after the start).
 pub(crate) fn check_sink_topics(
     graph: &Graph,
     consumer: &rdkafka::consumer::BaseConsumer,
 ) -> Result<()> {
     for n in &graph.nodes {
-        if let NodeBody::Sink(spec) = &n.body {
-            match kafka::topic_partitions(consumer, std::slice::from_ref(&spec.topic)) {
-                Err(WeirError::MissingTopic { topic }) => {
-                    return Err(WeirError::MissingSinkTopic {
-                        sink: n.uid.clone(),
-                        topic,
-                    })
-                }
-                other => {
-                    other?;
-                }
+        let (topic, sink) = match &n.body {
+            NodeBody::Sink(spec) => (&spec.topic, true),
+            NodeBody::Operator(spec) => match &spec.late_topic {
+                Some(t) => (t, false),
+                None => continue,
+            },
+            NodeBody::Source(_) => continue,
+        };
+        match kafka::topic_partitions(consumer, std::slice::from_ref(topic)) {
+            Err(WeirError::MissingTopic { topic }) if sink => {
+                return Err(WeirError::MissingSinkTopic {
+                    sink: n.uid.clone(),
+                    topic,
+                })
+            }
+            Err(WeirError::MissingTopic { topic }) => {
+                return Err(WeirError::MissingLateTopic {
+                    operator: n.uid.clone(),
+                    topic,
+                })
+            }
+            other => {
+                other?;
             }
         }
     }

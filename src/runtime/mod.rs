@@ -8,6 +8,7 @@
 //! by key group; the sink is chained into each keyed subtask.
 
 pub mod alignment;
+pub mod assignment;
 pub mod commit;
 pub mod coordinator;
 pub mod gate;
@@ -158,7 +159,7 @@ pub struct JobShared {
     pub stop: Arc<AtomicBool>,
     pub savepoints: crossbeam_channel::Receiver<SavepointRequest>,
     /// The tasks and partitions this instance owns (group mode).
-    pub ownership: Arc<std::sync::Mutex<crate::scale::engine::Ownership>>,
+    pub ownership: Arc<std::sync::Mutex<assignment::Ownership>>,
     /// Where interactive queries go (the running attempt's keyed subtasks).
     pub queries: Arc<query::QueryRoutes>,
 }

@@ -63,18 +63,7 @@ const REPARTITION_BATCH: usize = 1024;
 /// How often storage is garbage-collected and the repartition topic trimmed.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
 
-/// What the admin endpoint shows of an instance in group mode.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Ownership {
-    pub instance: String,
-    pub tasks: Vec<u32>,
-    pub inputs: Vec<String>,
-    /// Task → manifest key of its last committed checkpoint.
-    pub committed: BTreeMap<u32, String>,
-    /// A job graph's tasks, by the uid of their stage's head node.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub stages: BTreeMap<String, Vec<u32>>,
-}
+pub use crate::runtime::assignment::Ownership;
 
 /// A keyed task this instance owns.
 struct Task {

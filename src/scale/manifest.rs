@@ -86,7 +86,16 @@ pub struct GraphTaskState {
     /// Each keyed node's tables, `name kind codec`, as declared.
     pub tables: BTreeMap<String, Vec<String>>,
     /// Per writer, the watermark the records before `offset` gave.
-    pub watermarks: BTreeMap<String, crate::engine::group::marks::WriterMark>,
+    pub watermarks: BTreeMap<String, WriterMark>,
+}
+
+/// What a reading task knows of one watermark writer (see
+/// `engine::group::marks`): the highest watermark it sent, and whether it
+/// is idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriterMark {
+    pub watermark: i64,
+    pub idle: bool,
 }
 
 pub const FORMAT: u32 = 1;

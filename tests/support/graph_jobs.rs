@@ -285,6 +285,18 @@ pub fn payments(rng: &mut Rng, users: u64, n: usize, max: u64) -> Payments {
         *totals.entry(u).or_default() += amount;
         lines.push(format!(r#"{{"user":"u{u}","amount":{amount}}}"#));
     }
+    // Not payments, which the job's filter (`amount > 0`) drops: were they
+    // counted, "ghost" would have a total of 0 and u0's would go down.
+    for (i, line) in [
+        r#"{"user":"ghost","amount":0}"#,
+        r#"{"user":"u0","amount":-1000}"#,
+        r#"{"user":"ghost"}"#,
+    ]
+    .iter()
+    .enumerate()
+    {
+        lines.insert(i * lines.len() / 3, line.to_string());
+    }
     let mut per_total: BTreeMap<i64, u64> = BTreeMap::new();
     for t in totals.values() {
         *per_total.entry(*t).or_default() += 1;

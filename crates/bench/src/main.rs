@@ -53,7 +53,8 @@ enum Cmd {
     CheckpointCost(CostArgs),
     /// A tumbling 10 s event-time count per key: weir, Flink, Kafka Streams.
     Windowed(WindowedArgs),
-    /// Group mode: words/s and CPU per word with 1, 2, 3 instances.
+    /// Group mode: words/s and CPU per word with 1, 2, 3 instances, of the
+    /// built-in word count and/or its job graph version (`--systems`).
     ScaleThroughput(ScaleThroughputArgs),
     /// Group mode: SIGKILL one of three instances; time until every key
     /// has committed output again (weir, Kafka Streams).
@@ -87,6 +88,11 @@ struct ScaleThroughputArgs {
     /// "shared" (a folder) or "s3" (needs WEIR_S3_ENDPOINT).
     #[arg(long, default_value = "shared")]
     storage: String,
+    /// Word counts to run, comma-separated, each once per round: "weir"
+    /// (the built-in pipeline) and "weir-graph" (the job graph of
+    /// `examples/word_count`: `cargo build --release --examples`).
+    #[arg(long, default_value = "weir")]
+    systems: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -249,6 +255,10 @@ fn main() {
                 .collect::<Vec<_>>(),
             a.rounds,
             &scale::Storage::parse(&a.storage),
+            &a.systems
+                .split(',')
+                .map(scale::ScaleSystem::parse)
+                .collect::<Vec<_>>(),
         ),
         Cmd::ScaleKill(a) => scale::kill_recovery(
             a.keys,

@@ -1,4 +1,5 @@
-//! Group mode (issue #11): throughput with 1, 2 and 3 instances; the time
+//! Group mode (issue #11): throughput with 1, 2 and 3 instances, of the
+//! built-in word count and of the job graph one; the time
 //! until a killed instance's work produces committed output again (weir
 //! and Kafka Streams, same kill); checkpoint cost on S3.
 
@@ -14,7 +15,7 @@ use serde_json::json;
 use weir_testkit::{bootstrap, create_topic, distinct_lines, produce, unique, word_lines, JobSpec};
 
 use crate::measure::{self, ProcessGroup};
-use crate::systems::{weir_binary, weir_run};
+use crate::systems::{graph_example, weir_binary, weir_run, write_graph_config};
 
 const TASKS: u32 = 8;
 /// Keys fed steadily around a kill: each appears about 50 times a second.
@@ -37,8 +38,36 @@ impl Storage {
     }
 }
 
+/// The word count a group-mode job runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScaleSystem {
+    /// The built-in pipeline (`kind = "word-count"`) in `weir`.
+    Weir,
+    /// The job graph word count, `examples/word_count` (its own graph; the
+    /// same output: key the word, value `{"key": word, "count": n}`).
+    WeirGraph,
+}
+
+impl ScaleSystem {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "weir" => ScaleSystem::Weir,
+            "weir-graph" => ScaleSystem::WeirGraph,
+            other => panic!("--systems {other}: use weir or weir-graph"),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScaleSystem::Weir => "weir",
+            ScaleSystem::WeirGraph => "weir-graph",
+        }
+    }
+}
+
 /// A group-mode job whose instances run as separate processes.
 struct GroupJob {
+    system: ScaleSystem,
     name: String,
     input: String,
     output: String,
@@ -50,7 +79,7 @@ struct GroupJob {
 }
 
 impl GroupJob {
-    fn new(input: &str, dir: &Path, storage: &Storage) -> Self {
+    fn new(system: ScaleSystem, input: &str, dir: &Path, storage: &Storage) -> Self {
         let name = unique("gbench");
         let output = unique("gbench-counts");
         create_topic(&output, 4);
@@ -73,6 +102,7 @@ impl GroupJob {
             }
         };
         Self {
+            system,
             name,
             input: input.to_string(),
             output,
@@ -92,7 +122,8 @@ impl GroupJob {
         self.dir.join(format!("i{i}"))
     }
 
-    fn start(&self, i: usize, log_filter: &str) -> ProcessGroup {
+    /// Writes instance `i`'s configuration; returns its path.
+    fn write_config(&self, i: usize) -> PathBuf {
         let spec = JobSpec {
             name: self.name.clone(),
             checkpoint_dir: self.checkpoint.clone(),
@@ -105,14 +136,32 @@ impl GroupJob {
             ),
             ..JobSpec::word_count(&self.instance_dir(i), &self.input, &self.output)
         };
-        let config = spec.write();
+        match self.system {
+            ScaleSystem::Weir => spec.write(),
+            // The same configuration less [source] and [pipeline].
+            ScaleSystem::WeirGraph => write_graph_config(&spec, &self.instance_dir(i)),
+        }
+    }
+
+    fn start(&self, i: usize, log_filter: &str) -> ProcessGroup {
+        let config = self.write_config(i);
+        let mut env = vec![
+            ("RUST_LOG", log_filter),
+            ("WEIR__CHECKPOINT__TIMEOUT", "5s"),
+        ];
+        let binary = match self.system {
+            ScaleSystem::Weir => weir_binary(),
+            ScaleSystem::WeirGraph => {
+                // The example reads its topics from the environment.
+                env.push(("WORD_COUNT_INPUT", &self.input));
+                env.push(("WORD_COUNT_OUTPUT", &self.output));
+                graph_example("word_count")
+            }
+        };
         ProcessGroup::start(
-            &[weir_run(&weir_binary(), &config)],
+            &[weir_run(&binary, &config)],
             &self.instance_dir(i).join("weir.log"),
-            &[
-                ("RUST_LOG", log_filter),
-                ("WEIR__CHECKPOINT__TIMEOUT", "5s"),
-            ],
+            &env,
         )
     }
 }
@@ -128,67 +177,149 @@ fn spread(v: &[f64]) -> String {
     format!("{m:.0} ({:.0}–{:.0})", v[0], v[v.len() - 1])
 }
 
-/// Throughput and CPU per word with 1, 2 and 3 instances on one input.
-pub fn throughput(words: usize, instances: &[usize], rounds: usize, storage: &Storage) {
+/// Throughput and CPU per word with 1, 2 and 3 instances on one input, of
+/// each of `systems`: every system and instance count once per round,
+/// rounds interleaved.
+pub fn throughput(
+    words: usize,
+    instances: &[usize],
+    rounds: usize,
+    storage: &Storage,
+    systems: &[ScaleSystem],
+) {
+    if systems.contains(&ScaleSystem::WeirGraph) {
+        // Before the input is written: a missing example fails at once.
+        graph_example("word_count");
+    }
+    // Only weir, the default: the output as it was before weir-graph.
+    let only_weir = systems == [ScaleSystem::Weir];
+    let label = |system: ScaleSystem| {
+        if only_weir {
+            String::new()
+        } else {
+            format!("{}: ", system.name())
+        }
+    };
     let (lines, expected) = word_lines(7, words / 10, 10, 100_000);
     let input = unique("gbench-words");
     create_topic(&input, 4);
     produce(&input, 4, &lines);
     drop(lines);
-    let mut results: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
+    let mut results: HashMap<(ScaleSystem, usize), Vec<(f64, f64)>> = HashMap::new();
+    // weir-graph over weir, words/s and CPU per word, per round and count.
+    let mut ratios: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
     let mut raw = Vec::new();
     for round in 0..rounds {
-        for &n in instances {
-            let tmp = tempfile::tempdir().unwrap();
-            let job = GroupJob::new(&input, tmp.path(), storage);
-            // Done when the committed output holds a result per word: the
-            // input's committed offsets only say the shuffle is written.
-            let counted = output_counter(&job.output);
-            let started = Instant::now();
-            let groups: Vec<ProcessGroup> = (0..n).map(|i| job.start(i, "info")).collect();
-            let deadline = started + Duration::from_secs(1800);
-            let mut cpu;
-            loop {
-                cpu = groups.iter().map(ProcessGroup::cpu_seconds).sum::<f64>();
-                if counted.load(Ordering::Relaxed) >= total_words(&expected) {
-                    break;
+        let mut this_round: HashMap<(ScaleSystem, usize), (f64, f64)> = HashMap::new();
+        for &system in systems {
+            let label = label(system);
+            for &n in instances {
+                let tmp = tempfile::tempdir().unwrap();
+                let job = GroupJob::new(system, &input, tmp.path(), storage);
+                // Done when the committed output holds a result per word: the
+                // input's committed offsets only say the shuffle is written.
+                let counted = output_counter(&job.output);
+                let started = Instant::now();
+                let mut groups: Vec<ProcessGroup> = (0..n).map(|i| job.start(i, "info")).collect();
+                let deadline = started + Duration::from_secs(1800);
+                let mut cpu;
+                loop {
+                    cpu = groups.iter().map(ProcessGroup::cpu_seconds).sum::<f64>();
+                    if counted.load(Ordering::Relaxed) >= total_words(&expected) {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "{label}{n} instances never finished"
+                    );
+                    if groups.iter_mut().all(ProcessGroup::any_exited) {
+                        let logs: String = (0..n)
+                            .map(|i| {
+                                let log =
+                                    std::fs::read_to_string(job.instance_dir(i).join("weir.log"))
+                                        .unwrap_or_default();
+                                format!("==== i{i}\n{}\n", weir_testkit::log_tail(&log))
+                            })
+                            .collect();
+                        panic!("{label}every one of {n} instances exited early\n{logs}");
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                assert!(Instant::now() < deadline, "{n} instances never finished");
-                std::thread::sleep(Duration::from_millis(50));
+                let secs = started.elapsed().as_secs_f64();
+                let rate = words as f64 / secs;
+                let us = cpu * 1e6 / words as f64;
+                for g in groups {
+                    g.stop(Duration::from_secs(30));
+                }
+                let verified = measure::verify(&job.output, &expected);
+                eprintln!(
+                    "round {round}: {label}{n} instance(s): {rate:.0} words/s, {us:.2} CPU-µs/word, {secs:.1} s, exact: {verified:?}"
+                );
+                assert!(
+                    verified.is_ok(),
+                    "{label}output of {n} instances is not exact"
+                );
+                results.entry((system, n)).or_default().push((rate, us));
+                this_round.insert((system, n), (rate, us));
+                raw.push(json!({"round": round, "system": system.name(), "instances": n, "words_per_s": rate, "cpu_us_per_word": us, "seconds": secs}));
             }
-            let secs = started.elapsed().as_secs_f64();
-            let rate = words as f64 / secs;
-            let us = cpu * 1e6 / words as f64;
-            for g in groups {
-                g.stop(Duration::from_secs(30));
+        }
+        for &n in instances {
+            if let (Some(w), Some(g)) = (
+                this_round.get(&(ScaleSystem::Weir, n)),
+                this_round.get(&(ScaleSystem::WeirGraph, n)),
+            ) {
+                ratios.entry(n).or_default().push((g.0 / w.0, g.1 / w.1));
             }
-            let verified = measure::verify(&job.output, &expected);
-            eprintln!(
-                "round {round}: {n} instance(s): {rate:.0} words/s, {us:.2} CPU-µs/word, {secs:.1} s, exact: {verified:?}"
-            );
-            assert!(verified.is_ok(), "output of {n} instances is not exact");
-            results.entry(n).or_default().push((rate, us));
-            raw.push(json!({"round": round, "instances": n, "words_per_s": rate, "cpu_us_per_word": us, "seconds": secs}));
         }
     }
-    println!("| instances | words/s median (min–max) | CPU-µs/word median (min–max) |");
-    println!("|---|---|---|");
-    for &n in instances {
-        let r = &results[&n];
-        let rates: Vec<f64> = r.iter().map(|x| x.0).collect();
-        let mut us: Vec<f64> = r.iter().map(|x| x.1).collect();
-        let m = median(&mut us.clone());
-        us.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        println!(
-            "| {n} | {} | {m:.2} ({:.2}–{:.2}) |",
-            spread(&rates),
-            us[0],
-            us[us.len() - 1]
-        );
+    for &system in systems {
+        if !only_weir {
+            println!("\n{}:\n", system.name());
+        }
+        println!("| instances | words/s median (min–max) | CPU-µs/word median (min–max) |");
+        println!("|---|---|---|");
+        for &n in instances {
+            let r = &results[&(system, n)];
+            let rates: Vec<f64> = r.iter().map(|x| x.0).collect();
+            let mut us: Vec<f64> = r.iter().map(|x| x.1).collect();
+            let m = median(&mut us.clone());
+            us.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "| {n} | {} | {m:.2} ({:.2}–{:.2}) |",
+                spread(&rates),
+                us[0],
+                us[us.len() - 1]
+            );
+        }
     }
+    if !ratios.is_empty() {
+        println!("\nweir-graph / weir, per round (median (min–max)):\n");
+        println!("| instances | words/s | CPU-µs/word |");
+        println!("|---|---|---|");
+        for &n in instances {
+            let r = &ratios[&n];
+            let mut rate: Vec<f64> = r.iter().map(|x| x.0).collect();
+            let mut us: Vec<f64> = r.iter().map(|x| x.1).collect();
+            let (rm, um) = (median(&mut rate), median(&mut us));
+            println!(
+                "| {n} | {rm:.2} ({:.2}–{:.2}) | {um:.2} ({:.2}–{:.2}) |",
+                rate[0],
+                rate[rate.len() - 1],
+                us[0],
+                us[us.len() - 1]
+            );
+        }
+    }
+    let systems: Vec<&str> = systems.iter().map(|s| s.name()).collect();
+    let ratios: Vec<serde_json::Value> = instances
+        .iter()
+        .filter_map(|n| ratios.get(n).map(|r| (n, r)))
+        .map(|(n, r)| json!({"instances": n, "graph_over_weir_words_per_s": r.iter().map(|x| x.0).collect::<Vec<_>>(), "graph_over_weir_cpu_us_per_word": r.iter().map(|x| x.1).collect::<Vec<_>>()}))
+        .collect();
     crate::save(
         "scale-throughput",
-        json!({"machine": crate::machine(), "words": words, "tasks": TASKS, "storage": format!("{storage:?}"), "runs": raw}),
+        json!({"machine": crate::machine(), "words": words, "tasks": TASKS, "storage": format!("{storage:?}"), "systems": systems, "runs": raw, "ratios": ratios}),
     );
 }
 
@@ -356,7 +487,7 @@ pub fn kill_recovery(keys: usize, systems: &[String], storage: &Storage, rounds:
             let total: i64 = ends.iter().map(|(_, e)| e).sum();
             let (mut groups, group, output, job) = match system.as_str() {
                 "weir" => {
-                    let job = GroupJob::new(&input, tmp.path(), storage);
+                    let job = GroupJob::new(ScaleSystem::Weir, &input, tmp.path(), storage);
                     let g: Vec<ProcessGroup> = (0..3).map(|i| job.start(i, "info")).collect();
                     (g, job.group(), job.output.clone(), Some(job))
                 }
@@ -513,7 +644,7 @@ pub fn checkpoint_cost(keys: usize, changed: f64, seconds: u64, storage: &Storag
     produce(&input, 4, &lines);
     let ends = measure::end_offsets(&input);
     let total: i64 = ends.iter().map(|(_, e)| e).sum();
-    let job = GroupJob::new(&input, tmp.path(), storage);
+    let job = GroupJob::new(ScaleSystem::Weir, &input, tmp.path(), storage);
     let g = job.start(0, "info,weir::scale=debug");
     let client = measure::consumer(&job.group());
     let started = Instant::now();

@@ -98,6 +98,28 @@ pub fn graph_example(name: &str) -> PathBuf {
     bin
 }
 
+/// The configuration of the graph word count (`examples/word_count`) for
+/// `spec`, the built-in word count's: its TOML without `[source]` and
+/// `[pipeline]` (the example's code is the job) and with `[sink]` reduced
+/// to its delivery; everything else (`[scale]` and the like in
+/// `spec.extra`) is kept. Written to `<dir>/weir-graph.toml`, whose path
+/// it returns.
+pub fn write_graph_config(spec: &JobSpec, dir: &Path) -> PathBuf {
+    let toml = spec.toml();
+    let keep: Vec<&str> = toml
+        .split("\n[")
+        .filter(|section| !section.starts_with("source]") && !section.starts_with("pipeline]"))
+        .collect();
+    let toml = keep
+        .join("\n[")
+        .replace(&format!("topic = \"{}\"\n", spec.sink_topic), "")
+        .replace("emit = \"every-update\"\n", "");
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("weir-graph.toml");
+    std::fs::write(&config, toml).unwrap();
+    config
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum System {
     Weir {
@@ -214,20 +236,7 @@ impl System {
                     interval: "1s".into(),
                     ..JobSpec::word_count(&ctx.dir, &ctx.input, &ctx.output)
                 };
-                let toml = spec.toml();
-                let keep: Vec<&str> = toml
-                    .split("\n[")
-                    .filter(|section| {
-                        !section.starts_with("source]") && !section.starts_with("pipeline]")
-                    })
-                    .collect();
-                let toml = keep
-                    .join("\n[")
-                    .replace(&format!("topic = \"{}\"\n", ctx.output), "")
-                    .replace("emit = \"every-update\"\n", "");
-                std::fs::create_dir_all(&ctx.dir).unwrap();
-                let config = ctx.dir.join("weir-graph.toml");
-                std::fs::write(&config, toml).unwrap();
+                let config = write_graph_config(&spec, &ctx.dir);
                 ProcessGroup::start(
                     &[weir_run(&graph_example("word_count"), &config)],
                     &log,

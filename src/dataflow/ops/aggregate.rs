@@ -9,7 +9,7 @@
 //! is retracted.
 
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
-use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::{Result, WeirError};
@@ -439,19 +439,19 @@ impl Operator for GroupAggregate {
     }
 
     /// The key's current results by aggregate name (`{"count": 3}`).
-    fn query(&mut self, ctx: &mut Context) -> Result<Option<serde_json::Value>> {
+    fn query(&mut self, ctx: &mut Context) -> Result<Queried> {
         if !ctx.get_into(Self::ACC, &mut self.acc)? {
-            return Ok(None);
+            return Ok(Queried::Value(None));
         }
         self.now.clear();
         self.acc.results(&self.aggs, &mut self.now);
-        Ok(Some(serde_json::Value::Object(
+        Ok(Queried::Value(Some(serde_json::Value::Object(
             self.aggs
                 .iter()
                 .zip(&self.now)
-                .map(|(a, v)| (a.name.clone(), crate::dataflow::inspect::value_json(v)))
+                .map(|(a, v)| (a.name.clone(), crate::dataflow::json::value_json(v)))
                 .collect(),
-        )))
+        ))))
     }
 }
 

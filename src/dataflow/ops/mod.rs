@@ -6,4 +6,5 @@
 pub mod aggregate;
 pub mod deduplicate;
 pub mod stateless;
+pub mod where_filter;
 pub mod window;

@@ -13,16 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-
 use crate::time::MIN_WATERMARK;
 
-/// What a task knows of one writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WriterMark {
-    pub watermark: i64,
-    pub idle: bool,
-}
+pub use crate::scale::manifest::WriterMark;
 
 /// What reading a watermark changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
