@@ -234,29 +234,9 @@ impl Instance {
     /// assignment was lost or the attempt is failing), then let them go.
     fn on_revoke(&mut self, consumer: &GroupConsumer, tpl: &TopicPartitionList, lost: bool) {
         if !self.abandoned && self.failed.is_none() {
-            if lost {
-                warn!(
-                    "the group took this instance's partitions (assignment lost); not committing"
-                );
-                self.failed = Some(WeirError::GroupFenced {
-                    instance: self.config.instance().to_string(),
-                    context: "assignment lost: the session timed out or the member was fenced"
-                        .into(),
-                });
-            } else {
-                let started = Instant::now();
-                match self.commit(consumer) {
-                    Ok(()) => info!(
-                        partitions = tpl.count(),
-                        took_ms = started.elapsed().as_millis() as u64,
-                        "committed before revocation"
-                    ),
-                    Err(e) => {
-                        error!(error = %e.report(), "commit before revocation failed; the attempt aborts");
-                        self.failed = Some(e);
-                    }
-                }
-            }
+            let instance = self.config.instance().to_string();
+            self.failed =
+                commit_before_revocation(lost, &instance, tpl.count(), || self.commit(consumer));
         }
         for e in tpl.elements() {
             let tp = (e.topic().to_string(), e.partition());
@@ -642,51 +622,11 @@ impl Instance {
             }
         }
         let prepared = started.elapsed();
-        // Only what librdkafka still counts as assigned may be committed: a
-        // partition it took away (a lost or fenced membership not yet
-        // reported to this loop) belongs to another member now.
-        if consumer.assignment_lost() {
-            return Err(WeirError::GroupFenced {
-                instance: self.config.instance().to_string(),
-                context: "assignment lost before the commit".into(),
-            });
-        }
-        let assigned = consumer
-            .assignment()
-            .map_err(|e| WeirError::kafka("read the assignment", e))?;
-        let foreign: Vec<String> = offsets
-            .elements()
-            .iter()
-            .filter(|e| assigned.find_partition(e.topic(), e.partition()).is_none())
-            .map(|e| format!("{}/{}", e.topic(), e.partition()))
-            .collect();
-        if !foreign.is_empty() {
-            let cause = WeirError::Task {
-                task: "scale".into(),
-                reason: format!("partitions no longer assigned: {}", foreign.join(", ")),
-            };
+        if let Committed::Refused(cause) =
+            commit_epoch(consumer, &self.producer, self.config.instance(), &offsets)?
+        {
             return self.reset_to_committed(&cause);
         }
-        let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
-            task: "scale".into(),
-            reason: "consumer group metadata unavailable for the transaction".into(),
-        })?;
-        crate::crash_point!("group-before-commit");
-        // Tests: the group refuses this commit, as in a raced rebalance.
-        fail::fail_point!("group-commit-refused", |_| {
-            let cause = WeirError::Task {
-                task: "scale".into(),
-                reason: "the commit was refused (failpoint group-commit-refused)".into(),
-            };
-            self.reset_to_committed(&cause)
-        });
-        if let Err(e) = self.producer.commit_transaction(&offsets, &group) {
-            return match classify(self.config.instance(), e) {
-                CommitRefusal::Migrated(e) => self.reset_to_committed(&e),
-                CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
-            };
-        }
-        self.producer.begin_transaction()?;
         self.metrics.transactions_committed.inc();
         self.epoch += 1;
         self.metrics.checkpoint_completed(
@@ -837,6 +777,105 @@ impl Instance {
             warn!(error = %e.report(), "trimming the repartition topic failed; retried later");
         }
     }
+}
+
+/// Partitions are being taken away: unless the assignment was `lost` (a
+/// lost one never commits: the attempt fails and its transaction is
+/// aborted), `commit` what they hold first. Returns the failure that ends
+/// the attempt, if any.
+pub(crate) fn commit_before_revocation(
+    lost: bool,
+    instance: &str,
+    partitions: usize,
+    commit: impl FnOnce() -> Result<()>,
+) -> Option<WeirError> {
+    if lost {
+        warn!("the group took this instance's partitions (assignment lost); not committing");
+        return Some(WeirError::GroupFenced {
+            instance: instance.to_string(),
+            context: "assignment lost: the session timed out or the member was fenced".into(),
+        });
+    }
+    let started = Instant::now();
+    match commit() {
+        Ok(()) => {
+            info!(
+                partitions,
+                took_ms = started.elapsed().as_millis() as u64,
+                "committed before revocation"
+            );
+            None
+        }
+        Err(e) => {
+            error!(error = %e.report(), "commit before revocation failed; the attempt aborts");
+            Some(e)
+        }
+    }
+}
+
+/// What became of an epoch's transaction.
+pub(crate) enum Committed {
+    /// Committed, and the next transaction begun.
+    Yes,
+    /// The group refused it in a rebalance (the work migrated; nothing is
+    /// wrong): the caller aborts the epoch and resumes from what the group
+    /// committed.
+    Refused(WeirError),
+}
+
+/// Commits an instance's epoch: its writes and `offsets` (with their
+/// checkpoint pointers) in one transaction, sent with the group's
+/// metadata so that a member whose generation moved on is refused. Only
+/// what librdkafka still counts as assigned may be committed: a partition
+/// it took away (a lost or fenced membership not yet reported to the loop)
+/// belongs to another member now. Err for a zombie or any other failure.
+pub(crate) fn commit_epoch<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    producer: &SinkProducer,
+    instance: &str,
+    offsets: &TopicPartitionList,
+) -> Result<Committed> {
+    if consumer.assignment_lost() {
+        return Err(WeirError::GroupFenced {
+            instance: instance.to_string(),
+            context: "assignment lost before the commit".into(),
+        });
+    }
+    let assigned = consumer
+        .assignment()
+        .map_err(|e| WeirError::kafka("read the assignment", e))?;
+    let foreign: Vec<String> = offsets
+        .elements()
+        .iter()
+        .filter(|e| assigned.find_partition(e.topic(), e.partition()).is_none())
+        .map(|e| format!("{}/{}", e.topic(), e.partition()))
+        .collect();
+    if !foreign.is_empty() {
+        return Ok(Committed::Refused(WeirError::Task {
+            task: "scale".into(),
+            reason: format!("partitions no longer assigned: {}", foreign.join(", ")),
+        }));
+    }
+    let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
+        task: "scale".into(),
+        reason: "consumer group metadata unavailable for the transaction".into(),
+    })?;
+    crate::crash_point!("group-before-commit");
+    // Tests: the group refuses this commit, as in a raced rebalance.
+    fail::fail_point!("group-commit-refused", |_| {
+        Ok(Committed::Refused(WeirError::Task {
+            task: "scale".into(),
+            reason: "the commit was refused (failpoint group-commit-refused)".into(),
+        }))
+    });
+    if let Err(e) = producer.commit_transaction(offsets, &group) {
+        return match classify(instance, e) {
+            CommitRefusal::Migrated(e) => Ok(Committed::Refused(e)),
+            CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
+        };
+    }
+    producer.begin_transaction()?;
+    Ok(Committed::Yes)
 }
 
 /// What a refused commit means. The group coordinator checks the

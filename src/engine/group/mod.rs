@@ -44,7 +44,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use self::exchange::RepartitionOut;
 use self::marks::WriterMarks;
@@ -67,8 +67,8 @@ use crate::runtime::query::{QueryFailure, StateQuery};
 use crate::runtime::source::{bad_record, WATERMARK_INTERVAL};
 use crate::runtime::{DeadLetter, JobShared};
 use crate::scale::engine::{
-    classify, run_instance, writer_id, CommitRefusal, GroupContext, GroupWork, Ownership,
-    Rebalancing,
+    commit_before_revocation, commit_epoch, run_instance, writer_id, Committed, GroupContext,
+    GroupWork, Ownership, Rebalancing,
 };
 use crate::scale::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
 use crate::scale::storage::SharedStorage;
@@ -439,29 +439,9 @@ impl GraphInstance {
 
     fn on_revoke(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
         if !self.abandoned && self.failed.is_none() {
-            if lost {
-                warn!(
-                    "the group took this instance's partitions (assignment lost); not committing"
-                );
-                self.failed = Some(WeirError::GroupFenced {
-                    instance: self.config.instance().to_string(),
-                    context: "assignment lost: the session timed out or the member was fenced"
-                        .into(),
-                });
-            } else {
-                let started = Instant::now();
-                match self.commit(consumer) {
-                    Ok(()) => info!(
-                        partitions = tpl.count(),
-                        took_ms = started.elapsed().as_millis() as u64,
-                        "committed before revocation"
-                    ),
-                    Err(e) => {
-                        error!(error = %e.report(), "commit before revocation failed; the attempt aborts");
-                        self.failed = Some(e);
-                    }
-                }
-            }
+            let instance = self.config.instance().to_string();
+            self.failed =
+                commit_before_revocation(lost, &instance, tpl.count(), || self.commit(consumer));
         }
         for e in tpl.elements() {
             let tp = (e.topic().to_string(), e.partition());
@@ -921,47 +901,11 @@ impl GraphInstance {
             }
         }
         let prepared = started.elapsed();
-        if consumer.assignment_lost() {
-            return Err(WeirError::GroupFenced {
-                instance: self.config.instance().to_string(),
-                context: "assignment lost before the commit".into(),
-            });
-        }
-        let assigned = consumer
-            .assignment()
-            .map_err(|e| WeirError::kafka("read the assignment", e))?;
-        let foreign: Vec<String> = offsets
-            .elements()
-            .iter()
-            .filter(|e| assigned.find_partition(e.topic(), e.partition()).is_none())
-            .map(|e| format!("{}/{}", e.topic(), e.partition()))
-            .collect();
-        if !foreign.is_empty() {
-            let cause = WeirError::Task {
-                task: "scale".into(),
-                reason: format!("partitions no longer assigned: {}", foreign.join(", ")),
-            };
+        if let Committed::Refused(cause) =
+            commit_epoch(consumer, &self.producer, self.config.instance(), &offsets)?
+        {
             return self.reset_to_committed(&cause);
         }
-        let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
-            task: "scale".into(),
-            reason: "consumer group metadata unavailable for the transaction".into(),
-        })?;
-        crate::crash_point!("group-before-commit");
-        fail::fail_point!("group-commit-refused", |_| {
-            let cause = WeirError::Task {
-                task: "scale".into(),
-                reason: "the commit was refused (failpoint group-commit-refused)".into(),
-            };
-            self.reset_to_committed(&cause)
-        });
-        if let Err(e) = self.producer.commit_transaction(&offsets, &group) {
-            return match classify(self.config.instance(), e) {
-                CommitRefusal::Migrated(e) => self.reset_to_committed(&e),
-                CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
-            };
-        }
-        self.producer.begin_transaction()?;
         self.metrics.transactions_committed.inc();
         self.epoch += 1;
         self.metrics.checkpoint_completed(
