@@ -16,8 +16,8 @@
 //! timers per window (fire, and with lateness, clean-up). Whether a window
 //! has fired is `watermark >= end - 1`, so a restore needs nothing more.
 
-use crate::dataflow::json::{encode_row, format_timestamp};
-use crate::dataflow::operator::{Collector, Context, LateRecord, Operator, Record};
+use crate::dataflow::json::{encode_row, format_timestamp, value_json};
+use crate::dataflow::operator::{Collector, Context, LateRecord, Operator, Queried, Record};
 use crate::dataflow::ops::aggregate::{failure, Accumulators, Agg};
 use crate::dataflow::row::{Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
@@ -294,6 +294,37 @@ impl Operator for WindowAggregate {
         }
         Ok(())
     }
+
+    /// The key's windows in state, by start, each with its results so far:
+    /// `{"windows": [{"window_start", "window_end", "count": 3}, ...]}`.
+    fn query(&mut self, ctx: &mut Context) -> Result<Queried> {
+        let mut windows: Vec<(Window, Accumulators)> = ctx
+            .map_entries::<Accumulators>(Self::WINDOWS)?
+            .into_iter()
+            .filter_map(|(k, acc)| Some((window_of_key(&k)?, acc)))
+            .collect();
+        if windows.is_empty() {
+            return Ok(Queried::Value(None));
+        }
+        windows.sort_by_key(|(w, _)| (w.start, w.end));
+        let list = windows
+            .iter()
+            .map(|(w, acc)| {
+                let mut results = Vec::with_capacity(self.aggs.len());
+                acc.results(&self.aggs, &mut results);
+                let mut o = serde_json::Map::new();
+                o.insert("window_start".into(), format_timestamp(w.start).into());
+                o.insert("window_end".into(), format_timestamp(w.end).into());
+                for (a, v) in self.aggs.iter().zip(&results) {
+                    o.insert(a.name.clone(), value_json(v));
+                }
+                serde_json::Value::Object(o)
+            })
+            .collect();
+        Ok(Queried::Value(Some(
+            serde_json::json!({ "windows": serde_json::Value::Array(list) }),
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -376,6 +407,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("append-only"), "{e}");
+    }
+
+    #[test]
+    fn a_query_lists_the_keys_open_windows_with_their_results() {
+        let mut h = op(
+            WindowSpec::Hopping {
+                size: 10,
+                slide: 5,
+                offset: 0,
+            },
+            0,
+        );
+        assert_eq!(h.op.query(&mut h.ctx).unwrap(), Queried::Value(None));
+        h.record(0, row("a", 4), 7).unwrap();
+        h.record(0, row("a", 9), 8).unwrap();
+        let Queried::Value(Some(v)) = h.op.query(&mut h.ctx).unwrap() else {
+            panic!("windows expected");
+        };
+        assert_eq!(
+            v,
+            serde_json::json!({"windows": [
+                {"window_start": format_timestamp(0), "window_end": format_timestamp(10), "n": 2, "hi": 9},
+                {"window_start": format_timestamp(5), "window_end": format_timestamp(15), "n": 2, "hi": 9},
+            ]})
+        );
     }
 
     #[test]
