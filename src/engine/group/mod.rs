@@ -726,6 +726,14 @@ impl GraphInstance {
                 timestamp,
                 row,
             } => {
+                let head = self.plan.stages[stage].entry.head;
+                let inputs = self.graph.inputs(head).count();
+                if port >= inputs {
+                    return Err(bad(format!(
+                        "a row for input {port} of {:?}, which has {inputs}",
+                        self.graph.nodes[head].uid
+                    )));
+                }
                 let key = m.key().unwrap_or_default();
                 let record = Record {
                     row,
