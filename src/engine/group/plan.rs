@@ -181,4 +181,23 @@ mod tests {
         assert_eq!(plan.stages[1].writers, vec![Writers::Stage(0)]);
         assert_eq!(names(&plan.stages[1].entry), vec!["per-n", "out2"]);
     }
+
+    #[test]
+    fn a_node_with_keyed_and_forward_inputs_is_refused_by_name() {
+        let mut g = graph();
+        let counts = g.nodes.iter().position(|n| n.uid == "counts").unwrap();
+        let a = g.nodes.iter().position(|n| n.uid == "a").unwrap();
+        g.edges.push(crate::dataflow::graph::Edge {
+            from: a,
+            to: counts,
+            port: 0,
+            exchange: Exchange::Forward,
+        });
+        let problems = GroupPlan::new(&g, "job").unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("\"counts\"") && problems[0].contains("key every input"),
+            "{problems:?}"
+        );
+    }
 }
