@@ -58,6 +58,37 @@ pub fn create_topic(name: &str, partitions: i32) {
     for r in res {
         r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
     }
+    // Created is not yet usable: a broker loading many logs (a restart with
+    // a full data dir) elects the new partitions' leaders a moment later,
+    // and a job started before then finds the topic without partitions.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("metadata client");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = consumer
+            .fetch_metadata(Some(name), Duration::from_secs(5))
+            .ok()
+            .and_then(|md| {
+                md.topics()
+                    .iter()
+                    .find(|t| t.name() == name && t.error().is_none())
+                    .map(|t| {
+                        t.partitions().len() == partitions as usize
+                            && t.partitions().iter().all(|p| p.leader() >= 0)
+                    })
+            })
+            .unwrap_or(false);
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {name} was created but has no leader for all {partitions} partitions after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// A fresh input and output topic, `<prefix>-words-*` and `<prefix>-counts-*`.

@@ -65,7 +65,7 @@ use crate::runtime::gate::EpochGate;
 use crate::runtime::output::Output;
 use crate::runtime::query::{QueryFailure, StateQuery};
 use crate::runtime::source::{bad_record, WATERMARK_INTERVAL};
-use crate::runtime::{DeadLetter, JobShared};
+use crate::runtime::{DeadLetter, JobShared, BATCH};
 use crate::scale::engine::{
     commit_before_revocation, commit_epoch, run_instance, writer_id, Committed, GroupContext,
     GroupWork, Ownership, Rebalancing,
@@ -98,6 +98,11 @@ struct GraphTask {
     stage: usize,
     id: u32,
     chain: Chain,
+    /// Rows read for input `port` and not yet pushed into the chain: they
+    /// go in batches, and before anything else (a watermark, a query, the
+    /// epoch's end) reaches the chain.
+    batch: Vec<Record>,
+    port: usize,
     marks: WriterMarks,
     next: Option<i64>,
     /// The manifest of the last checkpoint taken, and of the last committed.
@@ -108,6 +113,16 @@ struct GraphTask {
     writer: String,
     changed: bool,
     dir: PathBuf,
+}
+
+impl GraphTask {
+    fn push_batch(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.chain.push(0, self.port, batch)
+    }
 }
 
 /// The instance's state, shared between the poll loop and the rebalance
@@ -128,8 +143,10 @@ pub struct GraphInstance {
     epoch: u64,
     incarnations: u64,
     inputs: BTreeMap<(String, i32), InputPartition>,
-    /// One chain per source (stateless: shared by its partitions).
+    /// One chain per source (stateless: shared by its partitions), and the
+    /// rows read for it not yet pushed.
     source_chains: Vec<Chain>,
+    source_batches: Vec<Vec<Record>>,
     dead_letters: Vec<Output>,
     tasks: BTreeMap<(usize, u32), GraphTask>,
     pending: Vec<(String, i32)>,
@@ -243,6 +260,7 @@ fn run_attempt(
         incarnations: 0,
         inputs: BTreeMap::new(),
         source_chains: Vec::new(),
+        source_batches: Vec::new(),
         dead_letters: Vec::new(),
         tasks: BTreeMap::new(),
         pending: Vec::new(),
@@ -397,6 +415,7 @@ impl GraphInstance {
                 self.cancel.clone(),
             ));
         }
+        self.source_batches = chains.iter().map(|_| Vec::new()).collect();
         self.source_chains = chains;
         self.dead_letters = dead;
     }
@@ -684,6 +703,8 @@ impl GraphInstance {
             stage,
             id,
             chain,
+            batch: Vec::with_capacity(BATCH),
+            port: 0,
             marks,
             next: offset,
             committed: pointer.clone(),
@@ -741,13 +762,21 @@ impl GraphInstance {
                     key_group: key_group(key, max_p),
                     key: key.to_vec(),
                 };
-                task.chain.push(0, port, vec![record])?;
+                if task.port != port {
+                    task.push_batch()?;
+                    task.port = port;
+                }
+                task.batch.push(record);
+                if task.batch.len() >= BATCH {
+                    task.push_batch()?;
+                }
             }
             wire::Wire::Watermark {
                 writer,
                 watermark,
                 idle,
             } => {
+                task.push_batch()?;
                 let advance = task.marks.on_mark(&writer, watermark, idle);
                 if let Some(idle) = advance.idle {
                     task.chain.broadcast(Element::Idle(idle))?;
@@ -788,16 +817,17 @@ impl GraphInstance {
                 if let Some(w) = &mut input.marks {
                     w.on_record(topic, partition, timestamp, crate::runtime::now_ms());
                 }
-                self.source_chains[source].push(
-                    0,
-                    0,
-                    vec![Record {
-                        row,
-                        timestamp,
-                        key_group: 0,
-                        key: Vec::new(),
-                    }],
-                )
+                let batch = &mut self.source_batches[source];
+                batch.push(Record {
+                    row,
+                    timestamp,
+                    key_group: 0,
+                    key: Vec::new(),
+                });
+                if batch.len() >= BATCH {
+                    self.push_source(source)?;
+                }
+                Ok(())
             }
             Err(reason) => {
                 match bad_record(
@@ -858,7 +888,28 @@ impl GraphInstance {
         Ok(())
     }
 
+    /// The rows read for `source` into its chain.
+    fn push_source(&mut self, source: usize) -> Result<()> {
+        let batch = std::mem::replace(&mut self.source_batches[source], Vec::with_capacity(BATCH));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.source_chains[source].push(0, 0, batch)
+    }
+
+    /// Every row read into its chain.
+    fn push_batches(&mut self) -> Result<()> {
+        for source in 0..self.source_chains.len() {
+            self.push_source(source)?;
+        }
+        for t in self.tasks.values_mut() {
+            t.push_batch()?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self) -> Result<()> {
+        self.push_batches()?;
         for c in &mut self.source_chains {
             c.flush()?;
         }
@@ -879,6 +930,7 @@ impl GraphInstance {
             return Ok(());
         }
         let started = Instant::now();
+        self.push_batches()?;
         self.send_source_marks()?;
         for c in &mut self.source_chains {
             c.end_epoch()?;
@@ -1137,7 +1189,13 @@ impl GroupWork for GraphInstance {
             while let Ok(q) = queries.try_recv() {
                 let task = subtask_for_key_group(q.key_group, c.scale.tasks, c.job.max_parallelism);
                 match self.tasks.get_mut(&(*stage, task)) {
-                    Some(t) => t.chain.answer(*slot, q, Some(task)),
+                    Some(t) => {
+                        // What it has read, applied first.
+                        if let Err(e) = t.push_batch() {
+                            self.failed.get_or_insert(e);
+                        }
+                        t.chain.answer(*slot, q, Some(task))
+                    }
                     None => {
                         let _ = q.reply.send(Err(QueryFailure::NotHere {
                             task,
