@@ -196,6 +196,16 @@ impl Context {
         self.watermark
     }
 
+    /// An error of this operator (its uid and subtask) for `reason`: what
+    /// an operator returns when a record or its own state cannot go on.
+    pub fn failure(&self, reason: impl Into<String>) -> crate::WeirError {
+        crate::WeirError::Operator {
+            uid: self.uid.clone(),
+            subtask: self.subtask,
+            reason: reason.into(),
+        }
+    }
+
     /// Counts a record dropped as late (`weir_late_records_total`).
     pub fn count_late(&mut self) {
         self.late += 1;

@@ -378,14 +378,10 @@ impl Chain {
                 ctx.set_watermark(watermark);
                 for (time, payload) in ctx.pop_due_timers(watermark) {
                     let Some(tag) = ctx.enter_timer(&payload) else {
-                        return Err(WeirError::Operator {
-                            uid: ctx.uid.clone(),
-                            subtask: ctx.subtask,
-                            reason: format!(
-                                "a timer's payload of {} bytes does not decode",
-                                payload.len()
-                            ),
-                        });
+                        return Err(ctx.failure(format!(
+                            "a timer's payload of {} bytes does not decode",
+                            payload.len()
+                        )));
                     };
                     op.on_timer(time, &tag, ctx, &mut out)?;
                 }

@@ -12,7 +12,7 @@ use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint,
 use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 
 /// One aggregate function and its input column (none: `COUNT(*)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,14 +323,6 @@ impl Accumulators {
     }
 }
 
-pub(crate) fn failure(ctx: &Context, reason: String) -> WeirError {
-    WeirError::Operator {
-        uid: ctx.uid.clone(),
-        subtask: ctx.subtask,
-        reason,
-    }
-}
-
 /// A running aggregate per key: an updating result.
 pub struct GroupAggregate {
     pub aggs: Vec<Agg>,
@@ -410,7 +402,7 @@ impl Operator for GroupAggregate {
         }
         self.acc
             .apply(&self.aggs, &r.row, retract)
-            .map_err(|e| failure(ctx, e))?;
+            .map_err(|e| ctx.failure(e))?;
         let ts = r.timestamp;
         if self.acc.rows <= 0 {
             ctx.delete(Self::ACC)?;

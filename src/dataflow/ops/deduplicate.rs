@@ -6,7 +6,7 @@
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::RowKind;
 use crate::dataflow::state::{Table, TableSpec};
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 
 pub struct Deduplicate;
 
@@ -27,14 +27,10 @@ impl Operator for Deduplicate {
         out: &mut Collector,
     ) -> Result<()> {
         if r.row.kind != RowKind::Insert {
-            return Err(WeirError::Operator {
-                uid: ctx.uid.clone(),
-                subtask: ctx.subtask,
-                reason: format!(
-                    "deduplication takes append-only input, not a {} row",
-                    r.row.kind.short()
-                ),
-            });
+            return Err(ctx.failure(format!(
+                "deduplication takes append-only input, not a {} row",
+                r.row.kind.short()
+            )));
         }
         if ctx.get::<i64>(Self::SEEN)?.is_none() {
             ctx.put(Self::SEEN, &r.timestamp)?;

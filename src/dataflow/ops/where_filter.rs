@@ -6,7 +6,7 @@
 
 use crate::dataflow::expr::Expr;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 
 #[derive(Debug, Clone)]
 pub struct WhereFilter {
@@ -25,11 +25,7 @@ impl Operator for WhereFilter {
         let keep = self
             .predicate
             .holds(&r.row.values)
-            .map_err(|reason| WeirError::Operator {
-                uid: ctx.uid.clone(),
-                subtask: ctx.subtask,
-                reason: format!("the filter's predicate: {reason}"),
-            })?;
+            .map_err(|reason| ctx.failure(format!("the filter's predicate: {reason}")))?;
         if keep {
             out.emit(r.row, r.timestamp);
         }

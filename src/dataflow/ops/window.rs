@@ -18,7 +18,7 @@
 
 use crate::dataflow::json::{encode_row, format_timestamp, value_json};
 use crate::dataflow::operator::{Collector, Context, LateRecord, Operator, Queried, Record};
-use crate::dataflow::ops::aggregate::{failure, Accumulators, Agg};
+use crate::dataflow::ops::aggregate::{Accumulators, Agg};
 use crate::dataflow::row::{Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
@@ -87,7 +87,7 @@ impl WindowAggregate {
         let fired = ctx.watermark() >= w.end - 1;
         let mut acc = old.clone().unwrap_or_else(|| Accumulators::new(&self.aggs));
         acc.apply(&self.aggs, &r.row, false)
-            .map_err(|e| failure(ctx, e))?;
+            .map_err(|e| ctx.failure(e))?;
         ctx.map_put(Self::WINDOWS, &tag, &acc)?;
         match (&old, fired) {
             (None, false) => self.register(ctx, w, true)?,
@@ -137,7 +137,7 @@ impl WindowAggregate {
         let mut acc = Accumulators::new(&self.aggs);
         for &i in &absorbed {
             let (w, old) = &existing[i];
-            acc.merge(&self.aggs, old).map_err(|e| failure(ctx, e))?;
+            acc.merge(&self.aggs, old).map_err(|e| ctx.failure(e))?;
             if watermark >= w.end - 1 {
                 // Its result is out: the merged session replaces it.
                 out.emit(self.result(ctx, w, old, RowKind::Delete)?, w.end - 1);
@@ -146,7 +146,7 @@ impl WindowAggregate {
             self.unregister(ctx, w)?;
         }
         acc.apply(&self.aggs, &r.row, false)
-            .map_err(|e| failure(ctx, e))?;
+            .map_err(|e| ctx.failure(e))?;
         ctx.map_put(Self::WINDOWS, &window_key(&merged), &acc)?;
         self.register(ctx, &merged, watermark < merged.end - 1)?;
         if watermark >= merged.end - 1 {
@@ -223,18 +223,14 @@ impl Operator for WindowAggregate {
         out: &mut Collector,
     ) -> Result<()> {
         if r.row.kind != RowKind::Insert {
-            return Err(failure(
-                ctx,
-                format!(
-                    "a window aggregate takes append-only input, not a {} row",
-                    r.row.kind.short()
-                ),
-            ));
+            return Err(ctx.failure(format!(
+                "a window aggregate takes append-only input, not a {} row",
+                r.row.kind.short()
+            )));
         }
         if r.timestamp == crate::time::NO_TIMESTAMP {
-            return Err(failure(
-                ctx,
-                "a window aggregate needs event time: give the source an event-time column".into(),
+            return Err(ctx.failure(
+                "a window aggregate needs event time: give the source an event-time column",
             ));
         }
         let watermark = ctx.watermark();
@@ -274,13 +270,10 @@ impl Operator for WindowAggregate {
             None => (FIRE, None),
         };
         let Some(w) = w else {
-            return Err(failure(
-                ctx,
-                format!(
-                    "a window timer's tag of {} bytes does not decode",
-                    tag.len()
-                ),
-            ));
+            return Err(ctx.failure(format!(
+                "a window timer's tag of {} bytes does not decode",
+                tag.len()
+            )));
         };
         let key = window_key(&w);
         let Some(acc) = ctx.map_get::<Accumulators>(Self::WINDOWS, &key)? else {
