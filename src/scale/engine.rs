@@ -246,12 +246,7 @@ impl Instance {
                 "partition revoked"
             );
             self.pending.retain(|p| *p != tp);
-            // Its lag is the new owner's to report now; a stale value here
-            // would count it twice in a sum over instances.
-            let _ = self
-                .metrics
-                .consumer_lag
-                .remove_label_values(&[tp.0.as_str(), &tp.1.to_string()]);
+            forget_lag(&self.metrics, &tp);
             if tp.0 == self.topic {
                 self.tasks.remove(&(tp.1 as u32));
             } else {
@@ -265,21 +260,8 @@ impl Instance {
     /// be read.
     fn activate(&mut self, consumer: &GroupConsumer) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &pending {
-            tpl.add_partition(t, *p);
-        }
         let started = Instant::now();
-        // read_committed: waits for a previous owner's open transaction,
-        // which the broker aborts after transaction.timeout.ms at the latest.
-        let wait = Duration::from_millis(
-            self.config
-                .transaction_timeout_ms()
-                .unwrap_or(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS),
-        ) + REQUEST_TIMEOUT;
-        let committed = consumer
-            .committed_offsets(tpl.clone(), wait)
-            .map_err(|e| WeirError::kafka("read the group's committed offsets", e))?;
+        let (tpl, committed) = committed_offsets(consumer, &self.config, &pending)?;
         for e in committed.elements() {
             let (topic, partition) = (e.topic().to_string(), e.partition());
             let offset = match e.offset() {
@@ -305,15 +287,7 @@ impl Instance {
                 .seek(&topic, partition, position, Duration::ZERO)
                 .map_err(|e| WeirError::kafka(format!("seek {topic}/{partition}"), e))?;
         }
-        consumer
-            .resume(&tpl)
-            .map_err(|e| WeirError::kafka("resume assigned partitions", e))?;
-        info!(
-            partitions = pending.len(),
-            took_ms = started.elapsed().as_millis() as u64,
-            since_start_ms = crate::observe::since_process_start().as_millis() as u64,
-            "assigned partitions restored and resumed"
-        );
+        resume(consumer, &tpl, started)?;
         self.publish_ownership();
         Ok(())
     }
@@ -777,6 +751,56 @@ impl Instance {
             warn!(error = %e.report(), "trimming the repartition topic failed; retried later");
         }
     }
+}
+
+/// The partitions newly `assigned` as a list, and the group's committed
+/// offsets (with their checkpoint pointers) for them, read_committed: the
+/// read waits for a previous owner's open transaction, which the broker
+/// aborts after `transaction.timeout.ms` at the latest.
+pub(crate) fn committed_offsets<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    config: &Config,
+    assigned: &[(String, i32)],
+) -> Result<(TopicPartitionList, TopicPartitionList)> {
+    let mut tpl = TopicPartitionList::new();
+    for (t, p) in assigned {
+        tpl.add_partition(t, *p);
+    }
+    let wait = Duration::from_millis(
+        config
+            .transaction_timeout_ms()
+            .unwrap_or(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS),
+    ) + REQUEST_TIMEOUT;
+    let committed = consumer
+        .committed_offsets(tpl.clone(), wait)
+        .map_err(|e| WeirError::kafka("read the group's committed offsets", e))?;
+    Ok((tpl, committed))
+}
+
+/// Lets the restored and sought partitions `tpl` be read.
+pub(crate) fn resume<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+    started: Instant,
+) -> Result<()> {
+    consumer
+        .resume(tpl)
+        .map_err(|e| WeirError::kafka("resume assigned partitions", e))?;
+    info!(
+        partitions = tpl.count(),
+        took_ms = started.elapsed().as_millis() as u64,
+        since_start_ms = crate::observe::since_process_start().as_millis() as u64,
+        "assigned partitions restored and resumed"
+    );
+    Ok(())
+}
+
+/// A revoked partition's lag is its new owner's to report now: a stale
+/// value here would count it twice in a sum over instances.
+pub(crate) fn forget_lag(metrics: &Metrics, (topic, partition): &(String, i32)) {
+    let _ = metrics
+        .consumer_lag
+        .remove_label_values(&[topic.as_str(), &partition.to_string()]);
 }
 
 /// Partitions are being taken away: unless the assignment was `lost` (a

@@ -59,13 +59,11 @@ impl RepartitionOut {
             }
             Element::Watermark(wm) => {
                 self.last.0 = self.last.0.max(wm);
-                let (wm, idle) = self.last;
-                self.mark_one(target, &self.writer.clone(), wm, idle)
+                self.own_mark(target)
             }
             Element::Idle(idle) => {
                 self.last.1 = idle;
-                let (wm, idle) = self.last;
-                self.mark_one(target, &self.writer.clone(), wm, idle)
+                self.own_mark(target)
             }
             Element::Barrier(_) | Element::EndOfStream => Ok(()),
         }
@@ -81,6 +79,14 @@ impl RepartitionOut {
 
     fn mark_one(&mut self, target: usize, writer: &str, wm: i64, idle: bool) -> Result<()> {
         wire::encode_watermark(writer, wm, idle, &mut self.buf);
+        self.batch.push(&[], &self.buf);
+        self.produce(target)
+    }
+
+    /// This chain's own watermark and idleness (`writer`) to `target`.
+    fn own_mark(&mut self, target: usize) -> Result<()> {
+        let (wm, idle) = self.last;
+        wire::encode_watermark(&self.writer, wm, idle, &mut self.buf);
         self.batch.push(&[], &self.buf);
         self.produce(target)
     }

@@ -58,8 +58,8 @@ use crate::dataflow::state::KeyedStore;
 use crate::dataflow::Record;
 use crate::element::Element;
 use crate::error::{Result, WeirError};
+use crate::kafka;
 use crate::kafka::producer::SinkProducer;
-use crate::kafka::{self, REQUEST_TIMEOUT};
 use crate::observe::metrics::Metrics;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::output::Output;
@@ -67,8 +67,8 @@ use crate::runtime::query::{QueryFailure, StateQuery};
 use crate::runtime::source::{bad_record, WATERMARK_INTERVAL};
 use crate::runtime::{DeadLetter, JobShared, BATCH};
 use crate::scale::engine::{
-    commit_before_revocation, commit_epoch, run_instance, writer_id, Committed, GroupContext,
-    GroupWork, Ownership, Rebalancing,
+    commit_before_revocation, commit_epoch, committed_offsets, forget_lag, resume, run_instance,
+    writer_id, Committed, GroupContext, GroupWork, Ownership, Rebalancing,
 };
 use crate::scale::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
 use crate::scale::storage::SharedStorage;
@@ -132,8 +132,15 @@ pub struct GraphInstance {
     plan: Arc<GroupPlan>,
     stage_of_topic: HashMap<String, usize>,
     source_of_topic: HashMap<String, usize>,
-    /// Per stage, the writers its tasks wait for.
+    /// Per stage, the writers its tasks wait for, and each keyed node's
+    /// declared tables as its checkpoints record them.
     expected: Vec<BTreeSet<String>>,
+    stage_tables: Vec<BTreeMap<String, Vec<String>>>,
+    /// Per source, its `weir_records_in_total` counter.
+    records_in: Vec<prometheus::IntCounter>,
+    /// The wall clock the input partitions' idleness is judged by, read
+    /// with their watermarks (every `WATERMARK_INTERVAL`), not per record.
+    now_ms: u64,
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     producer: Arc<SinkProducer>,
@@ -181,6 +188,26 @@ pub fn run(graph: Arc<Graph>, config: Arc<Config>, shared: JobShared) -> Result<
     crate::runtime::job::run_attempts(config, shared, None, |config, shared, _, progressed| {
         run_attempt(&graph, &plan, config, shared, progressed)
     })
+}
+
+/// Each keyed node of `stage`'s chain and its declared tables, `name kind
+/// codec`, as a graph task's manifest records them.
+fn stage_tables(graph: &Graph, stage: &plan::StagePlan) -> BTreeMap<String, Vec<String>> {
+    stage
+        .entry
+        .nodes
+        .iter()
+        .filter_map(|n| match &graph.nodes[*n].body {
+            NodeBody::Operator(o) if o.keyed => Some((
+                graph.nodes[*n].uid.clone(),
+                o.tables
+                    .iter()
+                    .map(|t| format!("{} {:?} {}", t.name, t.kind, t.codec).to_lowercase())
+                    .collect(),
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 fn source_spec(graph: &Graph, node: NodeId) -> &SourceSpec {
@@ -250,6 +277,22 @@ fn run_attempt(
         stage_of_topic: plan.topics().into_iter().collect(),
         source_of_topic,
         expected,
+        stage_tables: plan
+            .stages
+            .iter()
+            .map(|st| stage_tables(graph, st))
+            .collect(),
+        records_in: plan
+            .sources
+            .iter()
+            .map(|e| {
+                shared
+                    .metrics
+                    .records_in
+                    .with_label_values(&[graph.nodes[e.head].uid.as_str()])
+            })
+            .collect(),
+        now_ms: crate::runtime::now_ms(),
         config: config.clone(),
         metrics: shared.metrics.clone(),
         producer: producer.clone(),
@@ -437,25 +480,6 @@ impl GraphInstance {
         }
     }
 
-    /// Each keyed node's declared tables, as checkpoints record them.
-    fn tables_of(&self, stage: usize) -> BTreeMap<String, Vec<String>> {
-        self.plan.stages[stage]
-            .entry
-            .nodes
-            .iter()
-            .filter_map(|n| match &self.graph.nodes[*n].body {
-                NodeBody::Operator(o) if o.keyed => Some((
-                    self.graph.nodes[*n].uid.clone(),
-                    o.tables
-                        .iter()
-                        .map(|t| format!("{} {:?} {}", t.name, t.kind, t.codec).to_lowercase())
-                        .collect(),
-                )),
-                _ => None,
-            })
-            .collect()
-    }
-
     fn on_revoke(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
         if !self.abandoned && self.failed.is_none() {
             let instance = self.config.instance().to_string();
@@ -470,10 +494,7 @@ impl GraphInstance {
                 "partition revoked"
             );
             self.pending.retain(|p| *p != tp);
-            let _ = self
-                .metrics
-                .consumer_lag
-                .remove_label_values(&[tp.0.as_str(), &tp.1.to_string()]);
+            forget_lag(&self.metrics, &tp);
             match self.stage_of_topic.get(&tp.0) {
                 Some(stage) => {
                     self.tasks.remove(&(*stage, tp.1 as u32));
@@ -490,21 +511,8 @@ impl GraphInstance {
     /// be read.
     fn activate(&mut self, consumer: &Consumer_) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &pending {
-            tpl.add_partition(t, *p);
-        }
         let started = Instant::now();
-        // read_committed: waits for a previous owner's open transaction,
-        // which the broker aborts after transaction.timeout.ms at the latest.
-        let wait = std::time::Duration::from_millis(
-            self.config
-                .transaction_timeout_ms()
-                .unwrap_or(crate::config::DEFAULT_TRANSACTION_TIMEOUT_MS),
-        ) + REQUEST_TIMEOUT;
-        let committed = consumer
-            .committed_offsets(tpl.clone(), wait)
-            .map_err(|e| WeirError::kafka("read the group's committed offsets", e))?;
+        let (tpl, committed) = committed_offsets(consumer, &self.config, &pending)?;
         for e in committed.elements() {
             let (topic, partition) = (e.topic().to_string(), e.partition());
             let offset = match e.offset() {
@@ -548,15 +556,7 @@ impl GraphInstance {
                 .seek(&topic, partition, position, std::time::Duration::ZERO)
                 .map_err(|e| WeirError::kafka(format!("seek {topic}/{partition}"), e))?;
         }
-        consumer
-            .resume(&tpl)
-            .map_err(|e| WeirError::kafka("resume assigned partitions", e))?;
-        info!(
-            partitions = pending.len(),
-            took_ms = started.elapsed().as_millis() as u64,
-            since_start_ms = crate::observe::since_process_start().as_millis() as u64,
-            "assigned partitions restored and resumed"
-        );
+        resume(consumer, &tpl, started)?;
         self.publish_ownership();
         Ok(())
     }
@@ -635,8 +635,8 @@ impl GraphInstance {
                     )));
                 }
                 let state = state.expect("checked above");
-                let declared = self.tables_of(stage);
-                if state.tables != declared {
+                let declared = &self.stage_tables[stage];
+                if state.tables != *declared {
                     return Err(WeirError::Recovery(format!(
                         "{label}: its checkpoint {key} holds the tables {:?}, but the job now \
                          declares {declared:?}; a job keeps its operators' state for its life. \
@@ -747,12 +747,11 @@ impl GraphInstance {
                 timestamp,
                 row,
             } => {
-                let head = self.plan.stages[stage].entry.head;
-                let inputs = self.graph.inputs(head).count();
-                if port >= inputs {
+                let plan = &self.plan.stages[stage];
+                if port >= plan.inputs {
                     return Err(bad(format!(
-                        "a row for input {port} of {:?}, which has {inputs}",
-                        self.graph.nodes[head].uid
+                        "a row for input {port} of {:?}, which has {}",
+                        self.graph.nodes[plan.entry.head].uid, plan.inputs
                     )));
                 }
                 let key = m.key().unwrap_or_default();
@@ -808,14 +807,11 @@ impl GraphInstance {
         let head = self.plan.sources[source].head;
         let node = &self.graph.nodes[head];
         let spec = source_spec(&self.graph, head);
-        self.metrics
-            .records_in
-            .with_label_values(&[node.uid.as_str()])
-            .inc();
+        self.records_in[source].inc();
         match super::source::decode(spec, &node.schema, m.payload(), m.timestamp().to_millis()) {
             Ok((row, timestamp)) => {
                 if let Some(w) = &mut input.marks {
-                    w.on_record(topic, partition, timestamp, crate::runtime::now_ms());
+                    w.on_record(topic, partition, timestamp, self.now_ms);
                 }
                 let batch = &mut self.source_batches[source];
                 batch.push(Record {
@@ -858,6 +854,7 @@ impl GraphInstance {
     /// even when nothing is read).
     fn poll_source_marks(&mut self) {
         let now = crate::runtime::now_ms();
+        self.now_ms = now;
         for input in self.inputs.values_mut() {
             if let Some(w) = &mut input.marks {
                 w.poll(now);
@@ -1092,7 +1089,7 @@ impl GraphInstance {
             files,
             graph: Some(GraphTaskState {
                 stage: head,
-                tables: self.tables_of(task.stage),
+                tables: self.stage_tables[task.stage].clone(),
                 watermarks: task.marks.snapshot(),
             }),
         };

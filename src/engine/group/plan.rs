@@ -27,6 +27,8 @@ pub struct Entry {
 pub struct StagePlan {
     pub entry: Entry,
     pub topic: String,
+    /// The head's input edges: a repartition row names one of them.
+    pub inputs: usize,
     pub writers: Vec<Writers>,
 }
 
@@ -116,6 +118,7 @@ impl GroupPlan {
             }
             stages.push(StagePlan {
                 topic: format!("{job}.{}.repartition", graph.nodes[entry.head].uid),
+                inputs: graph.inputs(entry.head).count(),
                 entry: entry.clone(),
                 writers: writers.into_iter().collect(),
             });
