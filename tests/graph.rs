@@ -3,7 +3,6 @@
 //! checked by an independent read_committed reader: the final upsert table
 //! must equal what the input implies, and no committed change repeats.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use weir_testkit::{
@@ -230,8 +229,6 @@ fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills(
     create_topic(&clicks, 4);
     create_topic(&views, 1);
     create_topic(&counts, 2);
-    let users = 25u64;
-    let mut want_counts: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let config = graph_config(dir.path(), 2);
     let env = [
         ("CLICKS", clicks.as_str()),
@@ -240,37 +237,7 @@ fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills(
     ];
     // Views come slowly and stop for seconds at a time while clicks pour
     // in; the job is killed while it works.
-    let view_feeder = {
-        let views = views.clone();
-        let mut rng = Rng::new(seed ^ 0x5eed);
-        std::thread::spawn(move || {
-            let mut sent: BTreeMap<u64, u64> = BTreeMap::new();
-            for round in 0..12 {
-                let batch: Vec<String> = (0..20)
-                    .map(|_| {
-                        let u = rng.below(users);
-                        *sent.entry(u).or_default() += 1;
-                        format!(r#"{{"user":"u{u}"}}"#)
-                    })
-                    .collect();
-                produce(&views, 1, &batch);
-                let pause = if round % 4 == 3 { 3000 } else { 300 };
-                std::thread::sleep(Duration::from_millis(pause));
-            }
-            sent
-        })
-    };
-    let mut chunks = Vec::new();
-    for _ in 0..16 {
-        let chunk: Vec<String> = (0..500)
-            .map(|_| {
-                let u = rng.below(users);
-                want_counts.entry(u).or_default().0 += 1;
-                format!(r#"{{"user":"u{u}"}}"#)
-            })
-            .collect();
-        chunks.push(chunk);
-    }
+    let input = clicks_views_input(&mut rng, seed, &views);
     let mut weir = feed_with_kills(
         &Job {
             binary: example("clicks_views"),
@@ -278,23 +245,11 @@ fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills(
             env: &env,
         },
         (&clicks, 4),
-        &chunks,
+        &input.chunks,
         5,
         &mut rng,
     );
-    for (u, n) in view_feeder.join().unwrap() {
-        want_counts.entry(u).or_default().1 += n;
-    }
-    let want: BTreeMap<String, Option<serde_json::Value>> = want_counts
-        .iter()
-        .map(|(u, (c, v))| {
-            let user = format!("u{u}");
-            (
-                serde_json::json!({"user": user}).to_string(),
-                Some(serde_json::json!({"user": user, "clicks": c, "views": v})),
-            )
-        })
-        .collect();
+    let want = ClicksViews::want(&input.clicks, &input.views.join().unwrap());
     // The console lists the graph's nodes, not a built-in pipeline's.
     let addr = weir.admin_addr(Duration::from_secs(10));
     let (status, body) = weir_testkit::http(&addr, "GET", "/api/overview", None);
@@ -316,21 +271,7 @@ fn a_two_input_operator_over_topics_of_different_speeds_is_exact_under_sigkills(
         "clicks and views per user (seed {seed}); log: {}",
         log_tail(&log)
     );
-    // Each committed update moved one of the two counts by one: nothing
-    // was applied twice or lost between two committed rows.
-    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
-    for r in &records {
-        let v = json(r);
-        let total = v["clicks"].as_u64().unwrap() + v["views"].as_u64().unwrap();
-        let last = seen.entry(r.key.clone().unwrap()).or_default();
-        assert_eq!(
-            total,
-            *last + 1,
-            "user {:?} went from {last} to {total} records (seed {seed})",
-            r.key
-        );
-        *last = total;
-    }
+    assert_each_update_moves_one_count(&records, seed);
 }
 
 #[test]

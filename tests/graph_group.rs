@@ -600,39 +600,7 @@ fn a_two_input_operator_in_group_mode_is_exact_under_sigkills() {
     create_topic(&clicks, 4);
     create_topic(&views, 1);
     create_topic(&counts, 2);
-    let users = 25u64;
-    let mut want_counts: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    let view_feeder = {
-        let views = views.clone();
-        let mut rng = Rng::new(seed ^ 0x5eed);
-        std::thread::spawn(move || {
-            let mut sent: BTreeMap<u64, u64> = BTreeMap::new();
-            for round in 0..12 {
-                let batch: Vec<String> = (0..20)
-                    .map(|_| {
-                        let u = rng.below(users);
-                        *sent.entry(u).or_default() += 1;
-                        format!(r#"{{"user":"u{u}"}}"#)
-                    })
-                    .collect();
-                produce(&views, 1, &batch);
-                let pause = if round % 4 == 3 { 3000 } else { 300 };
-                std::thread::sleep(Duration::from_millis(pause));
-            }
-            sent
-        })
-    };
-    let chunks: Vec<Vec<String>> = (0..16)
-        .map(|_| {
-            (0..500)
-                .map(|_| {
-                    let u = rng.below(users);
-                    want_counts.entry(u).or_default().0 += 1;
-                    format!(r#"{{"user":"u{u}"}}"#)
-                })
-                .collect()
-        })
-        .collect();
+    let input = clicks_views_input(&mut rng, seed, &views);
     let env = [
         ("CLICKS", clicks.as_str()),
         ("VIEWS", views.as_str()),
@@ -642,35 +610,15 @@ fn a_two_input_operator_in_group_mode_is_exact_under_sigkills() {
     for i in 0..3 {
         c.start(i);
     }
-    feed_with_random_kills(&mut c, (&clicks, 4), &chunks, 5, &mut rng);
-    for (u, n) in view_feeder.join().unwrap() {
-        want_counts.entry(u).or_default().1 += n;
-    }
-    let want: BTreeMap<String, Option<serde_json::Value>> = want_counts
-        .iter()
-        .map(|(u, (c, v))| {
-            let user = format!("u{u}");
-            (
-                serde_json::json!({"user": user}).to_string(),
-                Some(serde_json::json!({"user": user, "clicks": c, "views": v})),
-            )
-        })
-        .collect();
+    feed_with_random_kills(&mut c, (&clicks, 4), &input.chunks, 5, &mut rng);
+    let want = ClicksViews::want(&input.clicks, &input.views.join().unwrap());
     let records = read_final_table_within(&counts, &want, Duration::from_secs(240));
     let got = table(&records);
     if got != want {
         eprintln!("{}", c.logs());
     }
     assert_eq!(got, want, "clicks and views per user (seed {seed})");
-    // Each committed update moved one of the two counts by one.
-    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
-    for r in &records {
-        let v = json(r);
-        let total = v["clicks"].as_u64().unwrap() + v["views"].as_u64().unwrap();
-        let last = seen.entry(r.key.clone().unwrap()).or_default();
-        assert_eq!(total, *last + 1, "user {:?} (seed {seed})", r.key);
-        *last = total;
-    }
+    assert_each_update_moves_one_count(&records, seed);
     c.assert_alive();
     c.stop_all();
 }
