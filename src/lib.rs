@@ -22,6 +22,11 @@
 //!   Coordinator, commit point and restart loop.
 //! - [`service`]: the admin endpoint, stop signals and job thread around a job.
 
+/// See the `mimalloc` feature in Cargo.toml.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod admin;
 pub mod checkpoint;
 pub mod cli;

@@ -241,8 +241,15 @@ impl CheckpointReader {
     /// (docs/architecture.md, "State as named tables").
     fn graph_summary(&self, h: &StateHandle) -> Result<SubtaskSummary> {
         let mut keys = std::collections::BTreeSet::new();
-        self.for_each_raw(h, None, &mut |k, _| {
-            if let Some(key) = graph_key(k) {
+        let mut watermark: Option<i64> = None;
+        self.for_each_raw(h, None, &mut |k, v| {
+            if k.get(2) == Some(&crate::dataflow::state::WATERMARK_TABLE.0) {
+                // The watermark a key group had reached (runtime-owned).
+                if let Ok(b) = <[u8; 8]>::try_from(v) {
+                    let w = i64::from_le_bytes(b);
+                    watermark = Some(watermark.map_or(w, |m| m.max(w)));
+                }
+            } else if let Some(key) = graph_key(k) {
                 keys.insert(key);
             }
             Ok(())
@@ -253,7 +260,7 @@ impl CheckpointReader {
             key_groups: h.key_groups,
             keys: keys.len() as u64,
             windows: 0,
-            watermark_ms: None,
+            watermark_ms: watermark,
             size_bytes: h.size_bytes,
             files: h.files.len(),
         })

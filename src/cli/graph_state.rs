@@ -171,10 +171,11 @@ pub fn scan(
     for h in reader.snapshots(uid)? {
         let dir = reader.folder().join(&h.path);
         reader.for_each_raw(h, None, &mut |k, v| {
-            if let (Some(o), Some((_, t, _, _))) = (only, split(k)) {
-                if o != t {
-                    return Ok(());
-                }
+            match split(k) {
+                // The runtime's own entries, not a declared table's.
+                Some((_, t, _, _)) if t == WATERMARK_TABLE.0 => return Ok(()),
+                Some((_, t, _, _)) if only.is_some_and(|o| o != t) => return Ok(()),
+                _ => {}
             }
             let e = entry(info, k, v, &dir)?;
             let first = match &e["key"][0] {
@@ -190,6 +191,8 @@ pub fn scan(
     }
     Ok(n)
 }
+
+use crate::dataflow::state::WATERMARK_TABLE;
 
 #[cfg(test)]
 mod tests {

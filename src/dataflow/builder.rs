@@ -33,7 +33,7 @@ use super::graph::{
     SinkMode, SinkSpec, SourceFormat, SourceSpec,
 };
 use super::operator::Operator;
-use super::ops::aggregate::{output_schema, Agg, GroupAggregate};
+use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
 use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
 use super::ops::where_filter::WhereFilter;
@@ -520,6 +520,12 @@ impl KeyedStream {
     /// A running aggregate per key: an updating result of the key columns
     /// and one column per aggregate.
     pub fn aggregate(&self, uid: &str, aggs: Vec<Agg>) -> Stream {
+        self.aggregate_emitting(uid, aggs, AggregateEmit::default())
+    }
+
+    /// As [`KeyedStream::aggregate`], emitting as `emit` says (after every
+    /// row, or per checkpoint for each changed key).
+    pub fn aggregate_emitting(&self, uid: &str, aggs: Vec<Agg>, emit: AggregateEmit) -> Stream {
         self.check_aggs(uid, &aggs);
         let schema = output_schema(&self.stream.schema(), &self.key, false, &aggs);
         let kind = format!(
@@ -531,7 +537,9 @@ impl KeyedStream {
         );
         let key = self.key.clone();
         let op = OperatorSpec {
-            factory: Arc::new(move || Box::new(GroupAggregate::new(aggs.clone(), key.clone()))),
+            factory: Arc::new(move || {
+                Box::new(GroupAggregate::with_emit(aggs.clone(), key.clone(), emit))
+            }),
             inputs: 1,
             keyed: true,
             tables: GroupAggregate::tables(),

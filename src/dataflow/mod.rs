@@ -34,7 +34,7 @@ pub mod prelude {
     pub use super::expr::Expr;
     pub use super::graph::Graph;
     pub use super::operator::{Collector, Context, Operator, Record};
-    pub use super::ops::aggregate::{Agg, AggFunction};
+    pub use super::ops::aggregate::{Agg, AggFunction, AggregateEmit};
     pub use super::row::{DataType, Field, Row, RowKind, Schema, Value};
     pub use super::state::{Table, TableSpec};
     pub use crate::window::assign::WindowSpec;

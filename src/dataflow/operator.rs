@@ -89,6 +89,11 @@ pub struct Context {
     /// nodes): the key of a record from an in-process exchange is encoded
     /// here from its row, into the one buffer, instead of travelling.
     key_columns: Vec<Vec<usize>>,
+    /// The watermark each key group had reached at the restored snapshot
+    /// ([`super::state::WATERMARK_TABLE`]), and the highest of them: below
+    /// it, [`Context::watermark`] is the current key group's.
+    restored: rustc_hash::FxHashMap<u32, i64>,
+    restored_max: i64,
 }
 
 impl Context {
@@ -106,7 +111,49 @@ impl Context {
             late_records: Vec::new(),
             update_before: true,
             key_columns: Vec::new(),
+            restored: rustc_hash::FxHashMap::default(),
+            restored_max: crate::time::MIN_WATERMARK,
         }
+    }
+
+    /// Reads the watermarks saved per key group in `range` from the store
+    /// (after a restore; an empty store has none).
+    pub(crate) fn load_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
+        if let Some(store) = self.store.as_mut() {
+            self.restored = store.saved_watermarks(range)?;
+            self.restored_max = self
+                .restored
+                .values()
+                .copied()
+                .max()
+                .unwrap_or(crate::time::MIN_WATERMARK);
+        }
+        Ok(())
+    }
+
+    /// Saves, per key group in `range`, the watermark it has reached (the
+    /// live one, or the restored one while that is higher), so that the
+    /// next restore judges lateness as this attempt did. Nothing while no
+    /// watermark has been seen (jobs without event time).
+    pub(crate) fn save_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
+        let live = self.watermark;
+        if live == crate::time::MIN_WATERMARK && self.restored.is_empty() {
+            return Ok(());
+        }
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        for kg in range.0..range.1 {
+            let w = self.restored.get(&kg).map_or(live, |r| (*r).max(live));
+            if w > crate::time::MIN_WATERMARK {
+                store.save_watermark(kg, w)?;
+            }
+        }
+        if live >= self.restored_max {
+            // The live watermark passed everything restored.
+            self.restored.clear();
+        }
+        Ok(())
     }
 
     /// Set by the runtime when every consumer of the node replaces a key's
@@ -191,9 +238,17 @@ impl Context {
         })
     }
 
-    /// The operator's current event-time watermark.
+    /// The operator's current event-time watermark for the current key:
+    /// the live one, or after a restore the one its key group had reached
+    /// while that is higher (a restored job judges lateness as before the
+    /// crash, even before every input sent its first watermark).
     pub fn watermark(&self) -> i64 {
-        self.watermark
+        if self.watermark >= self.restored_max {
+            return self.watermark;
+        }
+        self.restored
+            .get(&self.key_group)
+            .map_or(self.watermark, |r| (*r).max(self.watermark))
     }
 
     /// An error of this operator (its uid and subtask) for `reason`: what
@@ -504,6 +559,13 @@ pub mod testing {
                 &mut self.ctx,
                 &mut out,
             )?;
+            Ok(out.take())
+        }
+
+        /// A checkpoint's barrier: what the operator emits before its snapshot.
+        pub fn before_snapshot(&mut self) -> Result<Vec<(Row, i64)>> {
+            let mut out = Collector::new();
+            self.op.before_snapshot(&mut self.ctx, &mut out)?;
             Ok(out.take())
         }
 

@@ -74,6 +74,15 @@ impl TableSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table(pub u8);
 
+/// The reserved table that holds, per key group, the watermark its
+/// operator had reached at the snapshot (8 bytes, little endian, under an
+/// empty key). After a restore, at any parallelism, the operator judges
+/// lateness in that key group against it until the live watermark passes
+/// it: a replayed record is late exactly when it was before the crash, and
+/// a window that fired and was cleaned up is never opened again. Declared
+/// tables are numbered from 0 and never reach it.
+pub const WATERMARK_TABLE: Table = Table(0xFF);
+
 struct Cached {
     /// `None`: deleted, removed from RocksDB at write-back.
     value: Option<Vec<u8>>,
@@ -122,6 +131,34 @@ impl KeyedStore {
     ) -> Result<Self> {
         let backend = StateBackend::restore(path, checkpoint_dir, handles, range)?;
         Self::from_backend(uid, tables, backend, cache_limit)
+    }
+
+    /// The watermarks saved per key group in `range` ([`WATERMARK_TABLE`]).
+    pub(crate) fn saved_watermarks(&mut self, range: (u32, u32)) -> Result<FxHashMap<u32, i64>> {
+        let mut out = FxHashMap::default();
+        let mut key = Vec::with_capacity(4);
+        for kg in range.0..range.1 {
+            key_prefix(kg, WATERMARK_TABLE, &[], &mut key);
+            let full = key.clone();
+            if let Some(w) = self.read_with(&full, |store, bytes| {
+                bytes.try_into().map(i64::from_le_bytes).map_err(|_| {
+                    store.corrupt(
+                        &full,
+                        format!("a watermark of {} bytes, not 8", bytes.len()),
+                    )
+                })
+            })? {
+                out.insert(kg, w);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Saves `watermark` as key group `kg`'s ([`WATERMARK_TABLE`]).
+    pub(crate) fn save_watermark(&mut self, kg: u32, watermark: i64) -> Result<()> {
+        let mut key = Vec::with_capacity(4);
+        key_prefix(kg, WATERMARK_TABLE, &[], &mut key);
+        self.write_slice(&key, Some(&watermark.to_le_bytes()))
     }
 
     fn from_backend(
@@ -418,5 +455,55 @@ mod tests {
         assert_eq!(r.timers().pop_due(100).len(), 1);
         let e = r.decode::<i64>(&k, b"abc").unwrap_err().to_string();
         assert!(e.contains("\"op\"") && e.contains("i64"), "{e}");
+    }
+
+    #[test]
+    fn watermarks_saved_per_key_group_come_back_after_a_restore_at_another_parallelism() {
+        use crate::dataflow::operator::Context;
+        let dir = tempfile::tempdir().unwrap();
+        let tables = vec![TableSpec::value::<i64>("count")];
+        let store =
+            KeyedStore::open_empty("op", tables.clone(), &dir.path().join("db"), 1000).unwrap();
+        let mut ctx = Context::new("op", 0, Some(store));
+        ctx.set_watermark(5_000);
+        ctx.save_watermarks((0, 4)).unwrap();
+        std::fs::create_dir_all(dir.path().join("chk")).unwrap();
+        let snap = ctx
+            .store_mut()
+            .unwrap()
+            .snapshot(&dir.path().join("chk/op-0"))
+            .unwrap();
+        let handle = StateHandle {
+            uid: "op".into(),
+            subtask: 0,
+            key_groups: (0, 4),
+            path: "op-0".into(),
+            size_bytes: snap.size_bytes,
+            files: snap.files,
+        };
+        // Restored as key groups 2..6: only 2 and 3 were saved.
+        let r = KeyedStore::restore(
+            "op",
+            tables,
+            &dir.path().join("db2"),
+            &dir.path().join("chk"),
+            &[&handle],
+            (2, 6),
+            1000,
+        )
+        .unwrap();
+        let mut ctx = Context::new("op", 0, Some(r));
+        ctx.load_watermarks((2, 6)).unwrap();
+        ctx.set_key(3, b"k");
+        assert_eq!(
+            ctx.watermark(),
+            5_000,
+            "the saved watermark judges lateness"
+        );
+        ctx.set_key(4, b"k");
+        assert_eq!(ctx.watermark(), crate::time::MIN_WATERMARK, "never saved");
+        ctx.set_watermark(6_000);
+        ctx.set_key(3, b"k");
+        assert_eq!(ctx.watermark(), 6_000, "the live watermark once it is past");
     }
 }

@@ -349,6 +349,34 @@ impl Chain {
         Ok(())
     }
 
+    /// After a restore: each keyed operator reads the watermarks its key
+    /// groups in `range` had reached ([`Context::load_watermarks`]).
+    pub fn load_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
+        for slot in &mut self.slots {
+            if let SlotBody::Operator {
+                ctx, keyed: true, ..
+            } = &mut slot.body
+            {
+                ctx.load_watermarks(range)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a snapshot: each keyed operator saves the watermark its key
+    /// groups in `range` reached ([`Context::save_watermarks`]).
+    pub fn save_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
+        for slot in &mut self.slots {
+            if let SlotBody::Operator {
+                ctx, keyed: true, ..
+            } = &mut slot.body
+            {
+                ctx.save_watermarks(range)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Group mode, at the end of an epoch: operators emit what belongs to
     /// it (`before_snapshot`), and everything gathered is sent.
     pub fn end_epoch(&mut self) -> Result<()> {
@@ -437,9 +465,12 @@ impl Chain {
         let mut declined = None;
         for slot in &mut self.slots {
             let uid = slot.uid.clone();
-            let SlotBody::Operator { ctx, .. } = &mut slot.body else {
+            let SlotBody::Operator { ctx, keyed, .. } = &mut slot.body else {
                 continue;
             };
+            if *keyed {
+                ctx.save_watermarks(key_groups)?;
+            }
             let Some(state) = ctx.store_mut() else {
                 continue;
             };

@@ -274,7 +274,7 @@ fn run_attempt(
                     targets,
                 });
             }
-            let chain = Chain::new(
+            let mut chain = Chain::new(
                 task_name.clone(),
                 k,
                 slots,
@@ -283,6 +283,7 @@ fn run_attempt(
                 cancel.clone(),
                 shared.metrics.clone(),
             );
+            chain.load_watermarks(range)?;
             match &graph.nodes[head].body {
                 NodeBody::Source(spec) => {
                     let partitions = &source_partitions[&head];

@@ -323,29 +323,121 @@ impl Accumulators {
     }
 }
 
+/// When a group aggregate emits a key's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AggregateEmit {
+    /// After every input row that changes the key's result (Flink SQL's
+    /// group aggregate).
+    #[default]
+    OnChange,
+    /// After every input row, changed or not: one output per input, as
+    /// weir's TOML pipelines have always written (`emit = "every-update"`).
+    EveryRow,
+    /// Once per checkpoint for each key changed since the last one, and
+    /// early, in the same epoch, once `max_changed` keys have changed, so
+    /// that what is held stays bounded (`emit = "on-checkpoint"`; Kafka
+    /// Streams' record cache does the same per commit).
+    OnCheckpoint { max_changed: usize },
+}
+
 /// A running aggregate per key: an updating result.
 pub struct GroupAggregate {
     pub aggs: Vec<Agg>,
     /// The key columns of its input (its output starts with them).
     pub key: Vec<usize>,
+    pub emit: AggregateEmit,
     /// The current key's accumulators, decoded in place, and its results
     /// before and after a row: buffers reused from record to record.
     acc: Accumulators,
     was: Vec<Value>,
     now: Vec<Value>,
+    /// On checkpoint: the keys changed since the last emission (key group,
+    /// big endian, then the key's encoding), each with the result it had
+    /// before its first change (None: the key is new).
+    changed: rustc_hash::FxHashMap<Vec<u8>, Option<Vec<Value>>>,
+    scratch: Vec<u8>,
 }
 
 impl GroupAggregate {
     pub const ACC: Table = Table(0);
 
     pub fn new(aggs: Vec<Agg>, key: Vec<usize>) -> Self {
+        Self::with_emit(aggs, key, AggregateEmit::default())
+    }
+
+    pub fn with_emit(aggs: Vec<Agg>, key: Vec<usize>, emit: AggregateEmit) -> Self {
         Self {
             acc: Accumulators::new(&aggs),
             aggs,
             key,
+            emit,
             was: Vec::new(),
             now: Vec::new(),
+            changed: rustc_hash::FxHashMap::default(),
+            scratch: Vec::new(),
         }
+    }
+
+    /// On checkpoint: notes that the current key changed, with its result
+    /// before this row if this is its first change since the last emission.
+    fn note_changed(
+        &mut self,
+        ctx: &mut Context,
+        existed: bool,
+        out: &mut Collector,
+    ) -> Result<()> {
+        let AggregateEmit::OnCheckpoint { max_changed } = self.emit else {
+            return Ok(());
+        };
+        self.scratch.clear();
+        self.scratch
+            .extend_from_slice(&(ctx.key_group() as u16).to_be_bytes());
+        self.scratch.extend_from_slice(ctx.key());
+        if !self.changed.contains_key(self.scratch.as_slice()) {
+            let was = existed.then(|| self.was.clone());
+            self.changed.insert(self.scratch.clone(), was);
+            if self.changed.len() >= max_changed.max(1) {
+                // Emitted now, in this epoch: what the barrier would have
+                // emitted, only earlier.
+                self.emit_changed(ctx, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the current result of every key changed since the last
+    /// emission, in key order, against the result it had before.
+    fn emit_changed(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
+        let mut changed: Vec<(Vec<u8>, Option<Vec<Value>>)> = self.changed.drain().collect();
+        changed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let ts = crate::time::NO_TIMESTAMP;
+        for (k, was) in changed {
+            let kg = u32::from(u16::from_be_bytes([k[0], k[1]]));
+            ctx.set_key(kg, &k[2..]);
+            let key = ctx.key_values()?;
+            let row = |results: &[Value], kind| {
+                let mut values = key.clone();
+                values.extend_from_slice(results);
+                Row::new(kind, values)
+            };
+            let exists = ctx.get_into(Self::ACC, &mut self.acc)?;
+            self.now.clear();
+            if exists {
+                self.acc.results(&self.aggs, &mut self.now);
+            }
+            match (was, exists) {
+                (None, true) => out.emit(row(&self.now, RowKind::Insert), ts),
+                (Some(was), true) => {
+                    if ctx.update_before_needed() {
+                        out.emit(row(&was, RowKind::UpdateBefore), ts);
+                    }
+                    out.emit(row(&self.now, RowKind::UpdateAfter), ts);
+                }
+                (Some(was), false) => out.emit(row(&was, RowKind::Delete), ts),
+                (None, false) => {}
+            }
+        }
+        Ok(())
     }
 
     pub fn tables() -> Vec<TableSpec> {
@@ -406,19 +498,25 @@ impl Operator for GroupAggregate {
         let ts = r.timestamp;
         if self.acc.rows <= 0 {
             ctx.delete(Self::ACC)?;
+            if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
+                return self.note_changed(ctx, existed, out);
+            }
             if existed {
                 out.emit(self.row(&r.row, &self.was, RowKind::Delete), ts);
             }
             return Ok(());
         }
         ctx.put(Self::ACC, &self.acc)?;
+        if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
+            return self.note_changed(ctx, existed, out);
+        }
         self.now.clear();
         self.acc.results(&self.aggs, &mut self.now);
         if !existed {
             out.emit(self.row_from(r.row, RowKind::Insert), ts);
             return Ok(());
         }
-        if self.was == self.now {
+        if self.was == self.now && self.emit == AggregateEmit::OnChange {
             return Ok(());
         }
         // Consumers that replace a key's row (upsert sinks) have no use for
@@ -428,6 +526,13 @@ impl Operator for GroupAggregate {
         }
         out.emit(self.row_from(r.row, RowKind::UpdateAfter), ts);
         Ok(())
+    }
+
+    fn before_snapshot(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
+        if self.changed.is_empty() {
+            return Ok(());
+        }
+        self.emit_changed(ctx, out)
     }
 
     /// The key's current results by aggregate name (`{"count": 3}`).
@@ -534,6 +639,98 @@ mod tests {
             .record(0, row(RowKind::Delete, "b", 1), 5)
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn on_checkpoint_emits_each_changed_key_once_against_its_last_emitted_result() {
+        let mut h = Harness::keyed(
+            GroupAggregate::with_emit(
+                vec![Agg::count("n")],
+                vec![0],
+                AggregateEmit::OnCheckpoint { max_changed: 3 },
+            ),
+            GroupAggregate::tables(),
+            vec![0],
+        );
+        let rows = |got: Vec<(Row, i64)>| got.into_iter().map(|(r, _)| r).collect::<Vec<_>>();
+        for k in ["a", "b", "a"] {
+            assert!(h
+                .record(0, row(RowKind::Insert, k, 1), 1)
+                .unwrap()
+                .is_empty());
+        }
+        let mut got = rows(h.before_snapshot().unwrap());
+        got.sort_by(|x, y| x.values[0].as_str().cmp(&y.values[0].as_str()));
+        assert_eq!(
+            got,
+            vec![
+                Row::insert(vec!["a".into(), 2.into()]),
+                Row::insert(vec!["b".into(), 1.into()]),
+            ]
+        );
+        assert!(
+            h.before_snapshot().unwrap().is_empty(),
+            "nothing changed since"
+        );
+        // Next epoch: `a` changes, `b` is retracted away.
+        h.record(0, row(RowKind::Insert, "a", 1), 2).unwrap();
+        h.record(0, row(RowKind::Delete, "b", 1), 2).unwrap();
+        let mut got = rows(h.before_snapshot().unwrap());
+        got.sort_by(|x, y| x.values[0].as_str().cmp(&y.values[0].as_str()));
+        assert_eq!(
+            got,
+            vec![
+                Row::new(RowKind::UpdateBefore, vec!["a".into(), 2.into()]),
+                Row::new(RowKind::UpdateAfter, vec!["a".into(), 3.into()]),
+                Row::new(RowKind::Delete, vec!["b".into(), 1.into()]),
+            ]
+        );
+        // The third changed key emits everything held, in the same epoch.
+        for k in ["x", "y"] {
+            assert!(h
+                .record(0, row(RowKind::Insert, k, 1), 3)
+                .unwrap()
+                .is_empty());
+        }
+        assert_eq!(
+            rows(h.record(0, row(RowKind::Insert, "z", 1), 3).unwrap()).len(),
+            3
+        );
+        assert!(h.before_snapshot().unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_row_emits_unchanged_results_too() {
+        let aggs = vec![Agg {
+            function: AggFunction::Max,
+            column: Some(1),
+            name: "m".into(),
+        }];
+        let mut on_change = Harness::keyed(
+            GroupAggregate::new(aggs.clone(), vec![0]),
+            GroupAggregate::tables(),
+            vec![0],
+        );
+        let mut every = Harness::keyed(
+            GroupAggregate::with_emit(aggs, vec![0], AggregateEmit::EveryRow),
+            GroupAggregate::tables(),
+            vec![0],
+        );
+        for v in [5, 3] {
+            on_change
+                .record(0, row(RowKind::Insert, "a", v), 1)
+                .unwrap();
+            every.record(0, row(RowKind::Insert, "a", v), 1).unwrap();
+        }
+        assert!(on_change
+            .record(0, row(RowKind::Insert, "a", 1), 1)
+            .unwrap()
+            .is_empty());
+        let got = every.record(0, row(RowKind::Insert, "a", 1), 1).unwrap();
+        assert_eq!(
+            got.last().unwrap().0.values,
+            vec![Value::from("a"), 5.into()]
+        );
     }
 
     #[test]

@@ -1046,6 +1046,12 @@ impl GraphInstance {
             .join("snapshots")
             .join(format!("{}-{seq:08}", task.writer));
         fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
+        let range = range_for_subtask(
+            task.id,
+            self.config.scale.tasks,
+            self.config.job.max_parallelism,
+        );
+        task.chain.save_watermarks(range)?;
         let mut files = Vec::new();
         for slot in &mut task.chain.slots {
             let SlotBody::Operator { ctx, .. } = &mut slot.body else {
