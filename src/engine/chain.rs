@@ -147,6 +147,9 @@ impl Chain {
                 let mut out = Collector::with_capacity(records.len());
                 for r in records {
                     if *keyed {
+                        // Failure injection for restart tests, once per
+                        // keyed record (`--features failpoints`).
+                        fail::fail_point!("keyed-update");
                         if r.key.is_empty() {
                             ctx.set_key_from_row(port, &r.row, r.key_group);
                         } else {

@@ -184,6 +184,21 @@ impl GraphSource {
                 WatermarkUpdate::Active => self.chain.broadcast(Element::Idle(false))?,
             }
         }
+        let Some(w) = &self.watermarks else {
+            return Ok(());
+        };
+        for p in &self.positions {
+            // No sample before a partition's first record: i64::MIN would
+            // read as a date to dashboards.
+            let wm = w.partition_watermark(&p.topic, p.partition);
+            if wm > crate::time::MIN_WATERMARK {
+                self.chain
+                    .metrics
+                    .source_watermark
+                    .with_label_values(&[p.topic.as_str(), &p.partition.to_string()])
+                    .set(wm);
+            }
+        }
         Ok(())
     }
 

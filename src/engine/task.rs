@@ -97,7 +97,6 @@ impl StageTask {
             match element {
                 Element::Records(records) => {
                     records_in.inc_by(records.len() as u64);
-                    fail::fail_point!("keyed-update");
                     self.chain.push(0, inputs[input].port, records)?;
                     self.chain.flush()?;
                 }

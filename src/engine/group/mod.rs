@@ -875,6 +875,12 @@ impl GraphInstance {
             };
             w.poll(now);
             let state = (w.current(), w.is_idle());
+            if state.0 > crate::time::MIN_WATERMARK {
+                self.metrics
+                    .source_watermark
+                    .with_label_values(&[topic.as_str(), &partition.to_string()])
+                    .set(state.0);
+            }
             self.source_chains[input.source].send_mark(
                 &partition_writer(topic, *partition),
                 state.0,
