@@ -7,7 +7,8 @@
 //! cargo run --release --example word_count -- run --config weir.toml
 //! ```
 //! Topics from `WORD_COUNT_INPUT` and `WORD_COUNT_OUTPUT` (default `words`,
-//! `word-counts`).
+//! `word-counts`); `WORD_COUNT_TOO_LARGE=skip` skips a result over the
+//! broker's `message.max.bytes` instead of stopping.
 
 use std::process::ExitCode;
 
@@ -27,8 +28,20 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
         )
         .key_by(&["key"])
         .aggregate("counts", vec![Agg::count("count")])
-        .sink("out", KafkaSink::upsert(output, &["key"]).raw_key());
+        .sink(
+            "out",
+            too_large(KafkaSink::upsert(output, &["key"]).raw_key()),
+        );
     job.build()
+}
+
+/// `WORD_COUNT_TOO_LARGE=skip`: a count over the broker's
+/// `message.max.bytes` (a giant word) is skipped instead of stopping the job.
+fn too_large(sink: KafkaSink) -> KafkaSink {
+    match std::env::var("WORD_COUNT_TOO_LARGE").as_deref() {
+        Ok("skip") => sink.skip_too_large(),
+        _ => sink,
+    }
 }
 
 fn main() -> ExitCode {

@@ -38,6 +38,7 @@ pub mod error;
 pub mod kafka;
 pub mod observe;
 pub mod operators;
+pub mod pipelines;
 pub mod runtime;
 pub mod scale;
 pub mod service;

@@ -163,7 +163,17 @@ fn state_command(command: StateCommand) -> ExitCode {
     }
 }
 
+/// Runs the TOML pipeline as a job graph ([`weir::pipelines`]) on the
+/// graph engine, as a job built in Rust runs.
 fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCode {
     let info = weir::admin::overview::JobInfo::from_config(&config);
-    weir::service::serve(config, restore_from, info, weir::runtime::job::run)
+    weir::service::serve(
+        config,
+        restore_from,
+        info,
+        |config, shared, restore_from| {
+            let graph = weir::pipelines::graph(&config)?;
+            weir::engine::run(Arc::new(graph), config, shared, restore_from)
+        },
+    )
 }

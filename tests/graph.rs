@@ -438,3 +438,47 @@ fn a_checkpoint_of_a_built_in_pipeline_is_refused_by_a_graph_job_naming_the_oper
         log_tail(&log)
     );
 }
+
+#[test]
+fn a_graph_sink_told_to_skip_a_result_over_message_max_bytes_goes_on_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (words, counts) = (unique("giant-words"), unique("giant-counts"));
+    create_topic(&words, 2);
+    create_topic(&counts, 2);
+    let (mut lines, mut expected) = weir_testkit::word_lines(43, 1_000, 5, 200);
+    let giant = "g".repeat(3_000);
+    lines.insert(500, format!("before {giant} after"));
+    *expected.entry("before".into()).or_insert(0) += 1;
+    *expected.entry("after".into()).or_insert(0) += 1;
+    produce(&words, 2, &lines);
+    let config = graph_config_with(
+        dir.path(),
+        &unique("giant"),
+        2,
+        &dir.path().join("checkpoints"),
+        "\n[kafka.properties]\n\"message.max.bytes\" = \"4000\"\n",
+    );
+    let env = [
+        ("WORD_COUNT_INPUT", words.as_str()),
+        ("WORD_COUNT_OUTPUT", counts.as_str()),
+        ("WORD_COUNT_TOO_LARGE", "skip"),
+    ];
+    let mut w = WeirProcess::start(&example("word_count"), &config, &env);
+    let got = weir_testkit::last_counts(&read_topic(
+        &counts,
+        Isolation::Committed,
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        |r| weir_testkit::last_counts(r) == expected,
+    ));
+    assert_eq!(got, expected, "every count but the giant word's");
+    let log = w.log_text();
+    assert!(
+        log.contains("skipped an output record over message.max.bytes")
+            && log.contains(&giant[..64]),
+        "the skipped key is named: {}",
+        log_tail(&log)
+    );
+    assert!(!log.contains("restarting"), "{}", log_tail(&log));
+    assert!(w.stop(Duration::from_secs(60)).success());
+}

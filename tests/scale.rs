@@ -616,7 +616,8 @@ fn garbage_collection_keeps_exactly_what_retained_checkpoints_reach() {
     );
     let mut checkpoints = 0;
     for t in 0..TASKS {
-        let folder = job.join(format!("tasks/{t:04}"));
+        // The job graph's layout: each stage's tasks under its head's uid.
+        let folder = job.join(format!("stages/word-count/{t:04}"));
         let all = files_below(&folder);
         let manifests: Vec<&String> = all.iter().filter(|f| f.starts_with("manifests/")).collect();
         assert!(
@@ -646,7 +647,7 @@ fn garbage_collection_keeps_exactly_what_retained_checkpoints_reach() {
         let unreached: Vec<&String> = all
             .iter()
             .filter(|f| f.starts_with("files/"))
-            .filter(|f| !reached.contains(&format!("tasks/{t:04}/{f}")))
+            .filter(|f| !reached.contains(&format!("stages/word-count/{t:04}/{f}")))
             .collect();
         assert!(
             unreached.is_empty(),

@@ -214,6 +214,27 @@ fn check_topology(m: &CheckpointMetadata, current: &Topology, discard: Vec<u64>)
             m.checkpoint_id, m.topology.max_parallelism, current.max_parallelism
         ));
     }
+    // The built-in pipelines' runtime before job graphs recorded its keyed
+    // operator without tables (one fixed-size value per key): a job graph
+    // cannot read that state, and must not start empty over it silently.
+    if let Some(old) = m.topology.operators.iter().find(|o| {
+        o.state.is_none()
+            && (o.kind == "word-count" || o.kind.starts_with("aggregate/"))
+            && current
+                .operators
+                .iter()
+                .any(|n| n.uid == o.uid && n.state.is_some())
+    }) {
+        return Decision::Refuse(format!(
+            "checkpoint {} was written by weir before job graphs (operator {:?}, {}, keeps one \
+             fixed-size value per key); this weir runs every pipeline as a job graph, whose \
+             state is named tables, and cannot restore it. Nothing was started. To start over \
+             with empty state, run this job under a new `job.name` (its own checkpoint \
+             directory, consumer group and transactional id; the sources start at \
+             `source.start`); until then the previous weir can go on running it",
+            m.checkpoint_id, old.uid, old.kind
+        ));
+    }
     let (only_checkpoint, only_job) = m.topology.uid_difference(current);
     if !only_checkpoint.is_empty() || !only_job.is_empty() {
         return Decision::Refuse(format!(

@@ -14,8 +14,12 @@ use serde_json::{json, Value as Json};
 use super::OutputFormat;
 use crate::checkpoint::metadata::{KeyColumn, StateInfo};
 use crate::checkpoint::reader::CheckpointReader;
+use crate::config::AggregateFunction;
+use crate::dataflow::codec::StateCodec;
 use crate::dataflow::codec::{self, get_varint, put_varint};
 use crate::dataflow::inspect::{self, decode_by_codec, decode_list, hex, value_json};
+use crate::dataflow::json::format_timestamp;
+use crate::dataflow::ops::aggregate::Accumulators;
 use crate::dataflow::row::Value;
 use crate::error::{Result, WeirError};
 use crate::state::key_groups::key_group;
@@ -29,6 +33,82 @@ pub fn state_info<'a>(reader: &'a CheckpointReader, uid: &str) -> Option<&'a Sta
         .iter()
         .find(|o| o.uid == uid)
         .and_then(|o| o.state.as_ref())
+}
+
+/// A TOML pipeline's keyed node (by its recorded kind): entries are shown
+/// as its output shows them, `{"key":"w","count":3}` and `w\t3` (with
+/// `window_start`, `window_end` for windows), as `weir state` always has.
+fn pipeline_view(reader: &CheckpointReader, uid: &str) -> Option<AggregateFunction> {
+    let kind = &reader
+        .metadata()
+        .topology
+        .operators
+        .iter()
+        .find(|o| o.uid == uid)?
+        .kind;
+    crate::pipelines::parse_kind(kind).map(|(f, _)| f)
+}
+
+/// One entry of a pipeline's accumulators (a value, or a window's map
+/// entry) as its output line.
+fn pipeline_line(
+    f: AggregateFunction,
+    full: &[u8],
+    value: &[u8],
+    dir: &Path,
+    format: OutputFormat,
+) -> Result<String> {
+    let corrupt = |why: String| {
+        WeirError::Recovery(format!(
+            "state in {} has an entry it cannot decode ({} key bytes): {why}",
+            dir.display(),
+            full.len()
+        ))
+    };
+    let (_, _, key, map_key) = split(full).ok_or_else(|| corrupt("the key is cut short".into()))?;
+    let key = codec::decode_key(key).map_err(corrupt)?;
+    let key = match key.first() {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => value_json(other).to_string(),
+        None => String::new(),
+    };
+    let acc = Accumulators::decode(value).map_err(|e| corrupt(format!("accumulators: {e}")))?;
+    let part = acc.parts().next();
+    let result: Json = match f {
+        AggregateFunction::Count => json!(acc.rows()),
+        AggregateFunction::Sum | AggregateFunction::Min | AggregateFunction::Max => {
+            part.map_or(Json::Null, |(_, v)| value_json(v))
+        }
+        AggregateFunction::Avg => part.map_or(Json::Null, |(n, v)| {
+            serde_json::Number::from_f64(v.as_f64().unwrap_or(f64::NAN) / n as f64)
+                .map_or(Json::Null, Json::Number)
+        }),
+    };
+    let window = match map_key {
+        [] => None,
+        mk if mk.len() == 16 => {
+            let start = i64::from_be_bytes(mk[..8].try_into().expect("8 bytes"));
+            let end = i64::from_be_bytes(mk[8..].try_into().expect("8 bytes"));
+            Some((format_timestamp(start), format_timestamp(end)))
+        }
+        mk => return Err(corrupt(format!("a window of {} bytes, not 16", mk.len()))),
+    };
+    Ok(match (format, window) {
+        (OutputFormat::Json, None) => json!({"key": key, f.name(): result}).to_string(),
+        (OutputFormat::Json, Some((start, end))) => json!({
+            "key": key,
+            "window_start": start,
+            "window_end": end,
+            f.name(): result,
+        })
+        .to_string(),
+        (OutputFormat::Text, None) => format!("{key}\t{result}"),
+        (OutputFormat::Text, Some((start, end))) => format!("{key}\t{start}\t{end}\t{result}"),
+    })
+}
+
+fn write_line(out: &mut dyn Write, line: &str) -> Result<()> {
+    writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))
 }
 
 /// The key the user typed, as the operator's key values.
@@ -123,6 +203,7 @@ pub fn get(
     out: &mut dyn Write,
 ) -> Result<bool> {
     let only = table_index(info, uid, table)?;
+    let view = pipeline_view(reader, uid);
     let values = parse_key(key, &info.key)?;
     let mut encoded = Vec::new();
     for v in &values {
@@ -149,7 +230,10 @@ pub fn get(
         prefix.extend_from_slice(&encoded);
         reader.for_each_raw(h, Some(&prefix), &mut |k, v| {
             found = true;
-            write(out, &entry(info, k, v, &dir)?, format)
+            match view {
+                Some(f) => write_line(out, &pipeline_line(f, k, v, &dir, format)?),
+                None => write(out, &entry(info, k, v, &dir)?, format),
+            }
         })?;
     }
     Ok(found)
@@ -167,6 +251,7 @@ pub fn scan(
     out: &mut dyn Write,
 ) -> Result<u64> {
     let only = table_index(info, uid, table)?;
+    let view = pipeline_view(reader, uid);
     let mut n = 0u64;
     for h in reader.snapshots(uid)? {
         let dir = reader.folder().join(&h.path);
@@ -176,6 +261,22 @@ pub fn scan(
                 Some((_, t, _, _)) if t == WATERMARK_TABLE.0 => return Ok(()),
                 Some((_, t, _, _)) if only.is_some_and(|o| o != t) => return Ok(()),
                 _ => {}
+            }
+            if let Some(f) = view {
+                let line = pipeline_line(f, k, v, &dir, format)?;
+                let key = match split(k).map(|(_, _, key, _)| codec::decode_key(key)) {
+                    Some(Ok(values)) => match values.first() {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(other) => value_json(other).to_string(),
+                        None => String::new(),
+                    },
+                    _ => String::new(),
+                };
+                if key.starts_with(prefix) {
+                    n += 1;
+                    write_line(out, &line)?;
+                }
+                return Ok(());
             }
             let e = entry(info, k, v, &dir)?;
             let first = match &e["key"][0] {

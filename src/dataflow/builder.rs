@@ -38,7 +38,8 @@ use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
 use super::ops::where_filter::WhereFilter;
 use super::ops::window::WindowAggregate;
-use super::row::{DataType, Schema, Value};
+use super::ops::words::SplitWords;
+use super::row::{DataType, Field, Schema, Value};
 use super::state::TableSpec;
 use crate::config::{BadRecordPolicy, StartPosition};
 use crate::error::{Result, WeirError};
@@ -70,6 +71,17 @@ impl KafkaSource {
     /// JSON objects decoded by `schema` (fields by name, missing ones NULL).
     pub fn json(topics: &[&str], schema: Schema) -> Self {
         Self::new(topics, SourceFormat::Json, schema)
+    }
+
+    /// Records decoded by `decoder` into rows of `schema`, each with the
+    /// event time the decoder gives (it reads the time itself: the source's
+    /// `event_time` then only sets the watermarks' bound and idleness).
+    pub fn custom(
+        topics: &[&str],
+        schema: Schema,
+        decoder: std::sync::Arc<dyn super::graph::RecordDecoder>,
+    ) -> Self {
+        Self::new(topics, SourceFormat::Custom(decoder), schema)
     }
 
     fn new(topics: &[&str], format: SourceFormat, schema: Schema) -> Self {
@@ -132,6 +144,8 @@ pub struct KafkaSink {
     mode: SinkMode,
     key: Vec<String>,
     key_format: KeyFormat,
+    on_too_large: BadRecordPolicy,
+    dead_letter_topic: Option<String>,
 }
 
 impl KafkaSink {
@@ -150,13 +164,39 @@ impl KafkaSink {
         Self::new(topic, SinkMode::Changelog, key)
     }
 
+    /// Each new result (insert or update-after) as a value keyed by
+    /// `key`; update-befores and deletes are not written. The TOML
+    /// pipelines' output: a window's result names its window in the value,
+    /// so a tombstone for the key alone would delete every window's.
+    pub fn results(topic: &str, key: &[&str]) -> Self {
+        Self::new(topic, SinkMode::Results, key)
+    }
+
     fn new(topic: &str, mode: SinkMode, key: &[&str]) -> Self {
         Self {
             topic: topic.into(),
             mode,
             key: key.iter().map(|k| k.to_string()).collect(),
             key_format: KeyFormat::Json,
+            on_too_large: BadRecordPolicy::Fail,
+            dead_letter_topic: None,
         }
+    }
+
+    /// A result over the broker's `message.max.bytes` is counted and
+    /// skipped, with a warning naming its key, instead of stopping the job.
+    pub fn skip_too_large(mut self) -> Self {
+        self.on_too_large = BadRecordPolicy::Skip;
+        self
+    }
+
+    /// A result over the broker's `message.max.bytes` is described (its
+    /// key, its size, the sink's topic) in `topic`, instead of stopping
+    /// the job.
+    pub fn too_large_to(mut self, topic: &str) -> Self {
+        self.on_too_large = BadRecordPolicy::DeadLetter;
+        self.dead_letter_topic = Some(topic.into());
+        self
     }
 
     /// The Kafka key is the one key column's value as text (`hello`), not
@@ -202,6 +242,8 @@ pub struct WindowedStream {
     spec: WindowSpec,
     allowed_lateness: i64,
     late_topic: Option<String>,
+    every_update: bool,
+    late_value: Option<usize>,
 }
 
 /// Two keyed streams into one two-input operator (joins, co-processing).
@@ -412,6 +454,35 @@ impl Stream {
         self.then(uid, "filter", schema, stateless(WhereFilter { predicate }))
     }
 
+    /// One row per word of the text column `column`, lower-cased, in a
+    /// column named `as_name`, then the row's other columns (what the TOML
+    /// word count splits by).
+    pub fn split_words(&self, uid: &str, column: &str, as_name: &str) -> Stream {
+        let column = match self.schema().index_of(column) {
+            Some(c) => c,
+            None => {
+                self.job.problem(format!(
+                    "split_words {uid:?}: column {column:?} is not in {}",
+                    self.schema()
+                ));
+                0
+            }
+        };
+        let input = self.schema();
+        let mut fields = vec![Field::new(as_name, DataType::String)];
+        fields.extend(
+            (0..input.len())
+                .filter(|i| *i != column)
+                .map(|i| input.fields[i].clone()),
+        );
+        self.then(
+            uid,
+            "split-words",
+            Schema::new(fields),
+            stateless(SplitWords { column }),
+        )
+    }
+
     /// Any number of rows of `schema` per row.
     pub fn flat_map(
         &self,
@@ -468,6 +539,14 @@ impl Stream {
         ConnectedStreams { first, second }
     }
 
+    /// Names what this stream's node is, as checkpoints record it (the
+    /// TOML pipelines mark their keyed node, which `weir state` then shows
+    /// as the pipeline's output).
+    pub(crate) fn with_kind(self, kind: &str) -> Self {
+        self.job.inner.borrow_mut().nodes[self.node].kind = kind.into();
+        self
+    }
+
     /// Writes the stream to Kafka.
     pub fn sink(&self, uid: &str, sink: KafkaSink) {
         let schema = self.schema();
@@ -484,6 +563,8 @@ impl Stream {
             mode: sink.mode,
             key,
             key_format: sink.key_format,
+            on_too_large: sink.on_too_large,
+            dead_letter_topic: sink.dead_letter_topic,
         };
         self.then(uid, "kafka-sink", schema, NodeBody::Sink(spec));
     }
@@ -570,6 +651,8 @@ impl KeyedStream {
             spec,
             allowed_lateness: 0,
             late_topic: None,
+            every_update: false,
+            late_value: None,
         }
     }
 
@@ -609,6 +692,26 @@ impl WindowedStream {
         self
     }
 
+    /// With `every_update`, each record emits its window's result so far
+    /// (an insert, then update-afters), not one result when it closes.
+    pub fn every_update(mut self, every_update: bool) -> Self {
+        self.every_update = every_update;
+        self
+    }
+
+    /// A late record's dead letter carries the bytes of `column` (the
+    /// record as it was read) instead of the row as JSON.
+    pub fn late_value(mut self, column: &str) -> Self {
+        match self.keyed.stream.schema().index_of(column) {
+            Some(c) => self.late_value = Some(c),
+            None => self.keyed.stream.job.problem(format!(
+                "late_value: column {column:?} is not in {}",
+                self.keyed.stream.schema()
+            )),
+        }
+        self
+    }
+
     /// One row per key and window when the watermark passes its end: key
     /// columns, `window_start`, `window_end`, then the aggregates.
     pub fn aggregate(&self, uid: &str, aggs: Vec<Agg>) -> Stream {
@@ -616,6 +719,7 @@ impl WindowedStream {
         let input = self.keyed.stream.schema();
         let schema = output_schema(&input, &self.keyed.key, true, &aggs);
         let (spec, allowed_lateness) = (self.spec, self.allowed_lateness);
+        let (every_update, late_value) = (self.every_update, self.late_value);
         let op = OperatorSpec {
             factory: Arc::new(move || {
                 Box::new(WindowAggregate {
@@ -623,6 +727,8 @@ impl WindowedStream {
                     aggs: aggs.clone(),
                     allowed_lateness,
                     input: input.clone(),
+                    every_update,
+                    late_value,
                 })
             }),
             inputs: 1,

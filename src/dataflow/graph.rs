@@ -35,13 +35,53 @@ pub struct Edge {
 }
 
 /// How a source decodes Kafka record values.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum SourceFormat {
     /// UTF-8 text: one VARCHAR column, `line`.
     Text,
     /// A JSON object per record, decoded by the schema ([`super::json`]).
     Json,
+    /// The source's own decoding (the TOML pipelines': JSON pointers,
+    /// their timestamp formats and their messages for bad records).
+    Custom(Arc<dyn RecordDecoder>),
 }
+
+/// One Kafka record value (and its Kafka timestamp) as a row of the
+/// source's schema with its event time ([`crate::time::NO_TIMESTAMP`]
+/// without event time); Err says why the record is bad, and the source's
+/// `on_bad_record` decides what becomes of it.
+pub trait RecordDecoder: Send + Sync {
+    /// What it decodes, for `describe` and logs ("word-count text").
+    fn name(&self) -> String;
+
+    fn decode(
+        &self,
+        payload: Option<&[u8]>,
+        kafka_ts: Option<i64>,
+    ) -> std::result::Result<(super::row::Row, i64), String>;
+}
+
+impl std::fmt::Debug for SourceFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text => f.write_str("Text"),
+            Self::Json => f.write_str("Json"),
+            Self::Custom(d) => write!(f, "Custom({})", d.name()),
+        }
+    }
+}
+
+impl PartialEq for SourceFormat {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Text, Self::Text) | (Self::Json, Self::Json) => true,
+            (Self::Custom(a), Self::Custom(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for SourceFormat {}
 
 /// Event time at a source: which column holds it (None: the Kafka record
 /// timestamp) and how far records may be out of order.
@@ -72,6 +112,10 @@ pub enum SinkMode {
     Upsert,
     /// Every change, with an `"op"` field (`+I`, `-U`, `+U`, `-D`).
     Changelog,
+    /// Inserts and update-afters as values by the key columns;
+    /// update-befores and deletes are not written (results whose key alone
+    /// does not name them, as a window's).
+    Results,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +126,12 @@ pub struct SinkSpec {
     pub key: Vec<usize>,
     /// How the key is written.
     pub key_format: KeyFormat,
+    /// What happens to a result Kafka refuses for its size
+    /// (`message.max.bytes`): the job stops (fail), it is counted and
+    /// skipped, or described in `dead_letter_topic`. A replay would make
+    /// the same result again, so a restart cannot help.
+    pub on_too_large: BadRecordPolicy,
+    pub dead_letter_topic: Option<String>,
 }
 
 /// How a sink writes its Kafka key.
@@ -168,12 +218,26 @@ impl Graph {
         matches!(inputs[..], [e] if e.exchange == Exchange::Forward)
     }
 
+    /// The operator a node's Kafka output is counted for
+    /// (`weir_records_out_total{operator}`): a sink writes the results of
+    /// the node before it, and counts under its uid; any other node under
+    /// its own.
+    pub fn output_label(&self, node: NodeId) -> &str {
+        match &self.nodes[node].body {
+            NodeBody::Sink(_) => self
+                .inputs(node)
+                .next()
+                .map_or(&self.nodes[node].uid, |e| &self.nodes[e.from].uid),
+            _ => &self.nodes[node].uid,
+        }
+    }
+
     /// Whether a consumer of `node` uses update-before rows: false when
     /// every output goes straight to an upsert sink, which replaces a key's
     /// row by the next update-after and drops update-befores.
     pub fn update_before_needed(&self, node: NodeId) -> bool {
         !self.outputs(node).all(
-            |e| matches!(&self.nodes[e.to].body, NodeBody::Sink(s) if s.mode == SinkMode::Upsert),
+            |e| matches!(&self.nodes[e.to].body, NodeBody::Sink(s) if matches!(s.mode, SinkMode::Upsert | SinkMode::Results)),
         )
     }
 

@@ -94,6 +94,9 @@ pub struct Context {
     /// it, [`Context::watermark`] is the current key group's.
     restored: rustc_hash::FxHashMap<u32, i64>,
     restored_max: i64,
+    /// Windows opened less windows closed since the runtime last looked
+    /// (`weir_open_windows`).
+    open_windows: i64,
 }
 
 impl Context {
@@ -113,7 +116,33 @@ impl Context {
             key_columns: Vec::new(),
             restored: rustc_hash::FxHashMap::default(),
             restored_max: crate::time::MIN_WATERMARK,
+            open_windows: 0,
         }
+    }
+
+    /// `n` windows were opened (negative: closed), for `weir_open_windows`.
+    pub fn count_open_windows(&mut self, n: i64) {
+        self.open_windows += n;
+    }
+
+    pub(crate) fn take_open_windows(&mut self) -> i64 {
+        std::mem::take(&mut self.open_windows)
+    }
+
+    /// The tags of every pending timer of this operator's store, with the
+    /// key each is for (restores count what they hold by them).
+    pub fn timer_tags(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(store) = self.store.as_mut() else {
+            return Vec::new();
+        };
+        store
+            .timers()
+            .iter()
+            .filter_map(|(_, payload)| {
+                let (_, key, tag) = split_timer_payload(payload)?;
+                Some((key.to_vec(), tag.to_vec()))
+            })
+            .collect()
     }
 
     /// Reads the watermarks saved per key group in `range` from the store
@@ -486,6 +515,12 @@ pub trait Operator: Send {
     }
 
     /// The checkpoint barrier is aligned: emit what belongs to this epoch.
+    /// After a restore, before the first record: what the operator keeps
+    /// outside its tables (counts for metrics) it rebuilds here.
+    fn on_restore(&mut self, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+
     fn before_snapshot(&mut self, _ctx: &mut Context, _out: &mut Collector) -> Result<()> {
         Ok(())
     }
@@ -505,6 +540,9 @@ pub enum Queried {
     Tables,
     /// Show this (None: the operator holds nothing for the key).
     Value(Option<serde_json::Value>),
+    /// The key's windows held in state, by start: `[start, end)` in ms and
+    /// the results so far (`{"count": 3}`).
+    Windows(Vec<(i64, i64, serde_json::Value)>),
 }
 
 /// Test support: drives an operator the way the task runner does, over a

@@ -20,9 +20,22 @@ use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::observe::metrics::Metrics;
 use crate::runtime::output::Output;
-use crate::runtime::query::{KeyState, QueryFailure, StateQuery};
+use crate::runtime::query::{KeyState, QueryFailure, StateQuery, WindowState};
 use crate::runtime::{DeadLetter, BATCH};
 use crate::state::key_groups::{key_group, subtask_for_key_group};
+
+/// A window operator's answer as queries show it.
+fn windows(list: Vec<(i64, i64, serde_json::Value)>) -> Vec<WindowState> {
+    list.into_iter()
+        .map(|(start, end, value)| WindowState {
+            start_ms: start,
+            end_ms: end,
+            start: crate::dataflow::json::format_timestamp(start),
+            end: crate::dataflow::json::format_timestamp(end),
+            value,
+        })
+        .collect()
+}
 
 /// Where a node's output goes.
 #[derive(Debug, Clone, Copy)]
@@ -186,7 +199,9 @@ impl Chain {
                         .with_label_values(&["drop"])
                         .inc_by(dropped);
                 }
-                out.take()
+                let out = out.take();
+                self.count_windows(slot);
+                out
             }
             SlotBody::Sink(sink) => {
                 for r in &records {
@@ -315,19 +330,20 @@ impl Chain {
         let answer = match &mut self.slots[slot].body {
             SlotBody::Operator { op, ctx, .. } => {
                 ctx.set_key(q.key_group, &q.encoded);
-                let value = op.query(ctx).and_then(|shown| match shown {
-                    Queried::Value(v) => Ok(v),
+                let answer = op.query(ctx).and_then(|shown| match shown {
+                    Queried::Value(value) => Ok((value, None)),
+                    Queried::Windows(list) => Ok((None, Some(windows(list)))),
                     Queried::Tables => match ctx.key_and_store() {
                         Some((kg, key, store)) => {
-                            crate::dataflow::inspect::key_tables(store, kg, key)
+                            crate::dataflow::inspect::key_tables(store, kg, key).map(|v| (v, None))
                         }
-                        None => Ok(None),
+                        None => Ok((None, None)),
                     },
                 });
-                value
-                    .map(|value| KeyState {
+                answer
+                    .map(|(value, windows)| KeyState {
                         value,
-                        windows: None,
+                        windows,
                         task,
                     })
                     .map_err(|e| QueryFailure::Failed(e.report().to_string()))
@@ -355,15 +371,34 @@ impl Chain {
     /// After a restore: each keyed operator reads the watermarks its key
     /// groups in `range` had reached ([`Context::load_watermarks`]).
     pub fn load_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
-        for slot in &mut self.slots {
+        for slot in 0..self.slots.len() {
             if let SlotBody::Operator {
-                ctx, keyed: true, ..
-            } = &mut slot.body
+                op,
+                ctx,
+                keyed: true,
+                ..
+            } = &mut self.slots[slot].body
             {
                 ctx.load_watermarks(range)?;
+                op.on_restore(ctx)?;
             }
+            self.count_windows(slot);
         }
         Ok(())
+    }
+
+    /// Moves `weir_open_windows` by what node `slot` opened and closed.
+    fn count_windows(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        if let SlotBody::Operator { ctx, .. } = &mut s.body {
+            let n = ctx.take_open_windows();
+            if n != 0 {
+                self.metrics
+                    .open_windows
+                    .with_label_values(&[s.uid.as_str(), &self.subtask.to_string()])
+                    .add(n);
+            }
+        }
     }
 
     /// Before a snapshot: each keyed operator saves the watermark its key
@@ -418,6 +453,7 @@ impl Chain {
                 }
                 op.on_watermark(watermark, ctx, &mut out)?;
             }
+            self.count_windows(slot);
             self.route(slot, out.take())?;
         }
         self.broadcast(Element::Watermark(watermark))

@@ -35,7 +35,7 @@ use self::task::{Input, StageTask};
 use crate::checkpoint::store::create_private_dir;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::config::{BadRecordPolicy, Config, StartPosition};
-use crate::dataflow::graph::{Exchange, Graph, NodeBody};
+use crate::dataflow::graph::{Exchange, Graph, NodeBody, SinkSpec};
 use crate::dataflow::state::KeyedStore;
 use crate::dataflow::{Context, Record};
 use crate::element::Element;
@@ -257,7 +257,7 @@ fn run_attempt(
                 let body = slot_body(graph, n, k, store, |what| {
                     let (topic, dead_letters, policy) = what.topics();
                     Output::new(
-                        node.uid.clone(),
+                        graph.output_label(n).to_string(),
                         k,
                         producer.clone(),
                         topic,
@@ -417,7 +417,7 @@ fn run_attempt(
         start_offsets: restored_offsets,
         checksums: Default::default(),
     };
-    info!(job = %graph.name, parallelism = p, stages = stages.len(), tasks = tasks.len(), partitions = all_partitions.len(), delivery = ?config.sink.delivery, "job running");
+    info!(job = %graph.name, parallelism = p, stages = stages.len(), tasks = tasks.len(), partitions = all_partitions.len(), delivery = ?config.sink.delivery, mode = ?config.checkpoint.mode, "job running");
     tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
     supervise(tasks, &cancel, &producer, shared)
 }
@@ -468,7 +468,7 @@ pub(crate) fn slot_body(
             &node.uid,
             spec.clone(),
             node.schema.clone(),
-            output(OutputFor::Sink(&spec.topic)),
+            output(OutputFor::Sink(spec)),
         ))),
     }
 }
@@ -476,7 +476,7 @@ pub(crate) fn slot_body(
 /// What an `Output` of a slot writes: a sink's topic, or an operator's
 /// late records as dead letters to a topic.
 pub(crate) enum OutputFor<'a> {
-    Sink(&'a str),
+    Sink(&'a SinkSpec),
     Late(&'a str),
 }
 
@@ -484,7 +484,7 @@ impl OutputFor<'_> {
     /// `Output::new`'s topic, dead-letter topic and policy for it.
     pub(crate) fn topics(&self) -> (String, Option<String>, BadRecordPolicy) {
         match self {
-            OutputFor::Sink(t) => (t.to_string(), None, BadRecordPolicy::Fail),
+            OutputFor::Sink(s) => (s.topic.clone(), s.dead_letter_topic.clone(), s.on_too_large),
             OutputFor::Late(t) => (
                 String::new(),
                 Some(t.to_string()),
@@ -502,31 +502,37 @@ pub(crate) fn check_sink_topics(
     consumer: &rdkafka::consumer::BaseConsumer,
 ) -> Result<()> {
     for n in &graph.nodes {
-        let (topic, sink) = match &n.body {
-            NodeBody::Sink(spec) => (&spec.topic, true),
-            NodeBody::Operator(spec) => match &spec.late_topic {
-                Some(t) => (t, false),
-                None => continue,
-            },
+        // (topic, whether it is a sink's), for the error that names it.
+        let topics: Vec<(&String, bool)> = match &n.body {
+            NodeBody::Sink(spec) => std::iter::once(&spec.topic)
+                .chain(&spec.dead_letter_topic)
+                .map(|t| (t, true))
+                .collect(),
+            NodeBody::Operator(spec) => spec.late_topic.iter().map(|t| (t, false)).collect(),
             NodeBody::Source(_) => continue,
         };
-        match kafka::topic_partitions(consumer, std::slice::from_ref(topic)) {
-            Err(WeirError::MissingTopic { topic }) if sink => {
-                return Err(WeirError::MissingSinkTopic {
-                    sink: n.uid.clone(),
-                    topic,
-                })
-            }
-            Err(WeirError::MissingTopic { topic }) => {
-                return Err(WeirError::MissingLateTopic {
-                    operator: n.uid.clone(),
-                    topic,
-                })
-            }
-            other => {
-                other?;
-            }
+        for (topic, sink) in topics {
+            check_topic(consumer, &n.uid, topic, sink)?;
         }
     }
     Ok(())
+}
+
+fn check_topic(
+    consumer: &rdkafka::consumer::BaseConsumer,
+    uid: &str,
+    topic: &str,
+    sink: bool,
+) -> Result<()> {
+    match kafka::topic_partitions(consumer, &[topic.to_string()]) {
+        Err(WeirError::MissingTopic { topic }) if sink => Err(WeirError::MissingSinkTopic {
+            sink: uid.to_string(),
+            topic,
+        }),
+        Err(WeirError::MissingTopic { topic }) => Err(WeirError::MissingLateTopic {
+            operator: uid.to_string(),
+            topic,
+        }),
+        other => other.map(|_| ()),
+    }
 }

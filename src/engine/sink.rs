@@ -43,9 +43,14 @@ impl SinkWriter {
             _ => encode_columns(&r.row, &self.schema, &self.spec.key, &mut self.key),
         }
         match (self.spec.mode, r.row.kind) {
-            (SinkMode::Append, RowKind::Insert) | (SinkMode::Upsert, RowKind::Insert | RowKind::UpdateAfter) => {
+            (SinkMode::Append, RowKind::Insert)
+            | (
+                SinkMode::Upsert | SinkMode::Results,
+                RowKind::Insert | RowKind::UpdateAfter,
+            ) => {
                 encode_row(&r.row, &self.schema, &mut self.output.buf);
             }
+            (SinkMode::Results, RowKind::UpdateBefore | RowKind::Delete) => return Ok(()),
             (SinkMode::Append, kind) => {
                 return Err(WeirError::Operator {
                     uid: self.uid.clone(),
@@ -73,7 +78,10 @@ impl SinkWriter {
             }
         }
         let key = std::mem::take(&mut self.key);
-        let sent = self.output.send_buf(&key, None);
+        // A row's event time is its record's Kafka timestamp (a window's
+        // result: its last millisecond), as Flink's Kafka sink writes it.
+        let ts = (r.timestamp != crate::time::NO_TIMESTAMP).then_some(r.timestamp);
+        let sent = self.output.send_buf(&key, ts);
         self.key = key;
         sent
     }

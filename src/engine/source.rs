@@ -252,8 +252,12 @@ pub fn decode(
     payload: Option<&[u8]>,
     kafka_ts: Option<i64>,
 ) -> std::result::Result<(Row, i64), String> {
+    if let SourceFormat::Custom(decoder) = &spec.format {
+        return decoder.decode(payload, kafka_ts);
+    }
     let payload = payload.ok_or("record has no value (null)")?;
     let row = match spec.format {
+        SourceFormat::Custom(_) => unreachable!("decoded above"),
         SourceFormat::Text => Row::insert(vec![Value::String(
             std::str::from_utf8(payload)
                 .map_err(|e| format!("value is not valid UTF-8: {e}"))?

@@ -122,6 +122,11 @@ impl TimerService {
         self.index.len()
     }
 
+    /// The pending timers, earliest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Timer> {
+        self.index.iter()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }

@@ -8,3 +8,4 @@ pub mod deduplicate;
 pub mod stateless;
 pub mod where_filter;
 pub mod window;
+pub mod words;

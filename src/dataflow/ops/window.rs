@@ -36,6 +36,12 @@ pub struct WindowAggregate {
     pub allowed_lateness: i64,
     /// The input's schema: late records are written as JSON by it.
     pub input: Schema,
+    /// After every record, the window's result so far (an insert, then
+    /// update-afters) instead of once when it closes.
+    pub every_update: bool,
+    /// The column whose bytes a late record's dead letter carries (the
+    /// record as it was read), instead of the row as JSON.
+    pub late_value: Option<usize>,
 }
 
 impl WindowAggregate {
@@ -89,8 +95,23 @@ impl WindowAggregate {
         acc.apply(&self.aggs, &r.row, false)
             .map_err(|e| ctx.failure(e))?;
         ctx.map_put(Self::WINDOWS, &tag, &acc)?;
+        if old.is_none() {
+            ctx.count_open_windows(1);
+        }
         match (&old, fired) {
-            (None, false) => self.register(ctx, w, true)?,
+            (None, false) => {
+                // With every update the fire timer only cleans up.
+                self.register(ctx, w, true)?;
+                if self.every_update {
+                    out.emit(self.result(ctx, w, &acc, RowKind::Insert)?, w.end - 1);
+                }
+            }
+            (Some(old), false) if self.every_update => {
+                if ctx.update_before_needed() {
+                    out.emit(self.result(ctx, w, old, RowKind::UpdateBefore)?, w.end - 1);
+                }
+                out.emit(self.result(ctx, w, &acc, RowKind::UpdateAfter)?, w.end - 1);
+            }
             (Some(_), false) => {}
             // Within allowed lateness, after the result went out.
             (Some(old), true) => {
@@ -138,18 +159,20 @@ impl WindowAggregate {
         for &i in &absorbed {
             let (w, old) = &existing[i];
             acc.merge(&self.aggs, old).map_err(|e| ctx.failure(e))?;
-            if watermark >= w.end - 1 {
+            if watermark >= w.end - 1 || self.every_update {
                 // Its result is out: the merged session replaces it.
                 out.emit(self.result(ctx, w, old, RowKind::Delete)?, w.end - 1);
             }
             ctx.map_delete(Self::WINDOWS, &window_key(w))?;
+            ctx.count_open_windows(-1);
             self.unregister(ctx, w)?;
         }
         acc.apply(&self.aggs, &r.row, false)
             .map_err(|e| ctx.failure(e))?;
         ctx.map_put(Self::WINDOWS, &window_key(&merged), &acc)?;
+        ctx.count_open_windows(1);
         self.register(ctx, &merged, watermark < merged.end - 1)?;
-        if watermark >= merged.end - 1 {
+        if watermark >= merged.end - 1 || self.every_update {
             out.emit(
                 self.result(ctx, &merged, &acc, RowKind::Insert)?,
                 merged.end - 1,
@@ -160,7 +183,11 @@ impl WindowAggregate {
 
     fn late(&self, r: &Record, windows: &[Window], ctx: &mut Context) {
         let mut value = Vec::new();
-        encode_row(&r.row, &self.input, &mut value);
+        match self.late_value.map(|c| r.row.get(c)) {
+            Some(Value::Bytes(b)) => value.extend_from_slice(b),
+            Some(Value::String(s)) => value.extend_from_slice(s.as_bytes()),
+            _ => encode_row(&r.row, &self.input, &mut value),
+        }
         let (first, last) = match (windows.first(), windows.last()) {
             (Some(f), Some(l)) => (*f, *l),
             _ => {
@@ -279,44 +306,54 @@ impl Operator for WindowAggregate {
         let Some(acc) = ctx.map_get::<Accumulators>(Self::WINDOWS, &key)? else {
             return Ok(());
         };
-        if kind == FIRE {
+        if kind == FIRE && !self.every_update {
             out.emit(self.result(ctx, &w, &acc, RowKind::Insert)?, w.end - 1);
         }
         if kind == CLEANUP || self.allowed_lateness <= 0 {
             ctx.map_delete(Self::WINDOWS, &key)?;
+            ctx.count_open_windows(-1);
         }
         Ok(())
     }
 
-    /// The key's windows in state, by start, each with its results so far:
-    /// `{"windows": [{"window_start", "window_end", "count": 3}, ...]}`.
+    /// Counts the windows held (for `weir_open_windows`) by their timers,
+    /// which a restore holds in memory anyway: every window has a fire or
+    /// a clean-up timer, or both.
+    fn on_restore(&mut self, ctx: &mut Context) -> Result<()> {
+        let windows: std::collections::HashSet<(Vec<u8>, Vec<u8>)> = ctx
+            .timer_tags()
+            .into_iter()
+            .filter_map(|(key, tag)| Some((key, tag.get(1..)?.to_vec())))
+            .collect();
+        ctx.count_open_windows(windows.len() as i64);
+        Ok(())
+    }
+
+    /// The key's windows in state, by start, each with its results so far
+    /// (`{"count": 3}`).
     fn query(&mut self, ctx: &mut Context) -> Result<Queried> {
         let mut windows: Vec<(Window, Accumulators)> = ctx
             .map_entries::<Accumulators>(Self::WINDOWS)?
             .into_iter()
             .filter_map(|(k, acc)| Some((window_of_key(&k)?, acc)))
             .collect();
-        if windows.is_empty() {
-            return Ok(Queried::Value(None));
-        }
         windows.sort_by_key(|(w, _)| (w.start, w.end));
-        let list = windows
-            .iter()
-            .map(|(w, acc)| {
-                let mut results = Vec::with_capacity(self.aggs.len());
-                acc.results(&self.aggs, &mut results);
-                let mut o = serde_json::Map::new();
-                o.insert("window_start".into(), format_timestamp(w.start).into());
-                o.insert("window_end".into(), format_timestamp(w.end).into());
-                for (a, v) in self.aggs.iter().zip(&results) {
-                    o.insert(a.name.clone(), value_json(v));
-                }
-                serde_json::Value::Object(o)
-            })
-            .collect();
-        Ok(Queried::Value(Some(
-            serde_json::json!({ "windows": serde_json::Value::Array(list) }),
-        )))
+        Ok(Queried::Windows(
+            windows
+                .iter()
+                .map(|(w, acc)| {
+                    let mut results = Vec::with_capacity(self.aggs.len());
+                    acc.results(&self.aggs, &mut results);
+                    let value = self
+                        .aggs
+                        .iter()
+                        .zip(&results)
+                        .map(|(a, v)| (a.name.clone(), value_json(v)))
+                        .collect::<serde_json::Map<_, _>>();
+                    (w.start, w.end, serde_json::Value::Object(value))
+                })
+                .collect(),
+        ))
     }
 }
 
@@ -346,6 +383,8 @@ mod tests {
         ]);
         Harness::keyed(
             WindowAggregate {
+                every_update: false,
+                late_value: None,
                 spec,
                 aggs,
                 allowed_lateness,
@@ -367,6 +406,52 @@ mod tests {
                 hi.into(),
             ],
         )
+    }
+
+    #[test]
+    fn every_update_emits_each_result_so_far_nothing_at_the_close_and_cleans_up() {
+        let mut h = op(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            0,
+        );
+        h.op.every_update = true;
+        let rows = |got: Vec<(Row, i64)>| got.into_iter().map(|(r, _)| r).collect::<Vec<_>>();
+        assert_eq!(
+            rows(h.record(0, row("a", 4), 1).unwrap()),
+            vec![result(RowKind::Insert, 0, 10, 1, 4)]
+        );
+        assert_eq!(
+            rows(h.record(0, row("a", 6), 2).unwrap()),
+            vec![
+                result(RowKind::UpdateBefore, 0, 10, 1, 4),
+                result(RowKind::UpdateAfter, 0, 10, 2, 6),
+            ]
+        );
+        assert!(
+            h.watermark(9).unwrap().is_empty(),
+            "nothing more at the close"
+        );
+        assert_eq!(h.op.query(&mut h.ctx).unwrap(), Queried::Windows(vec![]));
+    }
+
+    #[test]
+    fn a_late_records_dead_letter_carries_the_record_as_read_when_told() {
+        let mut h = op(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            0,
+        );
+        h.op.late_value = Some(0);
+        h.watermark(20).unwrap();
+        h.record(0, row("raw bytes", 1), 3).unwrap();
+        let late = h.ctx.take_late_records();
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].value, b"raw bytes");
     }
 
     #[test]
@@ -412,18 +497,15 @@ mod tests {
             },
             0,
         );
-        assert_eq!(h.op.query(&mut h.ctx).unwrap(), Queried::Value(None));
+        assert_eq!(h.op.query(&mut h.ctx).unwrap(), Queried::Windows(vec![]));
         h.record(0, row("a", 4), 7).unwrap();
         h.record(0, row("a", 9), 8).unwrap();
-        let Queried::Value(Some(v)) = h.op.query(&mut h.ctx).unwrap() else {
-            panic!("windows expected");
-        };
         assert_eq!(
-            v,
-            serde_json::json!({"windows": [
-                {"window_start": format_timestamp(0), "window_end": format_timestamp(10), "n": 2, "hi": 9},
-                {"window_start": format_timestamp(5), "window_end": format_timestamp(15), "n": 2, "hi": 9},
-            ]})
+            h.op.query(&mut h.ctx).unwrap(),
+            Queried::Windows(vec![
+                (0, 10, serde_json::json!({"n": 2, "hi": 9})),
+                (5, 15, serde_json::json!({"n": 2, "hi": 9})),
+            ])
         );
     }
 

@@ -419,7 +419,7 @@ impl GraphInstance {
                 ));
             }
             let body = slot_body(graph, n, subtask, stores.remove(&n), |what| {
-                self.output(&node.uid, subtask, what)
+                self.output(graph.output_label(n), subtask, what)
             });
             slots.push(super::chain::Slot {
                 uid: node.uid.clone(),
@@ -478,6 +478,21 @@ impl GraphInstance {
                 .or_default()
                 .push(*id);
         }
+        // `tasks` and `committed` show the first stage (a TOML pipeline's
+        // only one), as for the built-in pipelines before graphs; every
+        // stage's tasks are in `stages`.
+        o.tasks = self
+            .tasks
+            .keys()
+            .filter(|(stage, _)| *stage == 0)
+            .map(|(_, id)| *id)
+            .collect();
+        o.committed = self
+            .tasks
+            .iter()
+            .filter(|((stage, _), _)| *stage == 0)
+            .filter_map(|((_, id), t)| Some((*id, t.committed.clone()?)))
+            .collect();
     }
 
     fn on_revoke(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
@@ -693,6 +708,11 @@ impl GraphInstance {
         let writer = task_writer(&head, id);
         let entry = self.plan.stages[stage].entry.clone();
         let mut chain = self.build_chain(&entry, format!("{head}-{id}"), id, &writer, stores);
+        chain.load_watermarks(range_for_subtask(
+            id,
+            self.config.scale.tasks,
+            self.config.job.max_parallelism,
+        ))?;
         let marks = WriterMarks::new(self.expected[stage].clone(), restored_marks);
         if marks.current() > MIN_WATERMARK {
             // The operators judge lateness by it; downstream already has it.
