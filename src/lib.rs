@@ -8,7 +8,7 @@
 //! - [`checkpoint`]: `_metadata`, the folder layout, the recovery decision, retention.
 //! - [`state`]: keyed state in RocksDB, key groups, snapshot and restore.
 //! - [`kafka`]: consumer and producer configuration, offsets, the sink producer.
-//! - [`operators`]: the built-in pipelines.
+//! - [`pipelines`]: the TOML pipelines (`[pipeline]`), built as job graphs.
 //! - [`observe`]: metrics and checkpoint history (a leaf: the runtime writes, the admin endpoint reads).
 //! - [`admin`]: the HTTP endpoint: health, readiness, metrics, checkpoint history, savepoints.
 //! - [`cli`]: the `weir` command's subcommands.
@@ -37,7 +37,6 @@ pub mod engine;
 pub mod error;
 pub mod kafka;
 pub mod observe;
-pub mod operators;
 pub mod pipelines;
 pub mod runtime;
 pub mod scale;

@@ -142,7 +142,12 @@ fn the_crate_has_no_import_cycle() {
         deps["engine::group"]
     );
     assert!(
-        deps["runtime::job"].contains("runtime::coordinator"),
+        deps["engine"].contains("runtime::coordinator"),
+        "{:?}",
+        deps["engine"]
+    );
+    assert!(
+        deps["runtime::job"].contains("checkpoint::recovery"),
         "{:?}",
         deps["runtime::job"]
     );

@@ -595,10 +595,10 @@ impl Sim {
                         None => Err("checkpoint folder is gone".to_string()),
                     };
                     t.awaiting = Some(id);
-                    let ack = Ack::Keyed {
-                        subtask: k as u32,
+                    let ack = Ack::Task {
+                        task: format!("word-count-{k}"),
                         checkpoint_id: id,
-                        handle,
+                        handles: handle.map(|h| vec![h]),
                         alignment_ms: 0,
                         sync_ms: 0,
                     };

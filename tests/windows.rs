@@ -363,6 +363,59 @@ fn hopping_windows_count_every_event_in_each_of_its_windows() {
 }
 
 #[test]
+fn toml_windows_run_in_group_mode_exact_when_an_instance_is_killed_and_replaced() {
+    // `[pipeline.window]` with `scale.mode = "group"`: the TOML pipeline is
+    // a job graph, whose watermarks cross the repartition topic.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair("group-windows", 4);
+    let evs = events(17, 4, 4_000, 40, 2_000, 50);
+    let expected = tumbling_expected(&evs, MINUTE);
+    let mut all = evs.clone();
+    let last = evs.iter().map(|e| e.ts).max().unwrap();
+    all.extend(flush_events(4, last + 3 * MINUTE, 1_000_000));
+    let name = unique("group-windows");
+    let shared = dir.path().join("shared");
+    let config = |i: usize| {
+        let mut spec = window_spec(
+            &dir.path().join(format!("i{i}")),
+            &input,
+            &output,
+            "kind = \"tumbling\"\nsize = \"1m\"",
+            "field = \"/ts\"\nmax_out_of_orderness = \"3s\"\nidle_timeout = \"2s\"",
+        );
+        spec.name = name.clone();
+        spec.checkpoint_dir = shared.clone();
+        spec.extra.push_str(&format!(
+            "\n[scale]\nmode = \"group\"\ntasks = 4\ninstance = \"i{i}\"\n\n\
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n"
+        ));
+        spec.write()
+    };
+    let mut i0 = WeirProcess::start(weir(), &config(0), &[]);
+    let mut i1 = WeirProcess::start(weir(), &config(1), &[]);
+    let half = all.len() / 2;
+    produce(
+        &input,
+        4,
+        &all[..half].iter().map(Event::json).collect::<Vec<_>>(),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    // One instance dies mid-stream; its replacement restores its tasks.
+    i1.kill9();
+    produce(
+        &input,
+        4,
+        &all[half..].iter().map(Event::json).collect::<Vec<_>>(),
+    );
+    let mut i1 = WeirProcess::start(weir(), &config(1), &[]);
+    let records = read_until(&output, expected.len(), Duration::from_secs(180));
+    let log = format!("{}\n{}", i0.log_text(), i1.log_text());
+    assert_exact(&records, &expected, &log);
+    assert!(i1.stop(Duration::from_secs(60)).success());
+    assert!(i0.stop(Duration::from_secs(60)).success());
+}
+
+#[test]
 fn session_windows_merge_events_closer_than_the_gap() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = topic_pair("session", 2);

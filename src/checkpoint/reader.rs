@@ -17,29 +17,9 @@ use serde::Serialize;
 
 use super::metadata::{CheckpointMetadata, StateHandle};
 use super::store::inspect_any;
-use crate::config::AggregateFunction;
 use crate::error::{Result, WeirError};
-use crate::operators::window::{unflip, WindowAcc, WATERMARK_TAG};
-use crate::operators::Pipeline;
 use crate::state::backend::{FAMILIES, VALUES};
-use crate::state::key_groups::key_group;
-use crate::state::{changes, split_key, state_key, Accumulator, StateValue};
-
-/// One entry of keyed state, decoded.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Entry {
-    /// A key's value (aggregate without windows).
-    Value { key: String, acc: Accumulator },
-    /// One window of a key, `[start, end)` in ms.
-    Window {
-        key: String,
-        start: i64,
-        end: i64,
-        acc: Accumulator,
-    },
-    /// The event-time watermark a key group had reached.
-    Watermark { key_group: u32, watermark: i64 },
-}
+use crate::state::changes;
 
 /// What `weir checkpoints show` prints per subtask.
 #[derive(Debug, Clone, Serialize)]
@@ -105,20 +85,9 @@ impl CheckpointReader {
         &self.folder
     }
 
-    /// The function whose result the operator's values show (`count`,
-    /// `sum`, ...), from the kind the checkpoint recorded.
-    pub fn function(&self, uid: &str) -> Result<AggregateFunction> {
-        let op = self
-            .meta
-            .topology
-            .operators
-            .iter()
-            .find(|o| o.uid == uid)
-            .ok_or_else(|| self.unknown_operator(uid))?;
-        Ok(Pipeline::function_of_kind(&op.kind).unwrap_or(AggregateFunction::Count))
-    }
-
-    fn unknown_operator(&self, uid: &str) -> WeirError {
+    /// `uid` has no keyed state in this checkpoint: the error names the
+    /// operators that have.
+    pub fn unknown_operator(&self, uid: &str) -> WeirError {
         let keyed: Vec<String> = self.handles_by_uid().into_keys().collect();
         WeirError::Recovery(format!(
             "checkpoint {} in {} has no keyed state for operator {uid:?}; it has: {}",
@@ -146,49 +115,6 @@ impl CheckpointReader {
             .ok_or_else(|| self.unknown_operator(uid))
     }
 
-    /// The value or windows of `key` in operator `uid`.
-    pub fn get(&self, uid: &str, key: &str) -> Result<Vec<Entry>> {
-        let kg = key_group(key.as_bytes(), self.meta.topology.max_parallelism);
-        let handles = self.handles(uid)?;
-        let Some(h) = handles
-            .iter()
-            .find(|h| h.key_groups.0 <= kg && kg < h.key_groups.1)
-        else {
-            return Ok(Vec::new());
-        };
-        let prefix = state_key(kg, key.as_bytes());
-        let mut out = Vec::new();
-        self.for_each(h, Some(&prefix), &mut |e| {
-            match &e {
-                Entry::Value { key: k, .. } | Entry::Window { key: k, .. } if k == key => {
-                    out.push(e)
-                }
-                _ => {}
-            }
-            Ok(())
-        })?;
-        Ok(out)
-    }
-
-    /// Every entry of operator `uid` whose key starts with `prefix`, in
-    /// subtask order, then key-group order.
-    pub fn scan(
-        &self,
-        uid: &str,
-        prefix: &str,
-        f: &mut dyn FnMut(Entry) -> Result<()>,
-    ) -> Result<()> {
-        for h in self.handles(uid)? {
-            self.for_each(h, None, &mut |e| match &e {
-                Entry::Value { key, .. } | Entry::Window { key, .. } if key.starts_with(prefix) => {
-                    f(e)
-                }
-                _ => Ok(()),
-            })?;
-        }
-        Ok(())
-    }
-
     /// Keys, windows and watermark of every keyed subtask.
     pub fn summary(&self) -> Result<Vec<SubtaskSummary>> {
         let mut out = Vec::new();
@@ -203,31 +129,15 @@ impl CheckpointReader {
                 out.push(self.graph_summary(h)?);
                 continue;
             }
-            let (mut keys, mut windows, mut watermark) = (0u64, 0u64, None::<i64>);
-            let mut last_key: Option<String> = None;
-            self.for_each(h, None, &mut |e| {
-                match e {
-                    Entry::Value { .. } => keys += 1,
-                    Entry::Window { key, .. } => {
-                        windows += 1;
-                        if last_key.as_deref() != Some(key.as_str()) {
-                            keys += 1;
-                            last_key = Some(key);
-                        }
-                    }
-                    Entry::Watermark { watermark: w, .. } => {
-                        watermark = Some(watermark.map_or(w, |m: i64| m.min(w)));
-                    }
-                }
-                Ok(())
-            })?;
+            // Written before job graphs: its layout is not recorded, so
+            // only what the handle says is shown.
             out.push(SubtaskSummary {
                 operator: h.uid.clone(),
                 subtask: h.subtask,
                 key_groups: h.key_groups,
-                keys,
-                windows,
-                watermark_ms: watermark,
+                keys: 0,
+                windows: 0,
+                watermark_ms: None,
                 size_bytes: h.size_bytes,
                 files: h.files.len(),
             });
@@ -242,14 +152,38 @@ impl CheckpointReader {
     fn graph_summary(&self, h: &StateHandle) -> Result<SubtaskSummary> {
         let mut keys = std::collections::BTreeSet::new();
         let mut watermark: Option<i64> = None;
+        let mut windows = 0u64;
+        // Tables holding windows: a window aggregate's map of accumulators.
+        let window_tables: Vec<u8> = self
+            .meta
+            .topology
+            .operators
+            .iter()
+            .find(|o| o.uid == h.uid)
+            .and_then(|o| o.state.as_ref())
+            .map(|s| {
+                s.tables
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.kind == "map" && t.codec == "accumulators")
+                    .map(|(i, _)| i as u8)
+                    .collect()
+            })
+            .unwrap_or_default();
         self.for_each_raw(h, None, &mut |k, v| {
-            if k.get(2) == Some(&crate::dataflow::state::WATERMARK_TABLE.0) {
-                // The watermark a key group had reached (runtime-owned).
-                if let Ok(b) = <[u8; 8]>::try_from(v) {
-                    let w = i64::from_le_bytes(b);
-                    watermark = Some(watermark.map_or(w, |m| m.max(w)));
+            match k.get(2) {
+                Some(&t) if t == crate::dataflow::state::WATERMARK_TABLE.0 => {
+                    // The watermark a key group had reached (runtime-owned).
+                    if let Ok(b) = <[u8; 8]>::try_from(v) {
+                        let w = i64::from_le_bytes(b);
+                        watermark = Some(watermark.map_or(w, |m| m.min(w)));
+                    }
+                    return Ok(());
                 }
-            } else if let Some(key) = graph_key(k) {
+                Some(t) if window_tables.contains(t) => windows += 1,
+                _ => {}
+            }
+            if let Some(key) = graph_key(k) {
                 keys.insert(key);
             }
             Ok(())
@@ -259,24 +193,11 @@ impl CheckpointReader {
             subtask: h.subtask,
             key_groups: h.key_groups,
             keys: keys.len() as u64,
-            windows: 0,
+            windows,
             watermark_ms: watermark,
             size_bytes: h.size_bytes,
             files: h.files.len(),
         })
-    }
-
-    /// Visits the decoded entries of one snapshot (RocksDB with the
-    /// changes file over it), in key order, optionally only under `prefix`
-    /// (a full RocksDB key prefix, key group included).
-    fn for_each(
-        &self,
-        h: &StateHandle,
-        prefix: Option<&[u8]>,
-        f: &mut dyn FnMut(Entry) -> Result<()>,
-    ) -> Result<()> {
-        let dir = self.folder.join(&h.path);
-        self.for_each_raw(h, prefix, &mut |k, v| f(decode(&dir, k, v)?))
     }
 
     /// The snapshots of operator `uid`, in subtask order.
@@ -371,45 +292,4 @@ fn graph_key(full: &[u8]) -> Option<Vec<u8>> {
     let mut key = kg.to_vec();
     key.extend_from_slice(rest.get(..len)?);
     Some(key)
-}
-
-/// Decodes one RocksDB entry of the values family by its shape: 32-byte
-/// accumulators (`key_group | key`), 40-byte window accumulators
-/// (`key_group | key | start`), 8-byte watermarks (`key_group | 0xFF`).
-fn decode(dir: &Path, full: &[u8], value: &[u8]) -> Result<Entry> {
-    let corrupt = |why: &str| {
-        WeirError::Recovery(format!(
-            "state in {} has an entry it cannot decode (key {:?}, {} value bytes): {why}",
-            dir.display(),
-            String::from_utf8_lossy(full),
-            value.len()
-        ))
-    };
-    let (kg, rest) = split_key(full).ok_or_else(|| corrupt("key shorter than its key group"))?;
-    if rest == [WATERMARK_TAG] && value.len() == 8 {
-        let watermark = i64::from_le_bytes(value.try_into().expect("8 bytes"));
-        return Ok(Entry::Watermark {
-            key_group: kg,
-            watermark,
-        });
-    }
-    let text =
-        |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| corrupt("the key is not UTF-8"));
-    match value.len() {
-        32 => Ok(Entry::Value {
-            key: text(rest)?,
-            acc: Accumulator::decode(value).ok_or_else(|| corrupt("bad accumulator"))?,
-        }),
-        40 if rest.len() >= 8 => {
-            let w = WindowAcc::decode(value).ok_or_else(|| corrupt("bad window accumulator"))?;
-            let (key, start) = rest.split_at(rest.len() - 8);
-            Ok(Entry::Window {
-                key: text(key)?,
-                start: unflip(start).expect("8 bytes"),
-                end: w.end,
-                acc: w.acc,
-            })
-        }
-        _ => Err(corrupt("neither a value, a window nor a watermark")),
-    }
 }

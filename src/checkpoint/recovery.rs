@@ -229,9 +229,10 @@ fn check_topology(m: &CheckpointMetadata, current: &Topology, discard: Vec<u64>)
             "checkpoint {} was written by weir before job graphs (operator {:?}, {}, keeps one \
              fixed-size value per key); this weir runs every pipeline as a job graph, whose \
              state is named tables, and cannot restore it. Nothing was started. To start over \
-             with empty state, run this job under a new `job.name` (its own checkpoint \
-             directory, consumer group and transactional id; the sources start at \
-             `source.start`); until then the previous weir can go on running it",
+             with empty state, run this job under a new `job.name` and a new \
+             `kafka.group_id` (its own checkpoint directory, committed offsets and \
+             transactional id; the sources start at `source.start`); until then the previous \
+             weir can go on running it",
             m.checkpoint_id, old.uid, old.kind
         ));
     }
@@ -388,6 +389,41 @@ mod tests {
                 discard,
             } => (checkpoint.checkpoint_id, discard.clone()),
             other => panic!("expected a restore, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_from_before_job_graphs_is_refused_saying_why_and_what_to_do() {
+        // What weir wrote before job graphs: the keyed operator by its
+        // pipeline kind, without a record of its tables.
+        let mut old = meta(7, 70);
+        old.topology.operators[1].kind = "word-count".into();
+        // This weir's graph of the same pipeline, with its tables.
+        let mut current = topology("word-count");
+        current.operators[1].kind = "pipeline:word-count".into();
+        current.operators[1].state = Some(crate::checkpoint::metadata::StateInfo {
+            key: vec![],
+            tables: vec![],
+        });
+        let folders = vec![FolderFacts {
+            contents: FolderContents::Valid(Box::new(old)),
+            ..valid(7, 70, false)
+        }];
+        let o = Observed {
+            topology: current,
+            ..observed(folders, None)
+        };
+        match decide(&o) {
+            Decision::Refuse(msg) => {
+                assert!(msg.contains("checkpoint 7"), "{msg}");
+                assert!(msg.contains("before job graphs"), "{msg}");
+                assert!(msg.contains("\"word-count\""), "names the operator: {msg}");
+                assert!(
+                    msg.contains("new `job.name`") && msg.contains("`kafka.group_id`"),
+                    "says what to do: {msg}"
+                );
+            }
+            other => panic!("a silent empty start or a restore: {other:?}"),
         }
     }
 

@@ -4,16 +4,15 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::OutputFormat;
-use crate::checkpoint::reader::{CheckpointReader, Entry};
+use crate::checkpoint::reader::CheckpointReader;
 use crate::checkpoint::store::COMMITTED;
 use crate::checkpoint::CheckpointStore;
-use crate::config::{AggregateFunction, Config};
+use crate::config::Config;
+use crate::dataflow::json::format_timestamp as rfc3339_millis;
 use crate::error::{Result, WeirError};
-use crate::operators::result_value;
-use crate::operators::window::rfc3339_millis;
 
 /// Finds the folder `--checkpoint` names: a folder path (checkpoint or
 /// savepoint), a checkpoint id, or `latest` (the newest completed one) of
@@ -143,73 +142,6 @@ pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
     Ok(out)
 }
 
-/// One entry as the job's output would show it.
-fn entry_json(f: AggregateFunction, e: &Entry) -> Option<Value> {
-    let (name, value) = (f.name(), |acc| result_value(f, acc));
-    match e {
-        Entry::Value { key, acc } => Some(json!({ "key": key, name: value(acc) })),
-        Entry::Window {
-            key,
-            start,
-            end,
-            acc,
-        } => Some(json!({
-            "key": key,
-            "window_start": rfc3339_millis(*start),
-            "window_end": rfc3339_millis(*end),
-            name: value(acc),
-        })),
-        Entry::Watermark { .. } => None,
-    }
-}
-
-fn entry_text(f: AggregateFunction, e: &Entry) -> Option<String> {
-    match e {
-        Entry::Value { key, acc } => Some(format!("{key}\t{}", result_value(f, acc))),
-        Entry::Window {
-            key,
-            start,
-            end,
-            acc,
-        } => Some(format!(
-            "{key}\t{}\t{}\t{}",
-            rfc3339_millis(*start),
-            rfc3339_millis(*end),
-            result_value(f, acc)
-        )),
-        Entry::Watermark { .. } => None,
-    }
-}
-
-/// Writes one entry as a line; false for entries that are not keyed
-/// values (watermarks).
-fn write_entry(
-    out: &mut dyn Write,
-    f: AggregateFunction,
-    e: &Entry,
-    format: OutputFormat,
-) -> Result<bool> {
-    let line = match format {
-        OutputFormat::Json => entry_json(f, e).map(|v| v.to_string()),
-        OutputFormat::Text => entry_text(f, e),
-    };
-    let Some(line) = line else {
-        return Ok(false);
-    };
-    writeln!(out, "{line}").map_err(|e| WeirError::io(Path::new("stdout"), e))?;
-    Ok(true)
-}
-
-/// The built-in pipelines keep one table; `--table` names a graph's.
-fn no_tables(table: Option<&str>) -> Result<()> {
-    match table {
-        None => Ok(()),
-        Some(t) => Err(WeirError::Recovery(format!(
-            "--table {t:?}: the operator is a built-in pipeline's, whose state has no named tables"
-        ))),
-    }
-}
-
 /// `weir state get`: the key's value (or windows), one line each; false
 /// when the checkpoint holds nothing for the key.
 pub fn get(
@@ -221,16 +153,8 @@ pub fn get(
     out: &mut dyn Write,
 ) -> Result<bool> {
     let reader = CheckpointReader::open(folder)?;
-    if let Some(info) = super::graph_state::state_info(&reader, operator) {
-        return super::graph_state::get(&reader, operator, info, key, table, format, out);
-    }
-    no_tables(table)?;
-    let f = reader.function(operator)?;
-    let entries = reader.get(operator, key)?;
-    for e in &entries {
-        write_entry(out, f, e, format)?;
-    }
-    Ok(!entries.is_empty())
+    let info = state_info(&reader, operator)?;
+    super::graph_state::get(&reader, operator, info, key, table, format, out)
 }
 
 /// `weir state scan`: every key under `prefix`, one line each (JSON lines
@@ -244,15 +168,27 @@ pub fn scan(
     out: &mut dyn Write,
 ) -> Result<u64> {
     let reader = CheckpointReader::open(folder)?;
-    if let Some(info) = super::graph_state::state_info(&reader, operator) {
-        return super::graph_state::scan(&reader, operator, info, prefix, table, format, out);
+    let info = state_info(&reader, operator)?;
+    super::graph_state::scan(&reader, operator, info, prefix, table, format, out)
+}
+
+/// The recorded state of `operator`, or why there is none to read: no
+/// keyed state by that uid, or state written before job graphs, whose
+/// layout no checkpoint recorded.
+fn state_info<'a>(
+    reader: &'a CheckpointReader,
+    operator: &str,
+) -> Result<&'a crate::checkpoint::metadata::StateInfo> {
+    if let Some(info) = super::graph_state::state_info(reader, operator) {
+        return Ok(info);
     }
-    no_tables(table)?;
-    let f = reader.function(operator)?;
-    let mut n = 0;
-    reader.scan(operator, prefix, &mut |e| {
-        n += u64::from(write_entry(out, f, &e, format)?);
-        Ok(())
-    })?;
-    Ok(n)
+    if reader.snapshots(operator).is_ok() {
+        return Err(WeirError::Recovery(format!(
+            "operator {operator:?} in checkpoint {} was written by weir before job graphs: its \
+             state has no recorded tables, and this weir reads state only by them; read it \
+             with the weir that wrote it",
+            reader.metadata().checkpoint_id
+        )));
+    }
+    Err(reader.unknown_operator(operator))
 }

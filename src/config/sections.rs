@@ -343,6 +343,26 @@ pub struct WindowConfig {
     pub emit: WindowEmit,
 }
 
+impl WindowConfig {
+    /// The windows this section describes, in milliseconds.
+    pub fn spec(&self) -> crate::window::assign::WindowSpec {
+        use crate::window::assign::WindowSpec;
+        let ms = |d: Option<Duration>| d.unwrap_or_default().as_millis() as i64;
+        match self.kind {
+            WindowKind::Tumbling => WindowSpec::Tumbling {
+                size: ms(self.size),
+                offset: ms(self.offset),
+            },
+            WindowKind::Hopping => WindowSpec::Hopping {
+                size: ms(self.size),
+                slide: ms(self.slide),
+                offset: ms(self.offset),
+            },
+            WindowKind::Session => WindowSpec::Session { gap: ms(self.gap) },
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WindowKind {

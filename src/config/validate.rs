@@ -317,14 +317,6 @@ impl Config {
                 ),
             );
         }
-        if self.pipeline.window().is_some() {
-            bad(
-                "pipeline.window",
-                "is not supported with scale.mode = \"group\" yet: watermarks do not cross the \
-                 repartition topic. Run windowed jobs with scale.mode = \"single\""
-                    .into(),
-            );
-        }
         if self.sink.delivery != Delivery::ExactlyOnce {
             bad(
                 "sink.delivery",
@@ -460,7 +452,7 @@ impl Config {
                 unwanted(bad, "offset", w.offset, "session");
             }
         }
-        if let Err(reason) = crate::runtime::job::window_spec(w).validate() {
+        if let Err(reason) = w.spec().validate() {
             if w.kind == WindowKind::Hopping {
                 bad("pipeline.window.slide", reason);
             }

@@ -229,6 +229,21 @@ impl KeyedStore {
         Ok(result)
     }
 
+    /// What RocksDB itself holds at `full_key`, cache aside (tests of the
+    /// snapshot sequence).
+    #[cfg(test)]
+    pub(crate) fn in_rocksdb(&self, full_key: &[u8]) -> Option<Vec<u8>> {
+        self.backend
+            .db()
+            .get_cf(self.backend.cf(VALUES), full_key)
+            .expect("read")
+    }
+
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
+        self.backend.path()
+    }
+
     pub(crate) fn decode<T: StateCodec>(&self, full_key: &[u8], bytes: &[u8]) -> Result<T> {
         T::decode(bytes).map_err(|e| self.corrupt(full_key, format!("not a {}: {e}", T::NAME)))
     }
@@ -505,5 +520,340 @@ mod tests {
         ctx.set_watermark(6_000);
         ctx.set_key(3, b"k");
         assert_eq!(ctx.watermark(), 6_000, "the live watermark once it is past");
+    }
+
+    /// The snapshot sequence and restores, through the tables' store (one
+    /// `i64` count per key, key groups of 8).
+    mod snapshots {
+        use super::*;
+        use crate::checkpoint::CheckpointStore;
+        use crate::state::key_groups::{key_group, range_for_subtask};
+        use std::fs;
+
+        fn tables() -> Vec<TableSpec> {
+            vec![TableSpec::value::<i64>("count")]
+        }
+
+        fn open(path: &Path, cache: usize) -> KeyedStore {
+            KeyedStore::open_empty("wc", tables(), path, cache).unwrap()
+        }
+
+        fn full(key: &str) -> Vec<u8> {
+            let mut k = Vec::new();
+            key_prefix(
+                key_group(key.as_bytes(), 8),
+                Table(0),
+                key.as_bytes(),
+                &mut k,
+            );
+            k
+        }
+
+        fn count(s: &mut KeyedStore, key: &str) -> u64 {
+            let k = full(key);
+            s.read_with(&k, |s, b| s.decode::<i64>(&k, b))
+                .unwrap()
+                .map_or(0, |n| n as u64)
+        }
+
+        fn add(s: &mut KeyedStore, key: &str, n: u32) {
+            for _ in 0..n {
+                let now = count(s, key) as i64 + 1;
+                s.write_slice(&full(key), Some(&now.to_le_bytes())).unwrap();
+            }
+        }
+
+        /// The handle of a snapshot of key groups 0..8 at `chk/state/wc/0`.
+        fn whole_handle() -> StateHandle {
+            StateHandle {
+                uid: "wc".into(),
+                subtask: 0,
+                key_groups: (0, 8),
+                path: "state/wc/0".into(),
+                size_bytes: 0,
+                files: vec![],
+            }
+        }
+
+        fn restore_whole(dir: &Path, live: &str, cache: usize) -> KeyedStore {
+            let handle = whole_handle();
+            KeyedStore::restore(
+                "wc",
+                tables(),
+                &dir.join(live),
+                &dir.join("chk"),
+                &[&handle],
+                (0, 8),
+                cache,
+            )
+            .unwrap()
+        }
+
+        fn snap_dir(dir: &Path) -> std::path::PathBuf {
+            let snap = dir.join("chk/state/wc/0");
+            fs::create_dir_all(snap.parent().unwrap()).unwrap();
+            snap
+        }
+
+        fn files_with(dir: &Path, extension: &str) -> Vec<(String, u64)> {
+            fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.path().extension().is_some_and(|x| x == extension))
+                .map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    (name, e.metadata().unwrap().len())
+                })
+                .collect()
+        }
+
+        #[test]
+        fn snapshot_and_restore_keep_exactly_the_snapshot() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 2);
+            add(&mut s, "a", 3);
+            add(&mut s, "b", 2);
+            add(&mut s, "c", 1); // evicts through the small cache
+            s.snapshot(&snap_dir(tmp.path())).unwrap();
+            add(&mut s, "a", 10); // after the snapshot: must not be restored
+            s.write_back().unwrap();
+            drop(s);
+            let mut r = restore_whole(tmp.path(), "live", 2);
+            assert_eq!(
+                (count(&mut r, "a"), count(&mut r, "b"), count(&mut r, "c")),
+                (3, 2, 1)
+            );
+            // The restored instance writes on without touching the snapshot.
+            add(&mut r, "a", 1);
+            r.write_back().unwrap();
+            drop(r);
+            let mut again = restore_whole(tmp.path(), "again", 2);
+            assert_eq!(count(&mut again, "a"), 3);
+        }
+
+        #[test]
+        fn a_snapshot_copies_the_wal_instead_of_flushing_memtables() {
+            let tmp = tempfile::tempdir().unwrap();
+            let live = tmp.path().join("live");
+            let mut s = open(&live, 1000);
+            for i in 0..500u32 {
+                add(&mut s, &format!("w{i}"), i % 7 + 1);
+            }
+            s.write_back().unwrap();
+            let ssts_before = files_with(&live, "sst");
+            let snap = snap_dir(tmp.path());
+            s.snapshot(&snap).unwrap();
+            // No flush at the barrier: the live instance has the same SSTs,
+            // and the snapshot carries the writes in a copy of the WAL.
+            assert_eq!(files_with(&live, "sst"), ssts_before);
+            let wal = files_with(&snap, "log");
+            assert!(
+                wal.iter().any(|(_, len)| *len > 0),
+                "no WAL in the snapshot: {wal:?}"
+            );
+            add(&mut s, "w1", 100); // after the snapshot: must not be restored
+            s.write_back().unwrap();
+            drop(s);
+            let mut r = restore_whole(tmp.path(), "restored", 2);
+            for i in 0..500u32 {
+                assert_eq!(
+                    count(&mut r, &format!("w{i}")),
+                    u64::from(i % 7 + 1),
+                    "w{i}"
+                );
+            }
+        }
+
+        #[test]
+        fn a_flushing_snapshot_is_sst_files_and_an_empty_changes_file() {
+            // Group mode uploads snapshots: each SST once, so nothing may
+            // ride in a WAL copy or a changes file uploaded each time.
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 1000);
+            s.set_flush_on_snapshot(true);
+            for i in 0..500u32 {
+                add(&mut s, &format!("w{i}"), i % 7 + 1);
+            }
+            let snap = snap_dir(tmp.path());
+            let taken = s.snapshot(&snap).unwrap();
+            assert!(files_with(&snap, "log").iter().all(|(_, len)| *len == 0));
+            assert!(
+                !files_with(&snap, "sst").is_empty(),
+                "no SST in the snapshot"
+            );
+            let changes = taken
+                .files
+                .iter()
+                .find(|f| f.name == changes::FILE)
+                .unwrap();
+            assert!(
+                changes.size_bytes <= 16,
+                "changes file of {} bytes",
+                changes.size_bytes
+            );
+            drop(s);
+            let mut r = restore_whole(tmp.path(), "restored", 2);
+            for i in 0..500u32 {
+                assert_eq!(
+                    count(&mut r, &format!("w{i}")),
+                    u64::from(i % 7 + 1),
+                    "w{i}"
+                );
+            }
+        }
+
+        #[test]
+        fn changes_not_yet_written_back_are_in_the_snapshot_and_not_in_rocksdb() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 1000);
+            add(&mut s, "kept", 2);
+            add(&mut s, "gone", 1);
+            s.write_back().unwrap();
+            // Changes after the last write-back: an update, a delete, a new
+            // key and a timer.
+            add(&mut s, "kept", 3);
+            s.write_slice(&full("gone"), None).unwrap();
+            add(&mut s, "new", 1);
+            s.timers()
+                .register(100, timer_payload(key_group(b"new", 8), b"new", b"t"));
+            let snapshot = s.snapshot(&snap_dir(tmp.path())).unwrap();
+            assert!(snapshot.files.iter().any(|f| f.name == changes::FILE));
+            // Nothing was written into RocksDB at the barrier.
+            let stored = |s: &KeyedStore, key: &str| {
+                s.in_rocksdb(&full(key))
+                    .map(|v| i64::from_le_bytes(v.try_into().unwrap()))
+            };
+            assert_eq!(stored(&s, "kept"), Some(2));
+            assert_eq!(stored(&s, "gone"), Some(1));
+            assert_eq!(stored(&s, "new"), None);
+            // The live instance still sees its own changes.
+            assert_eq!(
+                (
+                    count(&mut s, "kept"),
+                    count(&mut s, "gone"),
+                    count(&mut s, "new")
+                ),
+                (5, 0, 1)
+            );
+            drop(s);
+            let mut r = restore_whole(tmp.path(), "restored", 1000);
+            assert_eq!(
+                (
+                    count(&mut r, "kept"),
+                    count(&mut r, "gone"),
+                    count(&mut r, "new")
+                ),
+                (5, 0, 1)
+            );
+            assert_eq!(r.timers().next_time(), Some(100));
+            assert!(
+                !r.path().join(changes::FILE).exists(),
+                "the applied changes file is not left in the live instance"
+            );
+        }
+
+        #[test]
+        fn restore_at_another_parallelism_splits_and_merges_key_groups() {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = CheckpointStore::new(tmp.path().join("chk"));
+            let words: Vec<String> = (0..200).map(|i| format!("w{i}")).collect();
+            let mut handles = Vec::new();
+            // Two subtasks at parallelism 2, each holding only its groups.
+            for sub in 0..2u32 {
+                let range = range_for_subtask(sub, 2, 8);
+                let mut s = open(&tmp.path().join(format!("live{sub}")), 1000);
+                for (i, w) in words.iter().enumerate() {
+                    let kg = key_group(w.as_bytes(), 8);
+                    if kg >= range.0 && kg < range.1 {
+                        add(&mut s, w, i as u32 % 5 + 1);
+                    }
+                }
+                let rel = CheckpointStore::state_path("wc", sub);
+                fs::create_dir_all(store.root().join(&rel).parent().unwrap()).unwrap();
+                s.snapshot(&store.root().join(&rel)).unwrap();
+                handles.push(StateHandle {
+                    uid: "wc".into(),
+                    subtask: sub,
+                    key_groups: range,
+                    path: rel,
+                    size_bytes: 0,
+                    files: vec![],
+                });
+            }
+            let refs: Vec<&StateHandle> = handles.iter().collect();
+            for p in [1u32, 3] {
+                for sub in 0..p {
+                    let range = range_for_subtask(sub, p, 8);
+                    let mut r = KeyedStore::restore(
+                        "wc",
+                        tables(),
+                        &tmp.path().join(format!("p{p}-{sub}")),
+                        store.root(),
+                        &refs,
+                        range,
+                        1000,
+                    )
+                    .unwrap();
+                    for (i, w) in words.iter().enumerate() {
+                        let kg = key_group(w.as_bytes(), 8);
+                        let expected = if kg >= range.0 && kg < range.1 {
+                            i as u64 % 5 + 1
+                        } else {
+                            0
+                        };
+                        assert_eq!(
+                            count(&mut r, w),
+                            expected,
+                            "{w} at parallelism {p} subtask {sub}"
+                        );
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_corrupt_value_is_an_error_naming_key_group_and_key() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 10);
+            let kg = key_group(b"poison", 8);
+            s.write_slice(&full("poison"), Some(b"not 8 bytes!"))
+                .unwrap();
+            s.write_back().unwrap();
+            let k = full("poison");
+            let e = s.read_with(&k, |s, b| s.decode::<i64>(&k, b)).unwrap_err();
+            assert!(e.is_fatal(), "a restart would hit it again: {e}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("key group {kg}")), "{text}");
+            assert!(text.contains("poison"), "{text}");
+            assert!(text.contains("not 12"), "{text}");
+            assert!(matches!(e, WeirError::CorruptState { .. }), "{e}");
+        }
+
+        #[test]
+        fn a_key_shorter_than_its_prefix_fails_a_rescaling_restore() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 10);
+            s.write_slice(b"\x01", Some(b"x")).unwrap();
+            s.write_back().unwrap();
+            s.snapshot(&snap_dir(tmp.path())).unwrap();
+            drop(s);
+            // Another range than the snapshot's: the keys are read one by one.
+            let handle = whole_handle();
+            let e = KeyedStore::restore(
+                "wc",
+                tables(),
+                &tmp.path().join("r"),
+                &tmp.path().join("chk"),
+                &[&handle],
+                (0, 4),
+                10,
+            )
+            .err()
+            .expect("refused");
+            assert!(
+                e.to_string().contains("shorter than its key-group prefix"),
+                "{e}"
+            );
+        }
     }
 }

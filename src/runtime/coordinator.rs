@@ -107,22 +107,6 @@ impl AckCollector {
                         .map(|p| ((p.topic, p.partition), p.offset)),
                 );
             }
-            Ack::Keyed {
-                subtask,
-                handle,
-                alignment_ms,
-                sync_ms,
-                ..
-            } => {
-                self.alignment_ms = self.alignment_ms.max(alignment_ms);
-                self.snapshot_ms = self.snapshot_ms.max(sync_ms);
-                match handle {
-                    Ok(h) => self.state.push(h),
-                    Err(reason) => self
-                        .declined
-                        .push(format!("keyed subtask {subtask}: {reason}")),
-                }
-            }
             Ack::Task {
                 task,
                 handles,

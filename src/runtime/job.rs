@@ -1,8 +1,9 @@
-//! One job: the restart loop around attempts, and an attempt's assembly:
-//! recover, build channels and tasks, run them, and turn any task error or
-//! panic into a failed attempt that every task stops for.
+//! One job's life around its attempts, for every job graph (the TOML
+//! pipelines' and those built in Rust; `crate::engine` assembles an
+//! attempt): the restart loop, recovery (what to restore, or a refusal),
+//! and the supervision that turns any task error or panic into a failed
+//! attempt that every task stops for.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,78 +13,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded};
-use rdkafka::consumer::Consumer;
-use rdkafka::{Offset, TopicPartitionList};
+use crossbeam_channel::unbounded;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::commit::{KafkaCommitPoint, TransactionBudget};
-use super::coordinator::Coordinator;
-use super::gate::EpochGate;
-use super::keyed::KeyedTask;
-use super::output::Output;
-use super::source::EventTime;
-use super::source::{Position, SourceTask};
-use super::{JobShared, CHANNEL_CAPACITY};
-use crate::checkpoint::metadata::OperatorInfo;
+use super::JobShared;
 use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
 use crate::checkpoint::store::{self, create_private_dir};
-use crate::checkpoint::StateHandle;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
-use crate::config::{Config, Delivery, SOURCE_UID};
-use crate::config::{LatePolicy, WindowConfig, WindowKind};
+use crate::config::{Config, Delivery};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, producer::SinkProducer};
-use crate::operators::aggregate::AggregateOperator;
-use crate::operators::window::WindowOperator;
-use crate::operators::Pipeline;
-use crate::state::key_groups::range_for_subtask;
-use crate::state::{KeyedState, StateValue};
-use crate::time::timestamp::{normalize_pointer, TimestampExtractor};
-use crate::time::watermark::SourceWatermarks;
-use crate::window::assign::WindowSpec;
 
-/// The topology this configuration runs, as recorded in checkpoints.
-pub fn topology(c: &Config) -> Topology {
-    Topology {
-        max_parallelism: c.job.max_parallelism,
-        operators: vec![
-            OperatorInfo {
-                uid: SOURCE_UID.into(),
-                kind: "kafka-source".into(),
-                parallelism: c.job.parallelism,
-                state: None,
-            },
-            OperatorInfo {
-                uid: c.keyed_uid(),
-                kind: Pipeline::from_config(c).kind(),
-                parallelism: c.job.parallelism,
-                state: None,
-            },
-        ],
-    }
-}
-
-/// Runs the job until a stop request completes a final checkpoint (Ok),
-/// a fatal error, or the restart budget is spent.
-pub fn run(config: Arc<Config>, shared: JobShared, restore_from: Option<PathBuf>) -> Result<()> {
-    run_attempts(
-        config,
-        shared,
-        restore_from,
-        |config, shared, restore_from, progressed| {
-            if config.is_group() {
-                crate::scale::engine::run_attempt(config, shared, progressed)
-            } else {
-                run_attempt(config, shared, restore_from, progressed)
-            }
-        },
-    )
-}
-
-/// The restart loop around `attempt`, shared by the built-in pipelines and
-/// job graphs: the state-directory lock, the owner token, the restart
+/// The restart loop around `attempt`: the state-directory lock, the owner token, the restart
 /// budget with backoff, and the checks that no other instance took over.
 pub fn run_attempts(
     config: Arc<Config>,
@@ -277,257 +219,6 @@ pub(crate) fn recover(
     })
 }
 
-fn run_attempt(
-    config: &Arc<Config>,
-    shared: &JobShared,
-    restore_from: Option<PathBuf>,
-    progressed: &Arc<AtomicBool>,
-) -> Result<()> {
-    let store = CheckpointStore::new(config.job_checkpoint_dir());
-    create_private_dir(store.root())?;
-    let p = config.job.parallelism;
-    let group = kafka::create_consumer(config)?;
-    let partitions = kafka::source_partitions(config, &group)?;
-    let cancel = CancellationToken::new();
-    // Fence older instances first: their open transaction is aborted and
-    // they can no longer commit, so the offsets read next are final.
-    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
-    let restored = recover(
-        config,
-        topology(config),
-        &store,
-        &group,
-        &partitions,
-        restore_from,
-    )?;
-    let restored_id = restored
-        .checkpoint
-        .as_ref()
-        .map_or(0, |(c, _)| c.checkpoint_id);
-    let gate = Arc::new(EpochGate::new(restored_id));
-    if producer.is_transactional() {
-        producer.begin_transaction()?;
-    }
-    let pipeline = Pipeline::from_config(config);
-    let uid = config.keyed_uid();
-
-    // Data channels: source s → keyed k.
-    let mut to_keyed: Vec<Vec<_>> = (0..p).map(|_| Vec::new()).collect();
-    let mut from_source: Vec<Vec<_>> = (0..p).map(|_| Vec::new()).collect();
-    for outputs in from_source.iter_mut() {
-        for inputs in to_keyed.iter_mut() {
-            let (tx, rx) = bounded(CHANNEL_CAPACITY);
-            outputs.push(tx);
-            inputs.push(rx);
-        }
-    }
-    let (ack_tx, ack_rx) = unbounded();
-
-    let handles: Vec<_> = restored
-        .checkpoint
-        .iter()
-        .flat_map(|(c, _)| c.state.iter().filter(|h| h.uid == uid))
-        .collect();
-    let window = config.pipeline.window().cloned();
-    let mut keyed_tasks: Vec<(String, TaskBody)> = Vec::new();
-    let query_inputs = shared.queries.register(&uid, p, config.job.max_parallelism);
-    for ((k, inputs), queries) in to_keyed.into_iter().enumerate().zip(query_inputs) {
-        let k = k as u32;
-        let range = range_for_subtask(k, p, config.job.max_parallelism);
-        let path = config.job_state_dir().join(&uid).join(k.to_string());
-        let folder = restored.checkpoint.as_ref().map(|(_, f)| f.as_path());
-        let output = Output::new(
-            uid.clone(),
-            k,
-            producer.clone(),
-            config.sink.topic.clone(),
-            config.source.dead_letter_topic.clone(),
-            config.source.on_bad_record,
-            gate.clone(),
-            shared.metrics.clone(),
-            cancel.clone(),
-        );
-        let name = format!("{uid}-{k}");
-        macro_rules! task {
-            ($operator:expr) => {
-                KeyedTask {
-                    subtask: k,
-                    uid: uid.clone(),
-                    key_groups: range,
-                    mode: config.checkpoint.mode,
-                    operator: $operator,
-                    output,
-                    inputs,
-                    acks: ack_tx.clone(),
-                    store: store.clone(),
-                    metrics: shared.metrics.clone(),
-                    cancel: cancel.clone(),
-                    queries,
-                }
-            };
-        }
-        match &window {
-            None => {
-                let state = keyed_state(config, folder, &handles, &path, range)?;
-                let task = task!(AggregateOperator::new(
-                    uid.clone(),
-                    pipeline.clone(),
-                    config.sink.emit,
-                    state,
-                    config.state.cache_entries,
-                ));
-                keyed_tasks.push((name, Box::new(move || task.run())));
-            }
-            Some(w) => {
-                let state = keyed_state(config, folder, &handles, &path, range)?;
-                let task = task!(WindowOperator::new(
-                    uid.clone(),
-                    k,
-                    range,
-                    pipeline.clone(),
-                    window_spec(w),
-                    w.allowed_lateness.as_millis() as i64,
-                    w.on_late,
-                    w.emit,
-                    state,
-                    shared.metrics.clone(),
-                )?);
-                keyed_tasks.push((name, Box::new(move || task.run())));
-            }
-        }
-    }
-
-    let restored_offsets: BTreeMap<(String, i32), i64> = restored
-        .checkpoint
-        .as_ref()
-        .map(|(c, _)| c.offsets_map())
-        .unwrap_or_default();
-    let restored_max_ts: BTreeMap<(String, i32), i64> = restored
-        .checkpoint
-        .as_ref()
-        .map(|(c, _)| c.max_timestamps())
-        .unwrap_or_default();
-    let mut source_tasks = Vec::new();
-    let mut commands = Vec::new();
-    for (s, outputs) in from_source.into_iter().enumerate() {
-        let mine: Vec<&(String, i32)> = partitions
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i as u32 % p == s as u32)
-            .map(|(_, tp)| tp)
-            .collect();
-        let consumer = kafka::create_source_consumer(config, shared.metrics.clone())?;
-        let mut tpl = TopicPartitionList::new();
-        let mut positions = Vec::new();
-        // Every assigned partition is registered with its restored max
-        // event time before its first record, so a silent one holds the
-        // watermark back (until idle) and a restored one resumes.
-        let mut event_time = config.source.event_time.as_ref().map(|et| EventTime {
-            extractor: TimestampExtractor::new(
-                et.field.as_deref().map(normalize_pointer),
-                et.format,
-            ),
-            watermarks: SourceWatermarks::new(
-                et.max_out_of_orderness.as_millis() as i64,
-                et.idle_timeout.as_millis() as u64,
-            ),
-            keep_origin: window
-                .as_ref()
-                .is_some_and(|w| w.on_late == LatePolicy::DeadLetter),
-        });
-        for (topic, partition) in mine {
-            let mut next = restored_offsets.get(&(topic.clone(), *partition)).copied();
-            let offset = match (next, config.source.start) {
-                (Some(o), _) => Offset::Offset(o),
-                (None, crate::config::StartPosition::Earliest) => Offset::Beginning,
-                (None, crate::config::StartPosition::Latest) => {
-                    // "latest" is resolved now and kept as this partition's
-                    // position, so that a restart before its first record
-                    // does not skip what arrived in between.
-                    let (_, high) = consumer
-                        .fetch_watermarks(topic, *partition, kafka::REQUEST_TIMEOUT)
-                        .map_err(|e| {
-                            WeirError::kafka(format!("end offset of {topic}/{partition}"), e)
-                        })?;
-                    next = Some(high);
-                    Offset::Offset(high)
-                }
-            };
-            tpl.add_partition_offset(topic, *partition, offset)
-                .map_err(|e| WeirError::kafka("build assignment", e))?;
-            if let Some(et) = &mut event_time {
-                et.watermarks.register(
-                    topic,
-                    *partition,
-                    restored_max_ts.get(&(topic.clone(), *partition)).copied(),
-                    super::now_ms(),
-                );
-            }
-            positions.push(Position {
-                topic: topic.clone(),
-                partition: *partition,
-                next,
-            });
-        }
-        consumer
-            .assign(&tpl)
-            .map_err(|e| WeirError::kafka(format!("assign partitions to source subtask {s}"), e))?;
-        let (cmd_tx, cmd_rx) = unbounded();
-        commands.push(cmd_tx);
-        source_tasks.push(SourceTask {
-            subtask: s as u32,
-            consumer,
-            positions,
-            outputs,
-            commands: cmd_rx,
-            acks: ack_tx.clone(),
-            pipeline: pipeline.clone(),
-            policy: config.source.on_bad_record,
-            max_parallelism: config.job.max_parallelism,
-            metrics: shared.metrics.clone(),
-            cancel: cancel.clone(),
-            event_time,
-        });
-    }
-    drop(ack_tx);
-
-    let commit = KafkaCommitPoint::for_group(producer.clone(), &group)?;
-    let coordinator = Coordinator {
-        config: config.clone(),
-        store,
-        topology: topology(config),
-        sources: commands,
-        task_acks: p as usize,
-        acks: ack_rx,
-        commit: Box::new(commit),
-        budget: TransactionBudget::from_config(config),
-        group,
-        gate,
-        next_id: restored.next_id,
-        shared: shared.clone(),
-        cancel: cancel.clone(),
-        progressed: progressed.clone(),
-        start_offsets: restored_offsets,
-        checksums: Default::default(),
-    };
-
-    info!(
-        job = %config.job.name,
-        parallelism = p,
-        partitions = partitions.len(),
-        delivery = ?config.sink.delivery,
-        mode = ?config.checkpoint.mode,
-        "job running"
-    );
-    let mut tasks: Vec<(String, TaskBody)> = Vec::new();
-    for t in source_tasks {
-        tasks.push((format!("source-{}", t.subtask), Box::new(move || t.run())));
-    }
-    tasks.extend(keyed_tasks);
-    tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
-    supervise(tasks, &cancel, &producer, shared)
-}
-
 /// Runs an attempt's tasks, each on its own thread, until the Coordinator
 /// ends or a task fails; then cancels the rest, waits for them within
 /// [`STOP_TIMEOUT`], and aborts the open transaction of a failed attempt.
@@ -643,45 +334,6 @@ pub(crate) fn supervise(
 
 /// A task's body, run on its own thread.
 pub(crate) type TaskBody = Box<dyn FnOnce() -> Result<()> + Send>;
-
-/// Opens a keyed subtask's state, restored from `folder` when there is a
-/// checkpoint, else empty (removing whatever a previous attempt left).
-fn keyed_state<V: StateValue>(
-    config: &Config,
-    folder: Option<&Path>,
-    handles: &[&StateHandle],
-    path: &Path,
-    range: (u32, u32),
-) -> Result<KeyedState<V>> {
-    match folder {
-        Some(folder) => {
-            KeyedState::restore(path, config.state.cache_entries, folder, handles, range)
-        }
-        None => {
-            if path.exists() {
-                fs::remove_dir_all(path).map_err(|e| WeirError::io(path, e))?;
-            }
-            KeyedState::open(path, config.state.cache_entries)
-        }
-    }
-}
-
-/// The window assignment `[pipeline.window]` describes (validated).
-pub fn window_spec(w: &WindowConfig) -> WindowSpec {
-    let ms = |d: Option<Duration>| d.unwrap_or_default().as_millis() as i64;
-    match w.kind {
-        WindowKind::Tumbling => WindowSpec::Tumbling {
-            size: ms(w.size),
-            offset: ms(w.offset),
-        },
-        WindowKind::Hopping => WindowSpec::Hopping {
-            size: ms(w.size),
-            slide: ms(w.slide),
-            offset: ms(w.offset),
-        },
-        WindowKind::Session => WindowSpec::Session { gap: ms(w.gap) },
-    }
-}
 
 /// How long the tasks of a cancelled attempt may take to stop.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);

@@ -1,11 +1,14 @@
-//! The running job: tasks, channels, the Coordinator and the restart loop.
+//! What every job's run shares, whichever its graph: the Coordinator and
+//! the commit point (one Kafka transaction per checkpoint), the epoch gate
+//! and the output sinks write through, barrier alignment, interactive
+//! queries, the restart loop and recovery (`job`), and helpers for source
+//! tasks (`source`). `crate::engine` builds an attempt's tasks from a job
+//! graph on these.
 //!
-//! Every subtask is its own OS thread (RocksDB and librdkafka calls block;
-//! a dedicated thread keeps them off any async reactor, as tokio advises)
+//! Every task is its own OS thread (RocksDB and librdkafka calls block; a
+//! dedicated thread keeps them off any async reactor, as tokio advises)
 //! connected by bounded crossbeam channels, so backpressure reaches the
-//! Kafka consumer instead of memory. Sources chain the stateless steps
-//! (decode, split, key) and feed the keyed subtasks through a hash exchange
-//! by key group; the sink is chained into each keyed subtask.
+//! Kafka consumer instead of memory.
 
 pub mod alignment;
 pub mod assignment;
@@ -13,8 +16,6 @@ pub mod commit;
 pub mod coordinator;
 pub mod gate;
 pub mod job;
-pub mod keyed;
-pub mod operator;
 pub mod output;
 pub mod ownership;
 pub mod query;
@@ -63,30 +64,7 @@ pub fn send_bounded<T>(
     }
 }
 
-/// What travels from sources to keyed subtasks.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Item {
-    Update(Update),
-    /// A bad record for the dead-letter topic. It travels the data path so
-    /// that it is written in the transaction of its epoch.
-    DeadLetter(Box<DeadLetter>),
-}
-
-/// One keyed update: a value for a key at an event time.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Update {
-    pub key_group: u32,
-    pub key: String,
-    pub value: f64,
-    /// Event time (ms since the Unix epoch); [`NO_TIMESTAMP`] without
-    /// `[source.event_time]`.
-    pub timestamp: i64,
-    /// The input record, kept only when a late record must be able to go
-    /// to the dead-letter topic (`on_late = "dead-letter"`).
-    pub origin: Option<Box<DeadLetter>>,
-}
-
-/// The timestamp of updates of a job without event time.
+/// The event time of a record of a job without event time.
 pub use crate::time::NO_TIMESTAMP;
 
 /// The original record and where it came from.
@@ -116,18 +94,10 @@ pub enum Ack {
         checkpoint_id: u64,
         offsets: Vec<PartitionOffset>,
     },
-    Keyed {
-        subtask: u32,
-        checkpoint_id: u64,
-        /// The snapshot, or why it could not be taken (the checkpoint
-        /// fails; processing goes on).
-        handle: std::result::Result<StateHandle, String>,
-        alignment_ms: u64,
-        sync_ms: u64,
-    },
     /// A task of a job graph (`crate::engine`): the snapshots of its keyed
-    /// operators (none for a stateless task, whose ack still says that its
-    /// output of the epoch reached the producer).
+    /// operators, or why one could not be taken (the checkpoint fails;
+    /// processing goes on); none for a stateless task, whose ack still says
+    /// that its output of the epoch reached the producer.
     Task {
         task: String,
         checkpoint_id: u64,
@@ -140,9 +110,7 @@ pub enum Ack {
 impl Ack {
     pub fn checkpoint_id(&self) -> u64 {
         match self {
-            Ack::Source { checkpoint_id, .. }
-            | Ack::Keyed { checkpoint_id, .. }
-            | Ack::Task { checkpoint_id, .. } => *checkpoint_id,
+            Ack::Source { checkpoint_id, .. } | Ack::Task { checkpoint_id, .. } => *checkpoint_id,
         }
     }
 }

@@ -636,6 +636,17 @@ impl GraphInstance {
             (Some(o), Some(key)) => {
                 let started = Instant::now();
                 let m = checkpoints::load_manifest(&self.storage, &label, key)?;
+                if m.graph.is_none() {
+                    return Err(WeirError::Recovery(format!(
+                        "{label}: checkpoint {key} in {} was written by weir before job graphs \
+                         (its manifest names no stage and no tables); this weir runs every \
+                         pipeline as a job graph and cannot restore it. Nothing was started. To \
+                         start over with empty state, run the job under a new `job.name` and a \
+                         new `kafka.group_id` (its own storage folder, committed offsets and \
+                         transactional ids); until then the previous weir can go on running it",
+                        self.storage.location
+                    )));
+                }
                 let state = m.graph.clone().filter(|g| g.stage == head);
                 if m.task != id || m.key_groups != range || m.offset != o || state.is_none() {
                     return Err(WeirError::Recovery(format!(
