@@ -103,7 +103,7 @@ pub fn graph(c: &Config) -> Result<Graph> {
         }
         Some(w) => {
             let mut windowed = keyed
-                .window(crate::runtime::job::window_spec(w))
+                .window(w.spec())
                 .allowed_lateness(w.allowed_lateness)
                 .every_update(w.emit == WindowEmit::EveryUpdate);
             if let Some(topic) = &late_to {
@@ -113,6 +113,13 @@ pub fn graph(c: &Config) -> Result<Graph> {
         }
     };
     let sink = KafkaSink::results(&c.sink.topic, &["key"]).raw_key();
+    // A window's result carries its last millisecond as its timestamp, as
+    // it always has; a running aggregate's results are stamped by the
+    // producer (in batch calls).
+    let sink = match c.pipeline.window() {
+        Some(_) => sink,
+        None => sink.without_timestamps(),
+    };
     let sink = match (c.source.on_bad_record, &c.source.dead_letter_topic) {
         (BadRecordPolicy::Skip, _) => sink.skip_too_large(),
         (BadRecordPolicy::DeadLetter, Some(topic)) => sink.too_large_to(topic),

@@ -146,6 +146,7 @@ pub struct KafkaSink {
     key_format: KeyFormat,
     on_too_large: BadRecordPolicy,
     dead_letter_topic: Option<String>,
+    timestamps: bool,
 }
 
 impl KafkaSink {
@@ -180,7 +181,16 @@ impl KafkaSink {
             key_format: KeyFormat::Json,
             on_too_large: BadRecordPolicy::Fail,
             dead_letter_topic: None,
+            timestamps: true,
         }
+    }
+
+    /// Without the rows' event times as the records' Kafka timestamps
+    /// (the producer stamps them): results go out in batch calls, which
+    /// costs less per record.
+    pub fn without_timestamps(mut self) -> Self {
+        self.timestamps = false;
+        self
     }
 
     /// A result over the broker's `message.max.bytes` is counted and
@@ -565,6 +575,7 @@ impl Stream {
             key_format: sink.key_format,
             on_too_large: sink.on_too_large,
             dead_letter_topic: sink.dead_letter_topic,
+            timestamps: sink.timestamps,
         };
         self.then(uid, "kafka-sink", schema, NodeBody::Sink(spec));
     }

@@ -132,6 +132,11 @@ pub struct SinkSpec {
     /// the same result again, so a restart cannot help.
     pub on_too_large: BadRecordPolicy,
     pub dead_letter_topic: Option<String>,
+    /// Whether a row's event time becomes its record's Kafka timestamp.
+    /// Records with their own timestamp are produced one by one (the batch
+    /// call stamps the current time), so a job that does not need them can
+    /// turn them off.
+    pub timestamps: bool,
 }
 
 /// How a sink writes its Kafka key.

@@ -35,9 +35,12 @@ pub struct LateRecord {
 
 /// Where an operator emits its rows; the runtime passes them on to the
 /// next operator of the chain, an exchange or a sink.
+///
+/// Rows are gathered as records, so that the runtime hands the batch on to
+/// the next operator or exchange as it is, without copying it again.
 #[derive(Debug, Default)]
 pub struct Collector {
-    pub(crate) out: Vec<(Row, i64)>,
+    pub(crate) out: Vec<Record>,
 }
 
 impl Collector {
@@ -54,11 +57,24 @@ impl Collector {
 
     /// Emits `row` with event time `timestamp`.
     pub fn emit(&mut self, row: Row, timestamp: i64) {
-        self.out.push((row, timestamp));
+        self.out.push(Record {
+            row,
+            timestamp,
+            key_group: 0,
+            key: Vec::new(),
+        });
     }
 
-    /// What was emitted so far, taken (tests, and the runtime).
+    /// What was emitted so far, taken, as rows and their event times.
     pub fn take(&mut self) -> Vec<(Row, i64)> {
+        std::mem::take(&mut self.out)
+            .into_iter()
+            .map(|r| (r.row, r.timestamp))
+            .collect()
+    }
+
+    /// What was emitted so far, taken, as records (the runtime).
+    pub(crate) fn take_records(&mut self) -> Vec<Record> {
         std::mem::take(&mut self.out)
     }
 
@@ -514,13 +530,13 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// The checkpoint barrier is aligned: emit what belongs to this epoch.
     /// After a restore, before the first record: what the operator keeps
     /// outside its tables (counts for metrics) it rebuilds here.
     fn on_restore(&mut self, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }
 
+    /// The checkpoint barrier is aligned: emit what belongs to this epoch.
     fn before_snapshot(&mut self, _ctx: &mut Context, _out: &mut Collector) -> Result<()> {
         Ok(())
     }

@@ -14,7 +14,6 @@ use super::sink::SinkWriter;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::dataflow::codec::encode_key;
 use crate::dataflow::operator::Queried;
-use crate::dataflow::row::Row;
 use crate::dataflow::{Collector, Context, Operator, Record};
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
@@ -55,6 +54,8 @@ pub enum SlotBody {
         late: Option<Box<Output>>,
     },
     Sink(Box<SinkWriter>),
+    /// A source node: the rows its task read go on as they are.
+    Forward,
 }
 
 impl SlotBody {
@@ -64,6 +65,7 @@ impl SlotBody {
         match self {
             SlotBody::Sink(sink) => Some(&mut sink.output),
             SlotBody::Operator { late, .. } => late.as_deref_mut(),
+            SlotBody::Forward => None,
         }
     }
 }
@@ -199,10 +201,12 @@ impl Chain {
                         .with_label_values(&["drop"])
                         .inc_by(dropped);
                 }
-                let out = out.take();
+                let out = out.take_records();
                 self.count_windows(slot);
                 out
             }
+            // A source's rows, read by its task: on as they are.
+            SlotBody::Forward => records,
             SlotBody::Sink(sink) => {
                 for r in &records {
                     sink.write(r)?;
@@ -213,7 +217,7 @@ impl Chain {
         self.route(slot, emitted)
     }
 
-    fn route(&mut self, slot: usize, emitted: Vec<(Row, i64)>) -> Result<()> {
+    fn route(&mut self, slot: usize, emitted: Vec<Record>) -> Result<()> {
         if emitted.is_empty() {
             return Ok(());
         }
@@ -221,20 +225,11 @@ impl Chain {
         let mut emitted = Some(emitted);
         for i in 0..n {
             let target = self.slots[slot].targets[i];
-            let rows = if i + 1 == n {
+            let records = if i + 1 == n {
                 emitted.take().expect("taken once, at the last target")
             } else {
                 emitted.clone().expect("present until the last target")
             };
-            let records = rows
-                .into_iter()
-                .map(|(row, timestamp)| Record {
-                    row,
-                    timestamp,
-                    key_group: 0,
-                    key: Vec::new(),
-                })
-                .collect();
             match target {
                 Target::Slot { slot, port } => self.push(slot, port, records)?,
                 Target::Exchange(x) => self.exchange(x, records)?,
@@ -348,8 +343,8 @@ impl Chain {
                     })
                     .map_err(|e| QueryFailure::Failed(e.report().to_string()))
             }
-            SlotBody::Sink(_) => Err(QueryFailure::Failed(format!(
-                "{} is a sink; it holds no state",
+            SlotBody::Sink(_) | SlotBody::Forward => Err(QueryFailure::Failed(format!(
+                "{} is a source or a sink; it holds no state",
                 self.slots[slot].uid
             ))),
         };
@@ -372,14 +367,20 @@ impl Chain {
     /// groups in `range` had reached ([`Context::load_watermarks`]).
     pub fn load_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
         for slot in 0..self.slots.len() {
+            let s = &mut self.slots[slot];
             if let SlotBody::Operator {
                 op,
                 ctx,
                 keyed: true,
                 ..
-            } = &mut self.slots[slot].body
+            } = &mut s.body
             {
                 ctx.load_watermarks(range)?;
+                // Counted again from what this attempt restored.
+                self.metrics
+                    .open_windows
+                    .with_label_values(&[s.uid.as_str(), &self.subtask.to_string()])
+                    .set(0);
                 op.on_restore(ctx)?;
             }
             self.count_windows(slot);
@@ -429,7 +430,7 @@ impl Chain {
             if let SlotBody::Operator { op, ctx, .. } = &mut self.slots[slot].body {
                 op.before_snapshot(ctx, &mut out)?;
             }
-            self.route(slot, out.take())?;
+            self.route(slot, out.take_records())?;
         }
         Ok(())
     }
@@ -454,7 +455,7 @@ impl Chain {
                 op.on_watermark(watermark, ctx, &mut out)?;
             }
             self.count_windows(slot);
-            self.route(slot, out.take())?;
+            self.route(slot, out.take_records())?;
         }
         self.broadcast(Element::Watermark(watermark))
     }

@@ -434,12 +434,7 @@ pub(crate) fn slot_body(
 ) -> SlotBody {
     let node = &graph.nodes[n];
     match &node.body {
-        NodeBody::Source(_) => SlotBody::Operator {
-            op: Box::new(crate::dataflow::ops::stateless::Union),
-            ctx: Box::new(Context::new(&node.uid, subtask, None)),
-            keyed: false,
-            late: None,
-        },
+        NodeBody::Source(_) => SlotBody::Forward,
         NodeBody::Operator(spec) => {
             let mut ctx = Box::new(Context::new(&node.uid, subtask, store));
             ctx.set_update_before(graph.update_before_needed(n));

@@ -80,7 +80,8 @@ impl SinkWriter {
         let key = std::mem::take(&mut self.key);
         // A row's event time is its record's Kafka timestamp (a window's
         // result: its last millisecond), as Flink's Kafka sink writes it.
-        let ts = (r.timestamp != crate::time::NO_TIMESTAMP).then_some(r.timestamp);
+        let ts = (self.spec.timestamps && r.timestamp != crate::time::NO_TIMESTAMP)
+            .then_some(r.timestamp);
         let sent = self.output.send_buf(&key, ts);
         self.key = key;
         sent
