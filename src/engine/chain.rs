@@ -152,15 +152,29 @@ impl Chain {
     /// Records into node `slot` on input `port`, and everything they cause
     /// downstream within this task.
     pub fn push(&mut self, slot: usize, port: usize, records: Vec<Record>) -> Result<()> {
-        let emitted = match &mut self.slots[slot].body {
-            SlotBody::Operator {
-                op,
-                ctx,
-                keyed,
-                late,
-            } => {
-                let mut out = Collector::with_capacity(records.len());
-                for r in records {
+        match &mut self.slots[slot].body {
+            // A source's rows, read by its task: on as they are.
+            SlotBody::Forward => return self.route(slot, records),
+            SlotBody::Sink(sink) => {
+                for r in &records {
+                    sink.write(r)?;
+                }
+                return Ok(());
+            }
+            SlotBody::Operator { .. } => {}
+        }
+        // What the operator emits goes on in batches of at most `BATCH`
+        // rows: a flat-map's output of a whole input batch (ten words per
+        // line, say) would otherwise be one buffer far larger than a batch,
+        // allocated and freed as a whole each time.
+        let mut records = records.into_iter();
+        loop {
+            let (out, more) = {
+                let SlotBody::Operator { op, ctx, keyed, .. } = &mut self.slots[slot].body else {
+                    unreachable!("matched above");
+                };
+                let mut out = Collector::with_capacity(records.len().min(BATCH));
+                for r in records.by_ref() {
                     if *keyed {
                         // Failure injection for restart tests, once per
                         // keyed record (`--features failpoints`).
@@ -172,49 +186,56 @@ impl Chain {
                         }
                     }
                     op.on_record(port, r, ctx, &mut out)?;
-                }
-                let mut dropped = ctx.take_late();
-                let records = ctx.take_late_records();
-                match late {
-                    Some(output) if !records.is_empty() => {
-                        self.metrics
-                            .late_records
-                            .with_label_values(&["dead-letter"])
-                            .inc_by(records.len() as u64);
-                        for r in records {
-                            output.dead_letter(Box::new(DeadLetter {
-                                key: None,
-                                value: Some(r.value),
-                                error: r.error,
-                                topic: String::new(),
-                                partition: 0,
-                                offset: 0,
-                                headers: r.headers,
-                            }))?;
-                        }
+                    if out.out.len() >= BATCH {
+                        break;
                     }
-                    _ => dropped += records.len() as u64,
                 }
-                if dropped > 0 {
-                    self.metrics
-                        .late_records
-                        .with_label_values(&["drop"])
-                        .inc_by(dropped);
-                }
-                let out = out.take_records();
-                self.count_windows(slot);
-                out
-            }
-            // A source's rows, read by its task: on as they are.
-            SlotBody::Forward => records,
-            SlotBody::Sink(sink) => {
-                for r in &records {
-                    sink.write(r)?;
-                }
+                (out.take_records(), records.len() > 0)
+            };
+            self.late_records(slot)?;
+            self.count_windows(slot);
+            self.route(slot, out)?;
+            if !more {
                 return Ok(());
             }
+        }
+    }
+
+    /// Sends the late records node `slot` set aside to its dead-letter
+    /// topic (or counts them as dropped without one).
+    fn late_records(&mut self, slot: usize) -> Result<()> {
+        let SlotBody::Operator { ctx, late, .. } = &mut self.slots[slot].body else {
+            return Ok(());
         };
-        self.route(slot, emitted)
+        let mut dropped = ctx.take_late();
+        let records = ctx.take_late_records();
+        match late {
+            Some(output) if !records.is_empty() => {
+                self.metrics
+                    .late_records
+                    .with_label_values(&["dead-letter"])
+                    .inc_by(records.len() as u64);
+                for r in records {
+                    output.dead_letter(Box::new(DeadLetter {
+                        key: None,
+                        value: Some(r.value),
+                        error: r.error,
+                        topic: String::new(),
+                        partition: 0,
+                        offset: 0,
+                        headers: r.headers,
+                    }))?;
+                }
+            }
+            _ => dropped += records.len() as u64,
+        }
+        if dropped > 0 {
+            self.metrics
+                .late_records
+                .with_label_values(&["drop"])
+                .inc_by(dropped);
+        }
+        Ok(())
     }
 
     fn route(&mut self, slot: usize, emitted: Vec<Record>) -> Result<()> {
