@@ -83,9 +83,14 @@ pub struct Table(pub u8);
 /// tables are numbered from 0 and never reach it.
 pub const WATERMARK_TABLE: Table = Table(0xFF);
 
+/// A cached key or value: held inline up to 24 bytes (a word's key and
+/// its count's accumulators fit), so that a hit reads the hash table's
+/// slot instead of following pointers to two more allocations.
+type Bytes = smallvec::SmallVec<[u8; 24]>;
+
 struct Cached {
     /// `None`: deleted, removed from RocksDB at write-back.
-    value: Option<Vec<u8>>,
+    value: Option<Bytes>,
     dirty: bool,
 }
 
@@ -100,7 +105,7 @@ pub struct KeyedStore {
     pub tables: Vec<TableSpec>,
     backend: StateBackend,
     timers: TimerService,
-    cache: FxHashMap<Vec<u8>, Cached>,
+    cache: FxHashMap<Bytes, Cached>,
     dirty: usize,
     cache_limit: usize,
 }
@@ -212,14 +217,14 @@ impl KeyedStore {
         let stored = db
             .get_pinned_cf(self.backend.cf(VALUES), full_key)
             .map_err(|e| crate::state::read_error(self.backend.path(), full_key, e))?
-            .map(|v| v.to_vec());
+            .map(|v| Bytes::from_slice(&v));
         let result = match &stored {
             None => None,
             Some(v) => Some(f(self, v)?),
         };
         if self.cache.len() < self.cache_limit {
             self.cache.insert(
-                full_key.to_vec(),
+                Bytes::from_slice(full_key),
                 Cached {
                     value: stored,
                     dirty: false,
@@ -264,7 +269,7 @@ impl KeyedStore {
                         buf.clear();
                         buf.extend_from_slice(v);
                     }
-                    (slot, v) => *slot = v.map(<[u8]>::to_vec),
+                    (slot, v) => *slot = v.map(Bytes::from_slice),
                 }
                 if !c.dirty {
                     c.dirty = true;
@@ -273,9 +278,9 @@ impl KeyedStore {
             }
             None => {
                 self.cache.insert(
-                    full_key.to_vec(),
+                    Bytes::from_slice(full_key),
                     Cached {
-                        value: value.map(<[u8]>::to_vec),
+                        value: value.map(Bytes::from_slice),
                         dirty: true,
                     },
                 );
@@ -306,7 +311,7 @@ impl KeyedStore {
         }
         for (k, c) in &self.cache {
             if c.dirty && k.starts_with(prefix) {
-                found.insert(k.clone(), c.value.clone());
+                found.insert(k.to_vec(), c.value.as_ref().map(|v| v.to_vec()));
             }
         }
         Ok(found
