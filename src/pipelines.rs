@@ -213,6 +213,15 @@ fn event_time(
     }
 }
 
+/// A decoded row, followed by the value as read when late records need it
+/// (`keep_record`: the `record` column).
+fn row(mut values: Vec<Value>, keep_record: bool, payload: &[u8]) -> Row {
+    if keep_record {
+        values.push(Value::Bytes(payload.to_vec()));
+    }
+    Row::insert(values)
+}
+
 /// `word-count`: a text value, or a JSON string, as one `line`.
 struct Words {
     json: bool,
@@ -248,11 +257,10 @@ impl RecordDecoder for Words {
                 event_time(self.event_time.as_ref(), None, kafka_ts)?,
             )
         };
-        let mut values = vec![Value::String(line)];
-        if self.keep_record {
-            values.push(Value::Bytes(payload.to_vec()));
-        }
-        Ok((Row::insert(values), ts))
+        Ok((
+            row(vec![Value::String(line)], self.keep_record, payload),
+            ts,
+        ))
     }
 }
 
@@ -310,11 +318,14 @@ impl RecordDecoder for Fields {
             },
         };
         let ts = event_time(self.event_time.as_ref(), Some(&v), kafka_ts)?;
-        let mut values = vec![Value::String(k), Value::Double(value)];
-        if self.keep_record {
-            values.push(Value::Bytes(payload.to_vec()));
-        }
-        Ok((Row::insert(values), ts))
+        Ok((
+            row(
+                vec![Value::String(k), Value::Double(value)],
+                self.keep_record,
+                payload,
+            ),
+            ts,
+        ))
     }
 }
 
