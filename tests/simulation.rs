@@ -35,7 +35,7 @@ use weir::checkpoint::{CheckpointMetadata, PartitionOffset, StateHandle, Topolog
 use weir::config::CheckpointMode;
 use weir::element::{Barrier, Element};
 use weir::runtime::alignment::BarrierAligner;
-use weir::runtime::commit::{CommitPoint, Offsets, TransactionBudget};
+use weir::runtime::commit::{CommitOffsets, CommitPoint, Offsets, TransactionBudget};
 use weir::runtime::coordinator::AckCollector;
 use weir::runtime::gate::EpochGate;
 use weir::runtime::Ack;
@@ -180,7 +180,21 @@ impl CommitPoint for FakeCommitPoint {
         Ok(())
     }
 
-    fn commit(&self, checkpoint_id: u64, offsets: &Offsets) -> Result<()> {
+    fn commit(&self, offsets: &CommitOffsets) -> Result<()> {
+        // Every partition carries the marker of the checkpoint it commits.
+        let ids: Vec<Option<u64>> = offsets
+            .iter()
+            .map(|(_, (_, metadata))| weir::kafka::parse_marker(metadata))
+            .collect();
+        let checkpoint_id = ids[0].expect("offsets carry a checkpoint marker");
+        assert!(
+            ids.iter().all(|id| *id == Some(checkpoint_id)),
+            "one commit, one checkpoint: {ids:?}"
+        );
+        let offsets: Offsets = offsets
+            .iter()
+            .map(|(tp, (o, _))| (tp.clone(), *o))
+            .collect();
         let mut b = self.broker.lock().unwrap();
         b.expire();
         if std::mem::take(&mut b.fail_next_commit) {
@@ -198,7 +212,7 @@ impl CommitPoint for FakeCommitPoint {
             "checkpoint {checkpoint_id} committed twice"
         );
         b.committed_output.extend(txn.output);
-        b.committed_offsets = offsets.clone();
+        b.committed_offsets = offsets;
         b.committed_checkpoint = Some(checkpoint_id);
         b.committed_ids.push(checkpoint_id);
         if std::mem::take(&mut b.lose_next_commit_ack) {
@@ -695,7 +709,9 @@ impl Sim {
                 return Err(Restart); // prepared, never committed
             }
             self.commit.prepare().map_err(|_| Restart)?;
-            self.commit.commit(id, &offsets).map_err(|_| Restart)?;
+            self.commit
+                .commit(&CommitOffsets::for_checkpoint(id, &offsets))
+                .map_err(|_| Restart)?;
             if crash_after {
                 return Err(Restart); // committed, `_committed` never written
             }

@@ -28,7 +28,8 @@ pub fn checkpoint_marker(id: u64) -> String {
     format!("weir-checkpoint={id}")
 }
 
-fn parse_marker(s: &str) -> Option<u64> {
+/// The checkpoint id in committed offset metadata, if it is a marker.
+pub fn parse_marker(s: &str) -> Option<u64> {
     s.strip_prefix("weir-checkpoint=")?.parse().ok()
 }
 
@@ -202,23 +203,6 @@ pub fn committed_offsets(
         offsets,
         checkpoint_id,
     })
-}
-
-/// Offsets as a list for `commit` / `send_offsets_to_transaction`, each
-/// carrying the checkpoint marker.
-pub fn offsets_list(
-    offsets: &BTreeMap<(String, i32), i64>,
-    checkpoint_id: u64,
-) -> Result<TopicPartitionList> {
-    let mut tpl = TopicPartitionList::new();
-    let marker = checkpoint_marker(checkpoint_id);
-    for ((t, p), o) in offsets {
-        let mut e = tpl.add_partition(t, *p);
-        e.set_offset(Offset::Offset(*o))
-            .map_err(|e| WeirError::kafka("build offset list", e))?;
-        e.set_metadata(marker.as_str());
-    }
-    Ok(tpl)
 }
 
 #[cfg(test)]

@@ -9,16 +9,71 @@
 //! against an in-memory commit point with injected faults.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::error::{Result, WeirError};
-use crate::kafka::offsets_list;
+use crate::kafka::checkpoint_marker;
 use crate::kafka::producer::SinkProducer;
 
 /// Next offset per source partition.
 pub type Offsets = BTreeMap<(String, i32), i64>;
+
+/// The offsets a commit makes visible with the epoch's output, each with
+/// the metadata the group stores beside it. Single mode writes one
+/// checkpoint's marker on every partition (`weir-checkpoint=N`); group mode
+/// writes, on each task's repartition partition, the pointer to the task's
+/// manifest, so that the offset and the state it belongs to are one
+/// atomic fact.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitOffsets(BTreeMap<(String, i32), (i64, String)>);
+
+impl CommitOffsets {
+    /// Every partition of `offsets` tied to checkpoint `checkpoint_id`.
+    pub fn for_checkpoint(checkpoint_id: u64, offsets: &Offsets) -> Self {
+        let marker = checkpoint_marker(checkpoint_id);
+        Self(
+            offsets
+                .iter()
+                .map(|(tp, o)| (tp.clone(), (*o, marker.clone())))
+                .collect(),
+        )
+    }
+
+    /// Adds (or replaces) one partition's next offset and metadata.
+    pub fn insert(&mut self, topic: &str, partition: i32, offset: i64, metadata: String) {
+        self.0
+            .insert((topic.to_string(), partition), (offset, metadata));
+    }
+
+    /// Partition, next offset and metadata, in partition order.
+    pub fn iter(&self) -> impl Iterator<Item = (&(String, i32), &(i64, String))> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The list librdkafka sends with a transaction.
+    pub fn to_list(&self) -> Result<TopicPartitionList> {
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), (o, metadata)) in &self.0 {
+            let mut e = tpl.add_partition(t, *p);
+            e.set_offset(Offset::Offset(*o))
+                .map_err(|e| WeirError::kafka("build offset list", e))?;
+            e.set_metadata(metadata.as_str());
+        }
+        Ok(tpl)
+    }
+}
 
 /// begin / write / prepare / commit / abort / recover, as a two-phase
 /// committing sink. `write` is the data path and stays on the concrete
@@ -32,9 +87,11 @@ pub trait CommitPoint: Send + Sync {
     /// Without a transaction it is also durable when this returns (the
     /// producer's queue is flushed): the checkpoint may then complete.
     fn prepare(&self) -> Result<()>;
-    /// Phase two: makes the epoch's output and checkpoint `checkpoint_id`'s
-    /// offsets visible together, or fails with neither visible.
-    fn commit(&self, checkpoint_id: u64, offsets: &Offsets) -> Result<()>;
+    /// Phase two: makes the epoch's output and `offsets` visible together,
+    /// or fails with neither visible. The group checks the member's
+    /// generation it was sent with: a commit from a member the group has
+    /// moved past is refused (`scale::epoch::classify` says how).
+    fn commit(&self, offsets: &CommitOffsets) -> Result<()>;
     /// Drops the open transaction and its output.
     fn abort(&self) -> Result<()>;
     /// How long the open transaction has been open.
@@ -45,8 +102,10 @@ pub trait CommitPoint: Send + Sync {
 /// the consumer group's metadata so that offsets and output are atomic.
 pub struct KafkaCommitPoint {
     pub producer: std::sync::Arc<SinkProducer>,
-    /// Present whenever the producer is transactional.
-    pub group: Option<ConsumerGroupMetadata>,
+    /// Present whenever the producer is transactional. Single mode's never
+    /// changes; a group-mode instance sets it before each commit
+    /// ([`Self::set_group`]), because every rebalance moves its generation.
+    group: Mutex<Option<ConsumerGroupMetadata>>,
 }
 
 impl KafkaCommitPoint {
@@ -67,8 +126,23 @@ impl KafkaCommitPoint {
         }
         Ok(Self {
             producer,
-            group: metadata,
+            group: Mutex::new(metadata),
         })
+    }
+
+    /// A group-mode instance's commit point: the group's metadata is set
+    /// before each commit.
+    pub fn for_instance(producer: std::sync::Arc<SinkProducer>) -> Self {
+        Self {
+            producer,
+            group: Mutex::new(None),
+        }
+    }
+
+    /// The member's current group metadata (generation and member id),
+    /// which the next commit is sent with.
+    pub fn set_group(&self, metadata: Option<ConsumerGroupMetadata>) {
+        *self.group.lock().expect("group metadata lock") = metadata;
     }
 }
 
@@ -90,13 +164,13 @@ impl CommitPoint for KafkaCommitPoint {
         }
     }
 
-    fn commit(&self, checkpoint_id: u64, offsets: &Offsets) -> Result<()> {
-        let group = self.group.as_ref().ok_or_else(|| WeirError::Task {
-            task: "coordinator".into(),
+    fn commit(&self, offsets: &CommitOffsets) -> Result<()> {
+        let group = self.group.lock().expect("group metadata lock");
+        let group = group.as_ref().ok_or_else(|| WeirError::Task {
+            task: "commit".into(),
             reason: "consumer group metadata unavailable for the transaction".into(),
         })?;
-        self.producer
-            .commit_transaction(&offsets_list(offsets, checkpoint_id)?, group)
+        self.producer.commit_transaction(&offsets.to_list()?, group)
     }
 
     fn abort(&self) -> Result<()> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 
-use super::commit::{CommitPoint, Offsets, TransactionBudget};
+use super::commit::{CommitOffsets, CommitPoint, Offsets, TransactionBudget};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -28,7 +28,6 @@ use crate::checkpoint::{
 use crate::config::Config;
 use crate::element::Barrier;
 use crate::error::{Result, WeirError};
-use crate::kafka::offsets_list;
 use crate::observe::history::{CheckpointStats, Status};
 
 pub struct Coordinator {
@@ -422,7 +421,8 @@ impl Coordinator {
             // Output of epoch N and the offsets of checkpoint N become
             // visible together, or not at all.
             self.commit.prepare()?;
-            self.commit.commit(id, &offsets)?;
+            self.commit
+                .commit(&CommitOffsets::for_checkpoint(id, &offsets))?;
             self.shared.metrics.transactions_committed.inc();
             crate::crash_point!("after-commit-before-mark");
             self.store.mark_committed(id)?;
@@ -434,10 +434,10 @@ impl Coordinator {
             self.store.mark_committed(id)?;
             if !offsets.is_empty() {
                 // A progress hint for lag monitoring; checkpoints own the truth.
-                if let Err(e) = self
-                    .group
-                    .commit(&offsets_list(&offsets, id)?, CommitMode::Async)
-                {
+                if let Err(e) = self.group.commit(
+                    &CommitOffsets::for_checkpoint(id, &offsets).to_list()?,
+                    CommitMode::Async,
+                ) {
                     warn!(checkpoint_id = id, error = %crate::error::Report(&e), "committing offsets to the group (a progress hint) failed");
                 }
             }

@@ -7,14 +7,13 @@
 //! what the instance computes:
 //! - the rebalance callbacks ([`Rebalancing`], [`GroupContext`]): they run
 //!   inside `poll`, on the instance's thread; a revocation commits before
-//!   the partitions go ([`commit_before_revocation`]; a lost assignment
-//!   never commits);
+//!   the partitions go (`scale::epoch::commit_before_revocation`; a lost
+//!   assignment never commits);
 //! - the loop and the attempt ([`GroupWork`], [`poll_loop`],
 //!   [`run_instance`]);
-//! - the epoch commit ([`commit_epoch`]): one transaction with the
-//!   instance's output, its repartition writes and the offsets of every
-//!   partition it owns, each task's offset carrying the pointer to its
-//!   manifest; the commit is the checkpoint;
+//! - the group consumer as the epoch's [`Membership`] (the epoch itself,
+//!   its commit through `CommitPoint` and what a refusal means, is
+//!   `scale::epoch`);
 //! - reading the group's committed offsets, resuming partitions, and the
 //!   consumer's configuration.
 
@@ -32,18 +31,13 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, GroupProtocol};
 use crate::error::{Result, WeirError};
-use crate::kafka::producer::SinkProducer;
 use crate::kafka::{self, REQUEST_TIMEOUT};
 use crate::observe::metrics::Metrics;
+use crate::runtime::commit::{CommitOffsets, CommitPoint};
 use crate::runtime::JobShared;
+use crate::scale::epoch::Membership;
 
 pub use crate::runtime::assignment::Ownership;
-
-pub(crate) enum CommitRefusal {
-    Migrated(WeirError),
-    Fenced(WeirError),
-    Other(WeirError),
-}
 
 /// What an instance does when the group moves partitions (both the
 /// built-in pipeline's instance and a job graph's).
@@ -159,132 +153,21 @@ pub(crate) fn forget_lag(metrics: &Metrics, (topic, partition): &(String, i32)) 
         .remove_label_values(&[topic.as_str(), &partition.to_string()]);
 }
 
-/// Partitions are being taken away: unless the assignment was `lost` (a
-/// lost one never commits: the attempt fails and its transaction is
-/// aborted), `commit` what they hold first. Returns the failure that ends
-/// the attempt, if any.
-pub(crate) fn commit_before_revocation(
-    lost: bool,
-    instance: &str,
-    partitions: usize,
-    commit: impl FnOnce() -> Result<()>,
-) -> Option<WeirError> {
-    if lost {
-        warn!("the group took this instance's partitions (assignment lost); not committing");
-        return Some(WeirError::GroupFenced {
-            instance: instance.to_string(),
-            context: "assignment lost: the session timed out or the member was fenced".into(),
-        });
+/// The group consumer as the epoch protocol sees it.
+impl<C: ConsumerContext> Membership for BaseConsumer<C> {
+    fn lost(&self) -> bool {
+        self.assignment_lost()
     }
-    let started = Instant::now();
-    match commit() {
-        Ok(()) => {
-            info!(
-                partitions,
-                took_ms = started.elapsed().as_millis() as u64,
-                "committed before revocation"
-            );
-            None
-        }
-        Err(e) => {
-            error!(error = %e.report(), "commit before revocation failed; the attempt aborts");
-            Some(e)
-        }
-    }
-}
 
-/// What became of an epoch's transaction.
-pub(crate) enum Committed {
-    /// Committed, and the next transaction begun.
-    Yes,
-    /// The group refused it in a rebalance (the work migrated; nothing is
-    /// wrong): the caller aborts the epoch and resumes from what the group
-    /// committed.
-    Refused(WeirError),
-}
-
-/// Commits an instance's epoch: its writes and `offsets` (with their
-/// checkpoint pointers) in one transaction, sent with the group's
-/// metadata so that a member whose generation moved on is refused. Only
-/// what librdkafka still counts as assigned may be committed: a partition
-/// it took away (a lost or fenced membership not yet reported to the loop)
-/// belongs to another member now. Err for a zombie or any other failure.
-pub(crate) fn commit_epoch<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    producer: &SinkProducer,
-    instance: &str,
-    offsets: &TopicPartitionList,
-) -> Result<Committed> {
-    if consumer.assignment_lost() {
-        return Err(WeirError::GroupFenced {
-            instance: instance.to_string(),
-            context: "assignment lost before the commit".into(),
-        });
-    }
-    let assigned = consumer
-        .assignment()
-        .map_err(|e| WeirError::kafka("read the assignment", e))?;
-    let foreign: Vec<String> = offsets
-        .elements()
-        .iter()
-        .filter(|e| assigned.find_partition(e.topic(), e.partition()).is_none())
-        .map(|e| format!("{}/{}", e.topic(), e.partition()))
-        .collect();
-    if !foreign.is_empty() {
-        return Ok(Committed::Refused(WeirError::Task {
-            task: "scale".into(),
-            reason: format!("partitions no longer assigned: {}", foreign.join(", ")),
-        }));
-    }
-    let group = consumer.group_metadata().ok_or_else(|| WeirError::Task {
-        task: "scale".into(),
-        reason: "consumer group metadata unavailable for the transaction".into(),
-    })?;
-    crate::crash_point!("group-before-commit");
-    // Tests: the group refuses this commit, as in a raced rebalance.
-    fail::fail_point!("group-commit-refused", |_| {
-        Ok(Committed::Refused(WeirError::Task {
-            task: "scale".into(),
-            reason: "the commit was refused (failpoint group-commit-refused)".into(),
-        }))
-    });
-    if let Err(e) = producer.commit_transaction(offsets, &group) {
-        return match classify(instance, e) {
-            CommitRefusal::Migrated(e) => Ok(Committed::Refused(e)),
-            CommitRefusal::Fenced(e) | CommitRefusal::Other(e) => Err(e),
-        };
-    }
-    producer.begin_transaction()?;
-    Ok(Committed::Yes)
-}
-
-/// What a refused commit means. The group coordinator checks the
-/// member's generation (its epoch under KIP-848) against the group
-/// metadata sent with the offsets: a rebalance that moved on while the
-/// epoch was prepared refuses it (the work migrated; nothing is wrong), a
-/// member the group no longer knows is a zombie, and so is a producer the
-/// broker fenced.
-pub(crate) fn classify(instance: &str, e: WeirError) -> CommitRefusal {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    let fenced = |e: &WeirError| WeirError::GroupFenced {
-        instance: instance.to_string(),
-        context: e.report().to_string(),
-    };
-    let code = match &e {
-        WeirError::TransactionAborted { source, .. }
-        | WeirError::ProducerFenced { source, .. }
-        | WeirError::Kafka { source, .. } => source.rdkafka_error_code(),
-        _ => None,
-    };
-    match code {
-        Some(C::IllegalGeneration | C::StaleMemberEpoch | C::RebalanceInProgress) => {
-            CommitRefusal::Migrated(e)
-        }
-        Some(C::UnknownMemberId | C::FencedInstanceId | C::FencedMemberEpoch) => {
-            CommitRefusal::Fenced(fenced(&e))
-        }
-        _ if matches!(e, WeirError::ProducerFenced { .. }) => CommitRefusal::Fenced(fenced(&e)),
-        _ => CommitRefusal::Other(e),
+    fn foreign(&self, offsets: &CommitOffsets) -> Result<Vec<String>> {
+        let assigned = self
+            .assignment()
+            .map_err(|e| WeirError::kafka("read the assignment", e))?;
+        Ok(offsets
+            .iter()
+            .filter(|((t, p), _)| assigned.find_partition(t, *p).is_none())
+            .map(|((t, p), _)| format!("{t}/{p}"))
+            .collect())
     }
 }
 
@@ -329,7 +212,7 @@ pub fn run_instance<I: GroupWork>(
     config: &Config,
     instance: I,
     topics: &[String],
-    producer: &SinkProducer,
+    commit: &dyn CommitPoint,
     cancel: &CancellationToken,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
@@ -356,7 +239,7 @@ pub fn run_instance<I: GroupWork>(
     consumer.unsubscribe();
     drop(consumer);
     if outcome.is_err() {
-        match producer.abort_transaction() {
+        match commit.abort() {
             Ok(()) => shared.metrics.transactions_aborted.inc(),
             Err(e) => {
                 warn!(error = %e.report(), "the open transaction could not be aborted; the broker aborts it after transaction.timeout.ms")

@@ -61,14 +61,18 @@ use crate::error::{Result, WeirError};
 use crate::kafka;
 use crate::kafka::producer::SinkProducer;
 use crate::observe::metrics::Metrics;
+use crate::runtime::commit::{CommitOffsets, CommitPoint, KafkaCommitPoint};
 use crate::runtime::gate::EpochGate;
 use crate::runtime::output::Output;
 use crate::runtime::query::{QueryFailure, StateQuery};
 use crate::runtime::source::{bad_record, WATERMARK_INTERVAL};
 use crate::runtime::{DeadLetter, JobShared, BATCH};
 use crate::scale::engine::{
-    commit_before_revocation, commit_epoch, committed_offsets, forget_lag, resume, run_instance,
-    writer_id, Committed, GroupContext, GroupWork, Ownership, Rebalancing,
+    committed_offsets, forget_lag, resume, run_instance, writer_id, GroupContext, GroupWork,
+    Ownership, Rebalancing,
+};
+use crate::scale::epoch::{
+    commit_before_revocation, restore_point, run_epoch, Committed, EpochWork, RestorePoint,
 };
 use crate::scale::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
 use crate::scale::storage::SharedStorage;
@@ -144,6 +148,10 @@ pub struct GraphInstance {
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     producer: Arc<SinkProducer>,
+    /// The producer's transaction as the epoch's commit point.
+    commit: Arc<KafkaCommitPoint>,
+    /// Bytes uploaded by the epoch being prepared.
+    uploaded_bytes: u64,
     storage: SharedStorage,
     writer: String,
     seq: u64,
@@ -228,7 +236,8 @@ fn run_attempt(
     // Fences this instance's previous incarnation and aborts its open
     // transaction, so the offsets read below are final.
     let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
-    producer.begin_transaction()?;
+    let commit = Arc::new(KafkaCommitPoint::for_instance(producer.clone()));
+    commit.begin()?;
     let meta = kafka::create_consumer(config)?;
     check_sink_topics(graph, &meta)?;
     let mut topics = Vec::new();
@@ -296,6 +305,8 @@ fn run_attempt(
         config: config.clone(),
         metrics: shared.metrics.clone(),
         producer: producer.clone(),
+        commit: commit.clone(),
+        uploaded_bytes: 0,
         storage: SharedStorage::open(config)?,
         writer: writer_id(),
         seq: 0,
@@ -354,7 +365,7 @@ fn run_attempt(
         "instance joining the job's group"
     );
     run_instance(
-        config, instance, &topics, &producer, &cancel, shared, progressed,
+        config, instance, &topics, &*commit, &cancel, shared, progressed,
     )
 }
 
@@ -610,9 +621,11 @@ impl GraphInstance {
             .collect();
         let cache = c.state.cache_entries;
         let mut stores = BTreeMap::new();
-        let (pointer, uploaded, restored_marks) = match (offset, manifest::parse_pointer(metadata))
-        {
-            (None, _) => {
+        let partition = format!("{}/{id}", self.plan.stages[stage].topic);
+        let (pointer, uploaded, restored_marks) = match restore_point(
+            &label, &partition, offset, metadata,
+        )? {
+            RestorePoint::Empty => {
                 for (n, uid, tables) in &keyed {
                     let store = KeyedStore::open_empty(
                         uid,
@@ -625,15 +638,8 @@ impl GraphInstance {
                 info!(stage = %head, task = id, "task starts with empty state: the group has no offset for it");
                 (None, HashMap::new(), BTreeMap::new())
             }
-            (Some(o), None) => {
-                return Err(WeirError::Recovery(format!(
-                    "{label}: the group committed offset {o} of {}/{id} without a checkpoint \
-                     pointer (metadata {metadata:?}); its state cannot be found, and weir does not \
-                     start a task from empty state in its place",
-                    self.plan.stages[stage].topic
-                )))
-            }
-            (Some(o), Some(key)) => {
+            RestorePoint::Manifest { offset: o, key } => {
+                let key = key.as_str();
                 let started = Instant::now();
                 let m = checkpoints::load_manifest(&self.storage, &label, key)?;
                 if m.graph.is_none() {
@@ -956,107 +962,37 @@ impl GraphInstance {
         Ok(())
     }
 
-    /// The epoch's checkpoint and commit: marks out, every chain's epoch
-    /// ended, each changed task snapshotted and uploaded, then one
-    /// transaction with the offsets and their pointers.
+    /// The epoch's checkpoint and commit (`scale::epoch::run_epoch` over
+    /// this instance's [`EpochWork`]), when anything changed.
     fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
         if !self.dirty {
             return Ok(());
         }
         let started = Instant::now();
-        self.push_batches()?;
-        self.send_source_marks()?;
-        for c in &mut self.source_chains {
-            c.end_epoch()?;
-        }
-        for d in &mut self.dead_letters {
-            d.flush_batch()?;
-        }
-        let mut offsets = TopicPartitionList::new();
-        for ((t, p), input) in &self.inputs {
-            if let Some(o) = input.next {
-                offsets
-                    .add_partition_offset(t, *p, Offset::Offset(o))
-                    .map_err(|e| WeirError::kafka("build offset list", e))?;
+        self.commit.set_group(consumer.group_metadata());
+        let commit = self.commit.clone();
+        let instance = self.config.instance().to_string();
+        let (outcome, offsets) = run_epoch(self, consumer, &*commit, &instance)?;
+        match outcome {
+            Committed::Refused(_) => self.metrics.transactions_aborted.inc(),
+            Committed::Yes => {
+                self.metrics.transactions_committed.inc();
+                self.metrics.checkpoint_completed(
+                    self.epoch,
+                    started.elapsed().as_secs_f64(),
+                    self.uploaded_bytes,
+                );
+                debug!(
+                    partitions = offsets.len(),
+                    uploaded_bytes = self.uploaded_bytes,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "epoch committed"
+                );
+                if self.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
+                    self.housekeeping(false);
+                }
             }
         }
-        let keys: Vec<(usize, u32)> = self.tasks.keys().copied().collect();
-        let mut uploaded_bytes = 0u64;
-        for key in keys {
-            let mut task = self.tasks.remove(&key).expect("task listed");
-            let result = self.checkpoint_task(&mut task, &mut uploaded_bytes);
-            self.tasks.insert(key, task);
-            if let Some((next, pointer)) = result? {
-                let topic = &self.plan.stages[key.0].topic;
-                let mut e = offsets.add_partition(topic, key.1 as i32);
-                e.set_offset(Offset::Offset(next))
-                    .map_err(|e| WeirError::kafka("build offset list", e))?;
-                e.set_metadata(manifest::pointer(&pointer));
-            }
-        }
-        let prepared = started.elapsed();
-        if let Committed::Refused(cause) =
-            commit_epoch(consumer, &self.producer, self.config.instance(), &offsets)?
-        {
-            return self.reset_to_committed(&cause);
-        }
-        self.metrics.transactions_committed.inc();
-        self.epoch += 1;
-        self.metrics.checkpoint_completed(
-            self.epoch,
-            started.elapsed().as_secs_f64(),
-            uploaded_bytes,
-        );
-        self.dirty = false;
-        self.last_commit = Instant::now();
-        for task in self.tasks.values_mut() {
-            task.committed = task.pointer.clone();
-            task.changed = false;
-            checkpoints::remove_stale_snapshots(
-                &task.dir.join("snapshots"),
-                task.committed.as_deref(),
-            );
-        }
-        debug!(
-            partitions = offsets.count(),
-            uploaded_bytes,
-            prepare_ms = prepared.as_millis() as u64,
-            took_ms = started.elapsed().as_millis() as u64,
-            "epoch committed"
-        );
-        self.publish_ownership();
-        if self.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
-            self.housekeeping(false);
-        }
-        Ok(())
-    }
-
-    /// After a commit the group refused in a rebalance: aborts the epoch
-    /// and takes every partition back to its committed offset and state,
-    /// without leaving the group.
-    fn reset_to_committed(&mut self, cause: &WeirError) -> Result<()> {
-        warn!(
-            error = %cause.report(),
-            "the group refused the commit (its assignment changed meanwhile); aborting the epoch \
-             and resuming every partition from its committed checkpoint"
-        );
-        self.producer.abort_transaction()?;
-        self.metrics.transactions_aborted.inc();
-        self.producer.begin_transaction()?;
-        // What the chains gathered belonged to the aborted epoch.
-        self.build_source_chains();
-        // Closes each RocksDB before its restore opens the same folder.
-        let tasks = std::mem::take(&mut self.tasks);
-        for (stage, id) in tasks.keys() {
-            self.pending
-                .push((self.plan.stages[*stage].topic.clone(), *id as i32));
-        }
-        drop(tasks);
-        let inputs = std::mem::take(&mut self.inputs);
-        self.pending.extend(inputs.into_keys());
-        self.dirty = false;
-        self.last_commit = Instant::now();
-        self.publish_ownership();
         Ok(())
     }
 
@@ -1179,6 +1115,75 @@ impl GraphInstance {
                 warn!(topic = %topic, error = %e.report(), "trimming a repartition topic failed; retried later");
             }
         }
+    }
+}
+
+/// The epoch's end on this instance's input partitions and tasks.
+impl EpochWork for GraphInstance {
+    /// Marks out, every chain's epoch ended, each changed task
+    /// snapshotted and uploaded with its manifest.
+    fn prepare(&mut self) -> Result<CommitOffsets> {
+        self.push_batches()?;
+        self.send_source_marks()?;
+        for c in &mut self.source_chains {
+            c.end_epoch()?;
+        }
+        for d in &mut self.dead_letters {
+            d.flush_batch()?;
+        }
+        let mut offsets = CommitOffsets::default();
+        for ((t, p), input) in &self.inputs {
+            if let Some(o) = input.next {
+                offsets.insert(t, *p, o, String::new());
+            }
+        }
+        let keys: Vec<(usize, u32)> = self.tasks.keys().copied().collect();
+        let mut uploaded_bytes = 0u64;
+        for key in keys {
+            let mut task = self.tasks.remove(&key).expect("task listed");
+            let result = self.checkpoint_task(&mut task, &mut uploaded_bytes);
+            self.tasks.insert(key, task);
+            if let Some((next, pointer)) = result? {
+                let topic = &self.plan.stages[key.0].topic;
+                offsets.insert(topic, key.1 as i32, next, manifest::pointer(&pointer));
+            }
+        }
+        self.uploaded_bytes = uploaded_bytes;
+        Ok(offsets)
+    }
+
+    fn committed(&mut self, _offsets: &CommitOffsets) {
+        self.epoch += 1;
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        for task in self.tasks.values_mut() {
+            task.committed = task.pointer.clone();
+            task.changed = false;
+            checkpoints::remove_stale_snapshots(
+                &task.dir.join("snapshots"),
+                task.committed.as_deref(),
+            );
+        }
+        self.publish_ownership();
+    }
+
+    /// Every partition back to its committed offset and state, without
+    /// leaving the group.
+    fn rewind(&mut self) {
+        // What the chains gathered belonged to the aborted epoch.
+        self.build_source_chains();
+        // Closes each RocksDB before its restore opens the same folder.
+        let tasks = std::mem::take(&mut self.tasks);
+        for (stage, id) in tasks.keys() {
+            self.pending
+                .push((self.plan.stages[*stage].topic.clone(), *id as i32));
+        }
+        drop(tasks);
+        let inputs = std::mem::take(&mut self.inputs);
+        self.pending.extend(inputs.into_keys());
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        self.publish_ownership();
     }
 }
 
