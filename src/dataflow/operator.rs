@@ -7,7 +7,9 @@
 
 use super::codec::StateCodec;
 use super::row::{Row, Value};
-use super::state::{key_prefix, split_timer_payload, timer_payload, KeyedStore, Table};
+use super::state::{
+    key_prefix, split_timer_payload, timer_payload, KeyedStore, Table, UpdateFailed, Write,
+};
 use crate::error::Result;
 
 /// A row in flight with its event time and, after a hash exchange, the
@@ -392,6 +394,56 @@ impl Context {
         });
         self.scratch = key;
         Ok(result?.is_some())
+    }
+
+    /// A read-modify-write of the current key's value in a value table,
+    /// with one cache lookup: the value is decoded into `value` (reusing
+    /// its buffers), `f` is told whether there was one and changes it, and
+    /// what `f` returns decides the write ([`Write::Put`] encodes `value`).
+    /// An `Err` from `f` is this operator's failure, the entry untouched.
+    pub fn update<T: StateCodec, R>(
+        &mut self,
+        table: Table,
+        value: &mut T,
+        f: impl FnOnce(bool, &mut T) -> std::result::Result<(Write, R), String>,
+    ) -> Result<R> {
+        self.full_key(table, None);
+        let key = std::mem::take(&mut self.scratch);
+        let mut encoded = std::mem::take(&mut self.value);
+        let mut result = None;
+        let outcome = match self.store.as_mut() {
+            None => Err(None),
+            Some(store) => store
+                .update_slice(&key, &mut encoded, |bytes, buf| {
+                    let existed = match bytes {
+                        Some(b) => {
+                            value.decode_into(b).map_err(|e| {
+                                UpdateFailed::Corrupt(format!("not a {}: {e}", T::NAME))
+                            })?;
+                            true
+                        }
+                        None => false,
+                    };
+                    let (write, r) = f(existed, value).map_err(UpdateFailed::Failed)?;
+                    if write == Write::Put {
+                        value.encode(buf);
+                    }
+                    result = Some(r);
+                    Ok(write)
+                })
+                .map_err(Some),
+        };
+        self.value = encoded;
+        self.scratch = key;
+        match outcome {
+            Ok(_) => Ok(result.expect("set when the update succeeds")),
+            // (The store reports a corrupt value as `Other`, naming the key.)
+            Err(Some(UpdateFailed::Failed(reason) | UpdateFailed::Corrupt(reason))) => {
+                Err(self.failure(reason))
+            }
+            Err(Some(UpdateFailed::Other(e))) => Err(e),
+            Err(None) => self.store().map(|_| unreachable!("no store")),
+        }
     }
 
     pub fn put<T: StateCodec>(&mut self, table: Table, value: &T) -> Result<()> {

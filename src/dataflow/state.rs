@@ -94,6 +94,29 @@ struct Cached {
     dirty: bool,
 }
 
+/// What a read-modify-write ([`KeyedStore::update_slice`]) does to the
+/// entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Left as it was.
+    Keep,
+    /// Replaced by the bytes written into the buffer.
+    Put,
+    /// Deleted.
+    Delete,
+}
+
+/// Why a read-modify-write stopped, the entry left as it was.
+#[derive(Debug)]
+pub(crate) enum UpdateFailed {
+    /// The stored bytes are not a value of the table's codec (reported by
+    /// the store as corrupt state, naming the key).
+    Corrupt(String),
+    /// The operator's own logic refused the update.
+    Failed(String),
+    Other(WeirError),
+}
+
 /// Cache entries past which everything dirty is written back.
 const WRITE_BACK_AT: usize = 65_536;
 /// Pending timer changes that a snapshot writes back after it was taken.
@@ -293,6 +316,85 @@ impl KeyedStore {
         Ok(())
     }
 
+    /// Reads and rewrites the value at `full_key` with one cache lookup (a
+    /// read-modify-write, such as an aggregate's update). `f` gets the
+    /// value there, if any, and a cleared buffer; it says what to do, and
+    /// [`Write::Put`] stores the buffer's bytes. Otherwise the same as
+    /// [`Self::read_with`] followed by [`Self::write_slice`].
+    pub(crate) fn update_slice(
+        &mut self,
+        full_key: &[u8],
+        buf: &mut Vec<u8>,
+        f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>) -> std::result::Result<Write, UpdateFailed>,
+    ) -> std::result::Result<Write, UpdateFailed> {
+        buf.clear();
+        let outcome = match self.cache.get_mut(full_key) {
+            Some(c) => {
+                let outcome = f(c.value.as_deref(), buf);
+                let changed = match outcome {
+                    Ok(Write::Put) => {
+                        match &mut c.value {
+                            Some(v) => {
+                                v.clear();
+                                v.extend_from_slice(buf);
+                            }
+                            slot => *slot = Some(Bytes::from_slice(buf)),
+                        }
+                        true
+                    }
+                    Ok(Write::Delete) => {
+                        c.value = None;
+                        true
+                    }
+                    Ok(Write::Keep) | Err(_) => false,
+                };
+                if changed && !c.dirty {
+                    c.dirty = true;
+                    self.dirty += 1;
+                }
+                outcome
+            }
+            None => {
+                let db = self.backend.db();
+                let stored = db
+                    .get_pinned_cf(self.backend.cf(VALUES), full_key)
+                    .map_err(|e| {
+                        UpdateFailed::Other(crate::state::read_error(
+                            self.backend.path(),
+                            full_key,
+                            e,
+                        ))
+                    })?;
+                let outcome = f(stored.as_deref(), buf);
+                let entry = match outcome {
+                    Ok(Write::Put) => Some((Some(Bytes::from_slice(buf)), true)),
+                    Ok(Write::Delete) => Some((None, true)),
+                    Ok(Write::Keep) if self.cache.len() < self.cache_limit => {
+                        Some((stored.as_deref().map(Bytes::from_slice), false))
+                    }
+                    Ok(Write::Keep) | Err(_) => None,
+                };
+                drop(stored);
+                if let Some((value, dirty)) = entry {
+                    self.cache
+                        .insert(Bytes::from_slice(full_key), Cached { value, dirty });
+                    if dirty {
+                        self.dirty += 1;
+                    }
+                }
+                outcome
+            }
+        };
+        let write = outcome.map_err(|e| match e {
+            UpdateFailed::Corrupt(reason) => UpdateFailed::Other(self.corrupt(full_key, reason)),
+            e => e,
+        })?;
+        if self.cache.len() > self.cache_limit || self.dirty >= WRITE_BACK_AT {
+            self.write_back().map_err(UpdateFailed::Other)?;
+        }
+        Ok(write)
+    }
+
     /// Entries whose full key starts with `prefix`, cache laid over RocksDB.
     pub(crate) fn scan(&mut self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut found: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
@@ -475,6 +577,72 @@ mod tests {
         assert_eq!(r.timers().pop_due(100).len(), 1);
         let e = r.decode::<i64>(&k, b"abc").unwrap_err().to_string();
         assert!(e.contains("\"op\"") && e.contains("i64"), "{e}");
+    }
+
+    #[test]
+    fn a_read_modify_write_sees_what_was_there_and_writes_what_it_decides() {
+        use crate::dataflow::operator::Context;
+        let dir = tempfile::tempdir().unwrap();
+        let tables = vec![TableSpec::value::<i64>("count")];
+        // A cache of one entry: the second key is read from RocksDB and
+        // written back at once.
+        let store = KeyedStore::open_empty("op", tables, &dir.path().join("db"), 1).unwrap();
+        let mut ctx = Context::new("op", 0, Some(store));
+        let bump = |ctx: &mut Context, key: &[u8]| {
+            ctx.set_key(1, key);
+            let mut v = 0i64;
+            ctx.update(Table(0), &mut v, |existed, v| {
+                *v = if existed { *v + 1 } else { 1 };
+                Ok(if *v == 3 {
+                    (Write::Delete, (existed, *v))
+                } else {
+                    (Write::Put, (existed, *v))
+                })
+            })
+            .unwrap()
+        };
+        assert_eq!(bump(&mut ctx, b"a"), (false, 1));
+        assert_eq!(bump(&mut ctx, b"b"), (false, 1));
+        assert_eq!(bump(&mut ctx, b"a"), (true, 2));
+        assert_eq!(bump(&mut ctx, b"b"), (true, 2));
+        assert_eq!(bump(&mut ctx, b"a"), (true, 3), "deleted at 3");
+        assert_eq!(bump(&mut ctx, b"a"), (false, 1), "gone after the delete");
+        assert_eq!(ctx.get::<i64>(Table(0)).unwrap(), Some(1));
+        ctx.set_key(1, b"b");
+        assert_eq!(ctx.get::<i64>(Table(0)).unwrap(), Some(2));
+
+        // Keep writes nothing; the operator's refusal leaves the entry.
+        let mut v = 0i64;
+        let kept = ctx
+            .update(Table(0), &mut v, |_, v| {
+                *v = 99;
+                Ok((Write::Keep, ()))
+            })
+            .map(|()| v);
+        assert_eq!(kept.unwrap(), 99);
+        let e = ctx
+            .update(Table(0), &mut v, |_, _| Err::<(Write, ()), _>("no".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no"), "{e}");
+        assert_eq!(ctx.get::<i64>(Table(0)).unwrap(), Some(2));
+
+        // A value that is not the codec's is reported with its key.
+        let mut k = Vec::new();
+        key_prefix(1, Table(0), b"c", &mut k);
+        ctx.store_mut()
+            .unwrap()
+            .write(&k, Some(b"abc".to_vec()))
+            .unwrap();
+        ctx.set_key(1, b"c");
+        let e = ctx
+            .update(Table(0), &mut v, |_, _| Ok((Write::Put, ())))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"op\"") && e.contains("i64") && e.contains('c'),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! job's transaction.
 
 use crate::dataflow::graph::{KeyFormat, SinkMode, SinkSpec};
-use crate::dataflow::json::{encode_columns, encode_row, write_value};
+use crate::dataflow::json::{encode_columns, write_value, RowEncoder};
 use crate::dataflow::row::{RowKind, Schema, Value};
 use crate::dataflow::Record;
 use crate::error::{Result, WeirError};
@@ -15,6 +15,7 @@ pub struct SinkWriter {
     pub spec: SinkSpec,
     pub schema: Schema,
     pub output: Output,
+    encoder: RowEncoder,
     key: Vec<u8>,
 }
 
@@ -23,6 +24,7 @@ impl SinkWriter {
         Self {
             uid: uid.into(),
             spec,
+            encoder: RowEncoder::new(&schema),
             schema,
             output,
             key: Vec::with_capacity(64),
@@ -48,7 +50,7 @@ impl SinkWriter {
                 SinkMode::Upsert | SinkMode::Results,
                 RowKind::Insert | RowKind::UpdateAfter,
             ) => {
-                encode_row(&r.row, &self.schema, &mut self.output.buf);
+                self.encoder.encode(&r.row, &mut self.output.buf);
             }
             (SinkMode::Results, RowKind::UpdateBefore | RowKind::Delete) => return Ok(()),
             (SinkMode::Append, kind) => {
@@ -65,7 +67,7 @@ impl SinkWriter {
             (SinkMode::Upsert, RowKind::UpdateBefore) => return Ok(()),
             (SinkMode::Upsert, RowKind::Delete) => return self.output.send_tombstone(&self.key),
             (SinkMode::Changelog, kind) => {
-                encode_row(&r.row, &self.schema, &mut self.output.buf);
+                self.encoder.encode(&r.row, &mut self.output.buf);
                 // `{"op":"+I",` in front of the row's own fields.
                 let op = format!("{{\"op\":\"{}\"", kind.short());
                 let rest = self.output.buf.split_off(1);

@@ -11,7 +11,7 @@
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::state::{Table, TableSpec, Write};
 use crate::error::Result;
 
 /// One aggregate function and its input column (none: `COUNT(*)`).
@@ -481,23 +481,31 @@ impl Operator for GroupAggregate {
         out: &mut Collector,
     ) -> Result<()> {
         let retract = !r.row.kind.is_addition();
-        let existed = ctx.get_into(Self::ACC, &mut self.acc)?;
-        self.was.clear();
-        if existed {
-            self.acc.results(&self.aggs, &mut self.was);
-        } else if retract {
-            // Flink does the same: a retraction of what is not there (state
-            // expired, or never added) changes nothing.
+        let (aggs, was, row) = (&self.aggs, &mut self.was, &r.row);
+        // Read, apply and write back with one cache lookup.
+        let step = ctx.update(Self::ACC, &mut self.acc, |existed, acc| {
+            was.clear();
+            if existed {
+                acc.results(aggs, was);
+            } else if retract {
+                // Flink does the same: a retraction of what is not there
+                // (state expired, or never added) changes nothing.
+                return Ok((Write::Keep, None));
+            } else {
+                acc.reset(aggs);
+            }
+            acc.apply(aggs, row, retract)?;
+            Ok(if acc.rows <= 0 {
+                (Write::Delete, Some((existed, true)))
+            } else {
+                (Write::Put, Some((existed, false)))
+            })
+        })?;
+        let Some((existed, deleted)) = step else {
             return Ok(());
-        } else {
-            self.acc.reset(&self.aggs);
-        }
-        self.acc
-            .apply(&self.aggs, &r.row, retract)
-            .map_err(|e| ctx.failure(e))?;
+        };
         let ts = r.timestamp;
-        if self.acc.rows <= 0 {
-            ctx.delete(Self::ACC)?;
+        if deleted {
             if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
                 return self.note_changed(ctx, existed, out);
             }
@@ -506,7 +514,6 @@ impl Operator for GroupAggregate {
             }
             return Ok(());
         }
-        ctx.put(Self::ACC, &self.acc)?;
         if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
             return self.note_changed(ctx, existed, out);
         }
