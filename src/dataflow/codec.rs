@@ -23,6 +23,7 @@ pub trait StateCodec: Sized {
     }
 }
 
+#[inline]
 pub fn put_varint(mut v: u64, out: &mut Vec<u8>) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -31,7 +32,19 @@ pub fn put_varint(mut v: u64, out: &mut Vec<u8>) {
     out.push(v as u8);
 }
 
+#[inline]
 pub fn get_varint(input: &mut &[u8]) -> Result<u64, String> {
+    // One byte: a small count or length, the common case.
+    if let Some((&b, rest)) = input.split_first() {
+        if b < 0x80 {
+            *input = rest;
+            return Ok(u64::from(b));
+        }
+    }
+    get_long_varint(input)
+}
+
+fn get_long_varint(input: &mut &[u8]) -> Result<u64, String> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let (&b, rest) = input
@@ -296,6 +309,16 @@ mod tests {
             let mut key = Vec::new();
             encode_key(&row, &(0..values.len()).collect::<Vec<_>>(), &mut key);
             prop_assert_eq!(decode_key(&key).unwrap(), values);
+        }
+
+        #[test]
+        fn varints_round_trip(v in any::<u64>(), tail in any::<u8>()) {
+            let mut bytes = Vec::new();
+            put_varint(v, &mut bytes);
+            bytes.push(tail);
+            let mut input = bytes.as_slice();
+            prop_assert_eq!(get_varint(&mut input).unwrap(), v);
+            prop_assert_eq!(input, &[tail][..]);
         }
 
         #[test]

@@ -115,6 +115,7 @@ impl StateCodec for Accumulators {
     /// value as `codec::encode_value` (a count's is one byte, NULL). A hot
     /// key's update encodes a few bytes and allocates nothing.
     fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(2 + 10 * (1 + 2 * self.parts.len()));
         put_varint(self.parts.len() as u64, out);
         put_varint(zigzag(self.rows), out);
         for p in &self.parts {
@@ -143,7 +144,14 @@ impl StateCodec for Accumulators {
         self.parts.truncate(parts);
         for i in 0..parts {
             let n = unzigzag(get_varint(&mut input)?);
-            let value = decode_value(&mut input)?;
+            // A count's part holds no value: one NULL byte.
+            let value = match input.split_first() {
+                Some((0, rest)) => {
+                    input = rest;
+                    Value::Null
+                }
+                _ => decode_value(&mut input)?,
+            };
             match self.parts.get_mut(i) {
                 Some(p) => {
                     p.n = n;
@@ -481,12 +489,20 @@ impl Operator for GroupAggregate {
         out: &mut Collector,
     ) -> Result<()> {
         let retract = !r.row.kind.is_addition();
+        // The results before this row are needed to retract them, to see
+        // whether they changed, to remember them for the checkpoint, or
+        // for a delete (only a retraction can delete); not for a row that
+        // is emitted whatever it changed into a sink without retractions.
+        let need_was =
+            retract || self.emit != AggregateEmit::EveryRow || ctx.update_before_needed();
         let (aggs, was, row) = (&self.aggs, &mut self.was, &r.row);
         // Read, apply and write back with one cache lookup.
         let step = ctx.update(Self::ACC, &mut self.acc, |existed, acc| {
             was.clear();
             if existed {
-                acc.results(aggs, was);
+                if need_was {
+                    acc.results(aggs, was);
+                }
             } else if retract {
                 // Flink does the same: a retraction of what is not there
                 // (state expired, or never added) changes nothing.
@@ -523,7 +539,7 @@ impl Operator for GroupAggregate {
             out.emit(self.row_from(r.row, RowKind::Insert), ts);
             return Ok(());
         }
-        if self.was == self.now && self.emit == AggregateEmit::OnChange {
+        if self.emit == AggregateEmit::OnChange && self.was == self.now {
             return Ok(());
         }
         // Consumers that replace a key's row (upsert sinks) have no use for
