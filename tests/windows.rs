@@ -413,6 +413,49 @@ fn toml_windows_run_in_group_mode_exact_when_an_instance_is_killed_and_replaced(
     let records = read_until(&output, expected.len(), Duration::from_secs(180));
     let log = format!("{}\n{}", i0.log_text(), i1.log_text());
     assert_exact(&records, &expected, &log);
+    // Each task's watermark is reported by the one instance that owns it
+    // (a task that moved away is no longer reported by its old owner),
+    // past the last window.
+    let mut reported: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for w in [&mut i0, &mut i1] {
+        let metrics = http(
+            &w.admin_addr(Duration::from_secs(10)),
+            "GET",
+            "/metrics",
+            None,
+        )
+        .1;
+        for l in metrics
+            .lines()
+            .filter(|l| l.starts_with("weir_watermark_ms{"))
+        {
+            let subtask = l
+                .split("subtask=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next());
+            let value = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            if let (Some(t), Some(v)) = (subtask, value) {
+                reported.entry(t.to_string()).or_default().push(v);
+            }
+        }
+    }
+    assert_eq!(
+        reported.keys().cloned().collect::<Vec<_>>(),
+        ["0", "1", "2", "3"],
+        "one watermark per task: {reported:?}"
+    );
+    for (task, values) in &reported {
+        assert_eq!(
+            values.len(),
+            1,
+            "task {task} reported by two instances: {values:?}"
+        );
+        assert!(
+            values[0] >= (last + 2 * MINUTE) as f64,
+            "task {task}'s watermark {} is not past the last window (last event {last})",
+            values[0]
+        );
+    }
     assert!(i1.stop(Duration::from_secs(60)).success());
     assert!(i0.stop(Duration::from_secs(60)).success());
 }

@@ -409,6 +409,35 @@ impl Chain {
         Ok(())
     }
 
+    /// The task's watermark advanced to `watermark`: `weir_watermark_ms`
+    /// (labelled with the chain's head, in group mode with the task as
+    /// subtask) and then every operator of the chain.
+    pub fn advance_watermark(&mut self, watermark: i64) -> Result<()> {
+        self.metrics
+            .watermark
+            .with_label_values(&[self.slots[0].uid.as_str(), &self.subtask.to_string()])
+            .set(watermark);
+        self.on_watermark(watermark)
+    }
+
+    /// The task moved to another instance, which reports it from now on:
+    /// its watermark and open-window gauges go from this one's metrics.
+    pub fn forget_gauges(&self) {
+        let subtask = self.subtask.to_string();
+        let _ = self
+            .metrics
+            .watermark
+            .remove_label_values(&[self.slots[0].uid.as_str(), &subtask]);
+        for s in &self.slots {
+            if matches!(s.body, SlotBody::Operator { keyed: true, .. }) {
+                let _ = self
+                    .metrics
+                    .open_windows
+                    .remove_label_values(&[s.uid.as_str(), &subtask]);
+            }
+        }
+    }
+
     /// Moves `weir_open_windows` by what node `slot` opened and closed.
     fn count_windows(&mut self, slot: usize) {
         let s = &mut self.slots[slot];

@@ -146,15 +146,7 @@ impl StageTask {
     }
 
     fn advance(&mut self, watermark: i64) -> Result<()> {
-        self.chain
-            .metrics
-            .watermark
-            .with_label_values(&[
-                self.chain.slots[0].uid.as_str(),
-                &self.chain.subtask.to_string(),
-            ])
-            .set(watermark);
-        self.chain.on_watermark(watermark)
+        self.chain.advance_watermark(watermark)
     }
 
     fn checkpoint(&mut self, b: Barrier, alignment: Duration) -> Result<()> {

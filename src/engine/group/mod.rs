@@ -523,7 +523,9 @@ impl GraphInstance {
             forget_lag(&self.metrics, &tp);
             match self.stage_of_topic.get(&tp.0) {
                 Some(stage) => {
-                    self.tasks.remove(&(*stage, tp.1 as u32));
+                    if let Some(task) = self.tasks.remove(&(*stage, tp.1 as u32)) {
+                        task.chain.forget_gauges();
+                    }
                 }
                 None => {
                     self.inputs.remove(&tp);
@@ -733,7 +735,7 @@ impl GraphInstance {
         let marks = WriterMarks::new(self.expected[stage].clone(), restored_marks);
         if marks.current() > MIN_WATERMARK {
             // The operators judge lateness by it; downstream already has it.
-            chain.on_watermark(marks.current())?;
+            chain.advance_watermark(marks.current())?;
         }
         self.incarnations += 1;
         Ok(GraphTask {
@@ -818,7 +820,7 @@ impl GraphInstance {
                     task.chain.broadcast(Element::Idle(idle))?;
                 }
                 if let Some(wm) = advance.watermark {
-                    task.chain.on_watermark(wm)?;
+                    task.chain.advance_watermark(wm)?;
                 }
             }
         }
