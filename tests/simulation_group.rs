@@ -124,7 +124,6 @@ struct Broker {
     producer_epoch: BTreeMap<usize, u32>,
     open: BTreeMap<usize, Txn>,
     storage: BTreeMap<String, Manifest>,
-    rotation: usize,
     fail_next_commit: bool,
     lose_next_ack: bool,
     /// What the schedule explored: commits refused in a rebalance, and
@@ -137,7 +136,6 @@ impl Broker {
     /// Membership changed: a new target assignment (round robin over the
     /// members, rotated so that partitions move).
     fn start_rebalance(&mut self, rotation: usize) {
-        self.rotation = rotation;
         let members: Vec<Member> = self.members.iter().copied().collect();
         self.released.clear();
         if members.is_empty() {

@@ -407,42 +407,39 @@ impl Context {
         value: &mut T,
         f: impl FnOnce(bool, &mut T) -> std::result::Result<(Write, R), String>,
     ) -> Result<R> {
+        // A stateless operator's mistake, said as `store` says it.
+        self.store()?;
         self.full_key(table, None);
         let key = std::mem::take(&mut self.scratch);
         let mut encoded = std::mem::take(&mut self.value);
         let mut result = None;
-        let outcome = match self.store.as_mut() {
-            None => Err(None),
-            Some(store) => store
-                .update_slice(&key, &mut encoded, |bytes, buf| {
-                    let existed = match bytes {
-                        Some(b) => {
-                            value.decode_into(b).map_err(|e| {
-                                UpdateFailed::Corrupt(format!("not a {}: {e}", T::NAME))
-                            })?;
-                            true
-                        }
-                        None => false,
-                    };
-                    let (write, r) = f(existed, value).map_err(UpdateFailed::Failed)?;
-                    if write == Write::Put {
-                        value.encode(buf);
-                    }
-                    result = Some(r);
-                    Ok(write)
-                })
-                .map_err(Some),
-        };
+        let store = self.store.as_mut().expect("checked above");
+        let outcome = store.update_slice(&key, &mut encoded, |bytes, buf| {
+            let existed = match bytes {
+                Some(b) => {
+                    value
+                        .decode_into(b)
+                        .map_err(|e| UpdateFailed::Corrupt(format!("not a {}: {e}", T::NAME)))?;
+                    true
+                }
+                None => false,
+            };
+            let (write, r) = f(existed, value).map_err(UpdateFailed::Failed)?;
+            if write == Write::Put {
+                value.encode(buf);
+            }
+            result = Some(r);
+            Ok(write)
+        });
         self.value = encoded;
         self.scratch = key;
         match outcome {
             Ok(_) => Ok(result.expect("set when the update succeeds")),
             // (The store reports a corrupt value as `Other`, naming the key.)
-            Err(Some(UpdateFailed::Failed(reason) | UpdateFailed::Corrupt(reason))) => {
+            Err(UpdateFailed::Failed(reason) | UpdateFailed::Corrupt(reason)) => {
                 Err(self.failure(reason))
             }
-            Err(Some(UpdateFailed::Other(e))) => Err(e),
-            Err(None) => self.store().map(|_| unreachable!("no store")),
+            Err(UpdateFailed::Other(e)) => Err(e),
         }
     }
 
