@@ -173,6 +173,14 @@ struct RunArgs {
     /// `bench/profile.sh` to summarise by component.
     #[arg(long)]
     perf: Option<PathBuf>,
+    /// Runs weir under `valgrind --tool=callgrind`, writing
+    /// `<prefix>-<delivery>-<emit>-<interval>-<round>.out` and printing
+    /// its instruction total: counts that repeat run to run where
+    /// CPU-seconds on a shared machine do not (`callgrind_annotate` reads
+    /// the file). Two sizes (`--words`) separate a run's fixed cost from a
+    /// word's.
+    #[arg(long, conflicts_with = "perf")]
+    callgrind: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -407,17 +415,27 @@ fn run(args: RunArgs) {
     let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); combos.len()];
     for round in 0..args.rounds {
         for (c, combo) in combos.iter().enumerate() {
-            let perf = args.perf.as_ref().map(|prefix| {
-                let name = format!(
-                    "{}-{}-{}-{}-{round}.data",
+            let name = |prefix: &PathBuf, ext: &str| {
+                PathBuf::from(format!(
+                    "{}-{}-{}-{}-{round}.{ext}",
                     prefix.display(),
                     combo.delivery,
                     combo.emit,
                     combo.interval
-                );
-                PathBuf::from(name)
-            });
-            let m = run_once(&args, combo, &input, &ends, &expected, perf.as_deref());
+                ))
+            };
+            let profile = match (&args.perf, &args.callgrind) {
+                (Some(prefix), _) => Some(Profile::Perf(name(prefix, "data"))),
+                (_, Some(prefix)) => Some(Profile::Callgrind(name(prefix, "out"))),
+                _ => None,
+            };
+            let m = run_once(&args, combo, &input, &ends, &expected, profile.as_ref());
+            if let Some(Profile::Callgrind(out)) = &profile {
+                match callgrind_total(out) {
+                    Some(n) => println!("callgrind: {}: {n} instructions", out.display()),
+                    None => println!("callgrind: {}: no total (did weir exit?)", out.display()),
+                }
+            }
             let words = args.words as f64;
             let rate = words / m.seconds;
             let cpu = m.cpu_seconds / (words / 1e6);
@@ -515,13 +533,33 @@ impl Combo {
 
 /// Runs weir's word count once with `combo` over `input` into a new output
 /// topic, until its group committed the whole input; checks the counts.
+/// A profiler weir runs under.
+enum Profile {
+    /// `perf record` into this file.
+    Perf(PathBuf),
+    /// `valgrind --tool=callgrind` into this file.
+    Callgrind(PathBuf),
+}
+
+/// The instruction total a callgrind output file records.
+fn callgrind_total(out: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(out).ok()?;
+    text.lines()
+        .rev()
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
+        .and_then(|n| n.trim().parse().ok())
+}
+
 fn run_once(
     args: &RunArgs,
     combo: &Combo,
     input: &str,
     ends: &[(i32, i64)],
     expected: &HashMap<String, u64>,
-    perf: Option<&Path>,
+    profile: Option<&Profile>,
 ) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let output = unique("bench-counts");
@@ -536,14 +574,20 @@ fn run_once(
     let config = spec.write();
     let group = format!("weir-{}-{}", spec.name, output);
     let started = Instant::now();
-    let mut argv: Vec<String> = match perf {
+    let mut argv: Vec<String> = match profile {
         // cpu-clock works in this VM (no hardware counters). Flat samples:
         // bench/profile.sh attributes each symbol to a component.
-        Some(out) => ["perf", "record", "-e", "cpu-clock", "-F", "999", "-o"]
+        Some(Profile::Perf(out)) => ["perf", "record", "-e", "cpu-clock", "-F", "999", "-o"]
             .iter()
             .map(|s| s.to_string())
             .chain([out.display().to_string(), "--".into()])
             .collect(),
+        Some(Profile::Callgrind(out)) => vec![
+            "valgrind".into(),
+            "--tool=callgrind".into(),
+            format!("--callgrind-out-file={}", out.display()),
+            "--".into(),
+        ],
         None => Vec::new(),
     };
     argv.extend(weir_run(&weir_binary(), &config));
