@@ -94,6 +94,21 @@ struct Cached {
     dirty: bool,
 }
 
+impl Cached {
+    /// Sets (Some) or deletes (None) the value, keeping the buffer of a
+    /// value already there. True if the entry became dirty just now.
+    fn set(&mut self, value: Option<&[u8]>) -> bool {
+        match (&mut self.value, value) {
+            (Some(buf), Some(v)) => {
+                buf.clear();
+                buf.extend_from_slice(v);
+            }
+            (slot, v) => *slot = v.map(Bytes::from_slice),
+        }
+        !std::mem::replace(&mut self.dirty, true)
+    }
+}
+
 /// What a read-modify-write ([`KeyedStore::update_slice`]) does to the
 /// entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,15 +302,7 @@ impl KeyedStore {
     pub(crate) fn write_slice(&mut self, full_key: &[u8], value: Option<&[u8]>) -> Result<()> {
         match self.cache.get_mut(full_key) {
             Some(c) => {
-                match (&mut c.value, value) {
-                    (Some(buf), Some(v)) => {
-                        buf.clear();
-                        buf.extend_from_slice(v);
-                    }
-                    (slot, v) => *slot = v.map(Bytes::from_slice),
-                }
-                if !c.dirty {
-                    c.dirty = true;
+                if c.set(value) {
                     self.dirty += 1;
                 }
             }
@@ -310,6 +317,12 @@ impl KeyedStore {
                 self.dirty += 1;
             }
         }
+        self.write_back_if_due()
+    }
+
+    /// Writes back once the cache outgrew its limit or holds
+    /// [`WRITE_BACK_AT`] dirty entries.
+    fn write_back_if_due(&mut self) -> Result<()> {
         if self.cache.len() > self.cache_limit || self.dirty >= WRITE_BACK_AT {
             self.write_back()?;
         }
@@ -331,25 +344,12 @@ impl KeyedStore {
         let outcome = match self.cache.get_mut(full_key) {
             Some(c) => {
                 let outcome = f(c.value.as_deref(), buf);
-                let changed = match outcome {
-                    Ok(Write::Put) => {
-                        match &mut c.value {
-                            Some(v) => {
-                                v.clear();
-                                v.extend_from_slice(buf);
-                            }
-                            slot => *slot = Some(Bytes::from_slice(buf)),
-                        }
-                        true
-                    }
-                    Ok(Write::Delete) => {
-                        c.value = None;
-                        true
-                    }
+                let newly_dirty = match outcome {
+                    Ok(Write::Put) => c.set(Some(buf)),
+                    Ok(Write::Delete) => c.set(None),
                     Ok(Write::Keep) | Err(_) => false,
                 };
-                if changed && !c.dirty {
-                    c.dirty = true;
+                if newly_dirty {
                     self.dirty += 1;
                 }
                 outcome
@@ -389,9 +389,7 @@ impl KeyedStore {
             UpdateFailed::Corrupt(reason) => UpdateFailed::Other(self.corrupt(full_key, reason)),
             e => e,
         })?;
-        if self.cache.len() > self.cache_limit || self.dirty >= WRITE_BACK_AT {
-            self.write_back().map_err(UpdateFailed::Other)?;
-        }
+        self.write_back_if_due().map_err(UpdateFailed::Other)?;
         Ok(write)
     }
 
@@ -736,6 +734,20 @@ mod tests {
             }
         }
 
+        /// Keys `w0`..`w499`, key `wi` counted to `i % 7 + 1`.
+        fn add_500(s: &mut KeyedStore) {
+            for i in 0..500u32 {
+                add(s, &format!("w{i}"), i % 7 + 1);
+            }
+        }
+
+        /// What [`add_500`] wrote, every key.
+        fn assert_500(r: &mut KeyedStore) {
+            for i in 0..500u32 {
+                assert_eq!(count(r, &format!("w{i}")), u64::from(i % 7 + 1), "w{i}");
+            }
+        }
+
         /// The handle of a snapshot of key groups 0..8 at `chk/state/wc/0`.
         fn whole_handle() -> StateHandle {
             StateHandle {
@@ -809,9 +821,7 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let live = tmp.path().join("live");
             let mut s = open(&live, 1000);
-            for i in 0..500u32 {
-                add(&mut s, &format!("w{i}"), i % 7 + 1);
-            }
+            add_500(&mut s);
             s.write_back().unwrap();
             let ssts_before = files_with(&live, "sst");
             let snap = snap_dir(tmp.path());
@@ -828,13 +838,7 @@ mod tests {
             s.write_back().unwrap();
             drop(s);
             let mut r = restore_whole(tmp.path(), "restored", 2);
-            for i in 0..500u32 {
-                assert_eq!(
-                    count(&mut r, &format!("w{i}")),
-                    u64::from(i % 7 + 1),
-                    "w{i}"
-                );
-            }
+            assert_500(&mut r);
         }
 
         #[test]
@@ -844,9 +848,7 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let mut s = open(&tmp.path().join("live"), 1000);
             s.set_flush_on_snapshot(true);
-            for i in 0..500u32 {
-                add(&mut s, &format!("w{i}"), i % 7 + 1);
-            }
+            add_500(&mut s);
             let snap = snap_dir(tmp.path());
             let taken = s.snapshot(&snap).unwrap();
             assert!(files_with(&snap, "log").iter().all(|(_, len)| *len == 0));
@@ -866,13 +868,7 @@ mod tests {
             );
             drop(s);
             let mut r = restore_whole(tmp.path(), "restored", 2);
-            for i in 0..500u32 {
-                assert_eq!(
-                    count(&mut r, &format!("w{i}")),
-                    u64::from(i % 7 + 1),
-                    "w{i}"
-                );
-            }
+            assert_500(&mut r);
         }
 
         #[test]

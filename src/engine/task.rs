@@ -102,13 +102,13 @@ impl StageTask {
                 }
                 Element::Watermark(w) => {
                     if let Some(w) = valve.on_watermark(input, w) {
-                        self.advance(w)?;
+                        self.chain.advance_watermark(w)?;
                     }
                 }
                 Element::Idle(idle) => {
                     for out in valve.on_idle(input, idle) {
                         match out {
-                            ValveOutput::Watermark(w) => self.advance(w)?,
+                            ValveOutput::Watermark(w) => self.chain.advance_watermark(w)?,
                             ValveOutput::Idle => self.chain.broadcast(Element::Idle(true))?,
                             ValveOutput::Active => self.chain.broadcast(Element::Idle(false))?,
                         }
@@ -143,10 +143,6 @@ impl StageTask {
                 }
             }
         }
-    }
-
-    fn advance(&mut self, watermark: i64) -> Result<()> {
-        self.chain.advance_watermark(watermark)
     }
 
     fn checkpoint(&mut self, b: Barrier, alignment: Duration) -> Result<()> {
