@@ -96,9 +96,18 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             out.push(d.scale);
         }
         Value::String(s) => {
-            out.push(6);
-            put_varint(s.len() as u64, out);
-            out.extend_from_slice(s.as_bytes());
+            // Every keyed record encodes its key twice (routing, then the
+            // keyed task): one reserve, and a short string's tag and
+            // length as one write.
+            let b = s.as_bytes();
+            out.reserve(b.len() + 11);
+            if b.len() < 0x80 {
+                out.extend_from_slice(&[6, b.len() as u8]);
+            } else {
+                out.push(6);
+                put_varint(b.len() as u64, out);
+            }
+            out.extend_from_slice(b);
         }
         Value::Bytes(b) => {
             out.push(7);
@@ -282,7 +291,7 @@ mod tests {
                 .prop_map(Value::Double),
             (any::<i128>(), 0u8..38)
                 .prop_map(|(unscaled, scale)| Value::Decimal(Decimal { unscaled, scale })),
-            ".{0,20}".prop_map(Value::String),
+            ".{0,200}".prop_map(Value::String),
             proptest::collection::vec(any::<u8>(), 0..20).prop_map(Value::Bytes),
             any::<i64>().prop_map(Value::Timestamp),
         ];

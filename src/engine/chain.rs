@@ -125,6 +125,11 @@ pub struct Chain {
     pub metrics: Arc<Metrics>,
     /// Reused for routing keys.
     scratch: Vec<u8>,
+    /// Per slot, how many records its last input batch emitted: the
+    /// capacity its next output starts with, so that a flat-map's output
+    /// (ten words per line) is allocated once at its size instead of
+    /// growing, and copied, from its input's.
+    out_hints: Vec<usize>,
 }
 
 impl Chain {
@@ -146,6 +151,7 @@ impl Chain {
             cancel,
             metrics,
             scratch: Vec::with_capacity(64),
+            out_hints: Vec::new(),
         }
     }
 
@@ -168,12 +174,16 @@ impl Chain {
         // line, say) would otherwise be one buffer far larger than a batch,
         // allocated and freed as a whole each time.
         let mut records = records.into_iter();
+        if self.out_hints.len() < self.slots.len() {
+            self.out_hints.resize(self.slots.len(), 0);
+        }
         loop {
             let (out, more) = {
                 let SlotBody::Operator { op, ctx, keyed, .. } = &mut self.slots[slot].body else {
                     unreachable!("matched above");
                 };
-                let mut out = Collector::with_capacity(records.len().min(BATCH));
+                let hint = self.out_hints[slot];
+                let mut out = Collector::with_capacity(records.len().max(hint).min(BATCH));
                 for r in records.by_ref() {
                     if *keyed {
                         // Failure injection for restart tests, once per
@@ -190,6 +200,7 @@ impl Chain {
                         break;
                     }
                 }
+                self.out_hints[slot] = out.out.len();
                 (out.take_records(), records.len() > 0)
             };
             self.late_records(slot)?;
