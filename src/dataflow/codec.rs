@@ -75,6 +75,21 @@ fn fixed<const N: usize>(input: &mut &[u8]) -> Result<[u8; N], String> {
     Ok(take(input, N)?.try_into().expect("N bytes"))
 }
 
+/// `tag | length (varint) | bytes`: a string's or a byte string's
+/// encoding. Every keyed record encodes its key twice (routing, then the
+/// keyed task): one reserve, and a short value's tag and length as one
+/// write.
+fn put_tagged(tag: u8, bytes: &[u8], out: &mut Vec<u8>) {
+    out.reserve(bytes.len() + 11);
+    if bytes.len() < 0x80 {
+        out.extend_from_slice(&[tag, bytes.len() as u8]);
+    } else {
+        out.push(tag);
+        put_varint(bytes.len() as u64, out);
+    }
+    out.extend_from_slice(bytes);
+}
+
 pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Null => out.push(0),
@@ -95,25 +110,8 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             out.extend_from_slice(&d.unscaled.to_le_bytes());
             out.push(d.scale);
         }
-        Value::String(s) => {
-            // Every keyed record encodes its key twice (routing, then the
-            // keyed task): one reserve, and a short string's tag and
-            // length as one write.
-            let b = s.as_bytes();
-            out.reserve(b.len() + 11);
-            if b.len() < 0x80 {
-                out.extend_from_slice(&[6, b.len() as u8]);
-            } else {
-                out.push(6);
-                put_varint(b.len() as u64, out);
-            }
-            out.extend_from_slice(b);
-        }
-        Value::Bytes(b) => {
-            out.push(7);
-            put_varint(b.len() as u64, out);
-            out.extend_from_slice(b);
-        }
+        Value::String(s) => put_tagged(6, s.as_bytes(), out),
+        Value::Bytes(b) => put_tagged(7, b, out),
         Value::Timestamp(t) => {
             out.push(8);
             out.extend_from_slice(&t.to_le_bytes());

@@ -143,6 +143,7 @@ impl Chain {
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
+            out_hints: vec![0; slots.len()],
             task,
             subtask,
             slots,
@@ -151,7 +152,6 @@ impl Chain {
             cancel,
             metrics,
             scratch: Vec::with_capacity(64),
-            out_hints: Vec::new(),
         }
     }
 
@@ -174,9 +174,6 @@ impl Chain {
         // line, say) would otherwise be one buffer far larger than a batch,
         // allocated and freed as a whole each time.
         let mut records = records.into_iter();
-        if self.out_hints.len() < self.slots.len() {
-            self.out_hints.resize(self.slots.len(), 0);
-        }
         loop {
             let (out, more) = {
                 let SlotBody::Operator { op, ctx, keyed, .. } = &mut self.slots[slot].body else {

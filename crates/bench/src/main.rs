@@ -531,8 +531,6 @@ impl Combo {
     }
 }
 
-/// Runs weir's word count once with `combo` over `input` into a new output
-/// topic, until its group committed the whole input; checks the counts.
 /// A profiler weir runs under.
 enum Profile {
     /// `perf record` into this file.
@@ -553,6 +551,8 @@ fn callgrind_total(out: &Path) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
+/// Runs weir's word count once with `combo` over `input` into a new output
+/// topic, until its group committed the whole input; checks the counts.
 fn run_once(
     args: &RunArgs,
     combo: &Combo,
