@@ -23,7 +23,7 @@ pub mod row;
 pub mod state;
 
 pub use graph::Graph;
-pub use operator::{Collector, Context, Operator, Record};
+pub use operator::{Collector, Context, Operator, Record, RecordKey};
 
 /// What a job written in Rust needs.
 pub mod prelude {

@@ -21,10 +21,15 @@ pub struct Record {
     pub timestamp: i64,
     /// The key group of `key` (0 on a forward edge).
     pub key_group: u32,
-    /// The key columns' encoding ([`super::codec::encode_key`]); empty on
-    /// a forward edge.
-    pub key: Vec<u8>,
+    /// The key columns' encoding ([`super::codec::encode_key`]), set by a
+    /// hash exchange; empty on a forward edge.
+    pub key: RecordKey,
 }
+
+/// A record's key encoding. A short key (a word, an id) is held inline,
+/// so the exchange hands the keyed task the bytes it routed by, without an
+/// allocation, instead of the task encoding the key from the row again.
+pub type RecordKey = smallvec::SmallVec<[u8; 24]>;
 
 /// A late record as it goes to a dead-letter topic: the row as JSON, why,
 /// and headers (the window, the event time, the watermark).
@@ -63,7 +68,7 @@ impl Collector {
             row,
             timestamp,
             key_group: 0,
-            key: Vec::new(),
+            key: RecordKey::new(),
         });
     }
 
@@ -657,7 +662,7 @@ pub mod testing {
                     row,
                     timestamp,
                     key_group: kg,
-                    key,
+                    key: RecordKey::from_slice(&key),
                 },
                 &mut self.ctx,
                 &mut out,

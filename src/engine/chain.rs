@@ -14,7 +14,7 @@ use super::sink::SinkWriter;
 use crate::checkpoint::{CheckpointStore, StateHandle};
 use crate::dataflow::codec::encode_key;
 use crate::dataflow::operator::Queried;
-use crate::dataflow::{Collector, Context, Operator, Record};
+use crate::dataflow::{Collector, Context, Operator, Record, RecordKey};
 use crate::element::{Barrier, Element};
 use crate::error::{Result, WeirError};
 use crate::observe::metrics::Metrics;
@@ -22,6 +22,10 @@ use crate::runtime::output::Output;
 use crate::runtime::query::{KeyState, QueryFailure, StateQuery, WindowState};
 use crate::runtime::{DeadLetter, BATCH};
 use crate::state::key_groups::{key_group, subtask_for_key_group};
+
+/// Rows an operator's output holds past a full batch: what one more input
+/// record may emit (a line's words) before the batch goes on.
+const OVERFLOW: usize = 64;
 
 /// A window operator's answer as queries show it.
 fn windows(list: Vec<(i64, i64, serde_json::Value)>) -> Vec<WindowState> {
@@ -179,8 +183,13 @@ impl Chain {
                 let SlotBody::Operator { op, ctx, keyed, .. } = &mut self.slots[slot].body else {
                     unreachable!("matched above");
                 };
+                // Room for a full batch and the last record's rows past it
+                // (a line's words), so that the batch is not copied whole
+                // into a doubled buffer for its last few rows.
                 let hint = self.out_hints[slot];
-                let mut out = Collector::with_capacity(records.len().max(hint).min(BATCH));
+                let cap = records.len().max(hint);
+                let cap = if cap >= BATCH { BATCH + OVERFLOW } else { cap };
+                let mut out = Collector::with_capacity(cap);
                 for r in records.by_ref() {
                     if *keyed {
                         // Failure injection for restart tests, once per
@@ -276,14 +285,11 @@ impl Chain {
                     self.scratch.clear();
                     encode_key(&r.row, columns, &mut self.scratch);
                     r.key_group = key_group(&self.scratch, self.max_parallelism);
-                    // In-process, the reading task encodes the key again
-                    // from the row into its own buffer
-                    // (`Context::set_key_from_row`), which costs less than
-                    // a copy that travels; a repartition record carries it
-                    // as its Kafka key.
-                    if matches!(self.exchanges[x].route, Route::Repartition(_)) {
-                        r.key = self.scratch.clone();
-                    }
+                    // The keyed task reads its key from the record instead
+                    // of encoding it from the row again (a short key is
+                    // inline: a copy, no allocation); a repartition record
+                    // carries it as its Kafka key.
+                    r.key = RecordKey::from_slice(&self.scratch);
                     subtask_for_key_group(r.key_group, parallelism, self.max_parallelism) as usize
                 }
             };

@@ -16,7 +16,7 @@ use super::chain::Chain;
 use crate::checkpoint::CheckpointStore;
 use crate::dataflow::graph::{SourceFormat, SourceSpec};
 use crate::dataflow::row::{Row, Schema, Value};
-use crate::dataflow::Record;
+use crate::dataflow::{Record, RecordKey};
 use crate::element::{Barrier, Element};
 use crate::error::Result;
 use crate::kafka::SourceContext;
@@ -112,7 +112,7 @@ impl GraphSource {
                         row,
                         timestamp: ts,
                         key_group: 0,
-                        key: Vec::new(),
+                        key: RecordKey::new(),
                     });
                     if batch.len() >= BATCH {
                         push(&mut self.chain, &mut batch)?;

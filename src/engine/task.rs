@@ -184,7 +184,7 @@ mod tests {
     use super::*;
     use crate::dataflow::ops::stateless::Union;
     use crate::dataflow::row::{Row, Value};
-    use crate::dataflow::Context;
+    use crate::dataflow::{Context, RecordKey};
     use crate::engine::chain::{ExchangeOut, Slot, SlotBody, Target};
     use crossbeam_channel::bounded;
     use std::sync::Arc;
@@ -198,7 +198,7 @@ mod tests {
                     row: Row::insert(vec![Value::Int(*v)]),
                     timestamp: 0,
                     key_group: 0,
-                    key: vec![],
+                    key: RecordKey::new(),
                 })
                 .collect(),
         )

@@ -86,6 +86,7 @@ impl Operator for Union {
 mod tests {
     use super::*;
     use crate::dataflow::row::RowKind;
+    use crate::dataflow::RecordKey;
 
     fn run(op: &mut dyn Operator, row: Row) -> Vec<(Row, i64)> {
         let mut ctx = Context::new("t", 0, None);
@@ -96,7 +97,7 @@ mod tests {
                 row,
                 timestamp: 5,
                 key_group: 0,
-                key: vec![],
+                key: RecordKey::new(),
             },
             &mut ctx,
             &mut out,

@@ -37,6 +37,7 @@ impl Operator for WhereFilter {
 mod tests {
     use super::*;
     use crate::dataflow::row::{DataType, Field, Row, Schema, Value};
+    use crate::dataflow::RecordKey;
 
     #[test]
     fn keeps_what_holds_and_names_what_cannot_be_evaluated() {
@@ -57,7 +58,7 @@ mod tests {
                 row: Row::insert(vec!["u".into(), amount]),
                 timestamp: 0,
                 key_group: 0,
-                key: Vec::new(),
+                key: RecordKey::new(),
             };
             op.on_record(0, r, &mut ctx, &mut out).unwrap();
         }
@@ -74,7 +75,7 @@ mod tests {
             row: Row::insert(vec!["u".into(), Value::Int(1)]),
             timestamp: 0,
             key_group: 0,
-            key: Vec::new(),
+            key: RecordKey::new(),
         };
         let e = op
             .on_record(0, r, &mut ctx, &mut out)

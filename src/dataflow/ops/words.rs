@@ -47,6 +47,7 @@ impl Operator for SplitWords {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataflow::RecordKey;
 
     #[test]
     fn words_split_on_unicode_whitespace_lower_cased_with_room_for_a_result() {
@@ -60,7 +61,7 @@ mod tests {
                 row,
                 timestamp: 7,
                 key_group: 0,
-                key: vec![],
+                key: RecordKey::new(),
             },
             &mut ctx,
             &mut out,

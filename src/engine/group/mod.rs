@@ -55,7 +55,7 @@ use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
 use crate::dataflow::state::KeyedStore;
-use crate::dataflow::Record;
+use crate::dataflow::{Record, RecordKey};
 use crate::element::Element;
 use crate::error::{Result, WeirError};
 use crate::kafka;
@@ -798,7 +798,7 @@ impl GraphInstance {
                     row,
                     timestamp,
                     key_group: key_group(key, max_p),
-                    key: key.to_vec(),
+                    key: RecordKey::from_slice(key),
                 };
                 if task.port != port {
                     task.push_batch()?;
@@ -857,7 +857,7 @@ impl GraphInstance {
                     row,
                     timestamp,
                     key_group: 0,
-                    key: Vec::new(),
+                    key: RecordKey::new(),
                 });
                 if batch.len() >= BATCH {
                     self.push_source(source)?;
