@@ -5,8 +5,16 @@
 //!
 //! `object_store` is async; the group runtime is a plain thread, so the
 //! storage keeps a small runtime of its own and blocks on each call.
+//!
+//! A shared folder is written through weir's own durable put
+//! ([`durable_put`]), not `object_store`'s local backend, which renames
+//! without an fsync: weir commits the pointer to a manifest right after
+//! writing it, and a pointer that survives a crash of the file server must
+//! name bytes that survived it too.
 
-use std::path::Path as FsPath;
+use std::fs;
+use std::io::Write;
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -32,6 +40,9 @@ pub struct SharedStorage {
     /// What the location looks like to a person, for messages.
     pub location: String,
     runtime: tokio::runtime::Runtime,
+    /// The job's folder, for a shared folder: puts go through
+    /// [`durable_put`].
+    local: Option<PathBuf>,
 }
 
 impl SharedStorage {
@@ -68,19 +79,32 @@ impl SharedStorage {
                 let root = Path::from(prefix).child(c.job.name.as_str());
                 (Arc::new(store), root, format!("{url}/{}", c.job.name))
             }
-            None => {
-                let dir = c.checkpoint.dir.join(&c.job.name);
-                crate::checkpoint::store::create_private_dir(&dir)?;
-                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| WeirError::Recovery(format!("{}: {e}", dir.display())))?;
-                (Arc::new(store), Path::default(), dir.display().to_string())
-            }
+            None => return Self::folder(c.checkpoint.dir.join(&c.job.name)),
         };
         Ok(Self {
             store,
             root,
             location,
             runtime,
+            local: None,
+        })
+    }
+
+    /// A job's folder `dir` on a (shared) file system.
+    fn folder(dir: PathBuf) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| WeirError::io(FsPath::new("tokio runtime"), e))?;
+        crate::checkpoint::store::create_private_dir(&dir)?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+            .map_err(|e| WeirError::Recovery(format!("{}: {e}", dir.display())))?;
+        Ok(Self {
+            store: Arc::new(store),
+            root: Path::default(),
+            location: dir.display().to_string(),
+            runtime,
+            local: Some(dir),
         })
     }
 
@@ -100,8 +124,12 @@ impl SharedStorage {
         }
     }
 
-    /// Writes `bytes` at `key` (which no other writer uses).
+    /// Writes `bytes` at `key` (which no other writer uses), durably once
+    /// it returns.
     pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        if let Some(dir) = &self.local {
+            return durable_put(dir, key, &bytes);
+        }
         let path = self.path(key);
         self.runtime
             .block_on(self.store.put(&path, PutPayload::from(bytes)))
@@ -154,5 +182,111 @@ impl SharedStorage {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error("delete", key, e)),
         }
+    }
+}
+
+/// Writes `bytes` at `key` below the folder `dir` so that they survive a
+/// crash of this machine or of the file server once this returns: into a
+/// staging file beside the key (`<name>#<digits>`, which listings skip, as
+/// `object_store`'s own staging files), fsynced, renamed over the key; then
+/// the key's folder fsynced, and the parent of every folder this put
+/// created. Every error is returned, naming the path.
+pub(crate) fn durable_put(dir: &FsPath, key: &str, bytes: &[u8]) -> Result<()> {
+    use crate::checkpoint::store::sync_dir;
+    let path = key
+        .split('/')
+        .fold(dir.to_path_buf(), |p, part| p.join(part));
+    let folder = path.parent().expect("a key below the job's folder");
+    let mut created = Vec::new();
+    let mut f = folder;
+    while !f.exists() && f != dir {
+        created.push(f.to_path_buf());
+        f = f.parent().expect("below the job's folder");
+    }
+    fs::create_dir_all(folder).map_err(|e| WeirError::io(folder, e))?;
+    static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .expect("a key names a file")
+        .to_string_lossy();
+    let staging = folder.join(format!("{name}#{}{n}", std::process::id()));
+    let written = fs::File::create(&staging).and_then(|mut file| {
+        file.write_all(bytes)?;
+        #[cfg(test)]
+        crate::checkpoint::store::synced::record(&staging);
+        file.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&staging);
+        return Err(WeirError::io(&staging, e));
+    }
+    if let Err(e) = fs::rename(&staging, &path) {
+        let _ = fs::remove_file(&staging);
+        return Err(WeirError::io(&path, e));
+    }
+    sync_dir(folder)?;
+    // Outermost last: each new folder's entry in its parent.
+    for c in &created {
+        sync_dir(c.parent().expect("below the job's folder"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::store::synced;
+
+    /// A put on a shared folder fsyncs the bytes before they take the key's
+    /// name, then the key's folder and the parent of every folder it
+    /// created; nothing of the staging is left or listed.
+    #[test]
+    fn a_put_on_a_shared_folder_is_durable_before_it_returns() {
+        let tmp = tempfile::tempdir().unwrap();
+        let job = tmp.path().join("job");
+        let storage = SharedStorage::folder(job.clone()).unwrap();
+        synced::take();
+        let key = "stages/count/0001/manifests/0000000000001-i0-w-00000001.json";
+        storage.put(key, b"{\"a\":1}".to_vec()).unwrap();
+        let synced = synced::take();
+        let folder = job.join("stages/count/0001/manifests");
+        // The staged bytes, then the key's folder, then the new folders'
+        // parents.
+        assert_eq!(synced[0].parent(), Some(folder.as_path()), "{synced:?}");
+        assert!(synced[0].to_string_lossy().contains(".json#"), "{synced:?}");
+        assert_eq!(synced[1], folder, "{synced:?}");
+        for created in [
+            "stages/count/0001/manifests",
+            "stages/count/0001",
+            "stages/count",
+            "stages",
+        ] {
+            let parent = job.join(created).parent().unwrap().to_path_buf();
+            assert!(synced.contains(&parent), "{parent:?} not in {synced:?}");
+        }
+        assert_eq!(storage.get(key).unwrap().unwrap(), b"{\"a\":1}");
+        let listed: Vec<String> = storage
+            .list("stages")
+            .unwrap()
+            .into_iter()
+            .map(|l| l.key)
+            .collect();
+        assert_eq!(listed, vec![key.to_string()]);
+        assert_eq!(fs::read_dir(&folder).unwrap().count(), 1);
+
+        // A second put into the folder syncs only the folder, and a put
+        // that cannot write says where.
+        storage
+            .put("stages/count/0001/manifests/b.json", b"2".to_vec())
+            .unwrap();
+        let synced = synced::take();
+        assert_eq!(synced.last(), Some(&folder), "{synced:?}");
+        fs::write(job.join("stages/blocked"), b"a file, not a folder").unwrap();
+        let e = storage
+            .put("stages/blocked/x", b"3".to_vec())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stages/blocked"), "{e}");
     }
 }
