@@ -191,17 +191,12 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
 
 /// A writer id unique to this process attempt.
 pub(crate) fn writer_id() -> String {
-    use std::sync::atomic::AtomicU32;
-    static ATTEMPT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{:x}{:08x}{:x}",
-        std::process::id(),
-        nanos,
-        ATTEMPT.fetch_add(1, Ordering::Relaxed)
-    )
+    // 128 random bits: a pid and a clock collide across containers (pid 1
+    // in each) and hosts, and a writer id names objects no other writer may
+    // write.
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Joins the job's group with `instance`, runs its loop, and on an error
@@ -280,6 +275,20 @@ pub fn poll_loop<I: GroupWork>(
         if shared.stop.load(Ordering::Relaxed) {
             let mut inst = instance.lock().expect("instance lock");
             inst.commit(consumer)?;
+            // An epoch with nothing to commit skipped the commit's own
+            // check: a member that lost its assignment holds a stale view
+            // of its tasks and must not collect their storage.
+            if consumer.assignment_lost() {
+                return Err(WeirError::GroupFenced {
+                    instance: shared
+                        .ownership
+                        .lock()
+                        .expect("ownership lock")
+                        .instance
+                        .clone(),
+                    context: "assignment lost before the final collection".into(),
+                });
+            }
             inst.housekeeping(true);
             info!("stop requested: final commit done; leaving the group");
             return Ok(());
@@ -347,5 +356,21 @@ pub fn poll_loop<I: GroupWork>(
             inst.commit(consumer)?;
             progressed.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Writer ids are 128 bits in hex, and no two are alike (the old
+    /// `<pid><nanos><counter>` ids of two containers' pid-1 processes could
+    /// be).
+    #[test]
+    fn writer_ids_are_random_128_bit_hex() {
+        let ids: std::collections::BTreeSet<String> =
+            (0..1000).map(|_| super::writer_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids
+            .iter()
+            .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())));
     }
 }
