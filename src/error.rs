@@ -92,6 +92,10 @@ pub enum WeirError {
     #[error("recovery refused: {0}")]
     Recovery(String),
 
+    /// `weir reset` cannot go on (single mode, or instances still running).
+    #[error("weir reset refused: {0}")]
+    ResetRefused(String),
+
     /// librdkafka reports the producer fenced. With Kafka 4 that is also
     /// how a transaction the broker aborted after `transaction.timeout.ms`
     /// shows, so this alone is restartable: before the restart, the job
@@ -228,6 +232,7 @@ impl WeirError {
                 | Self::MissingSinkTopic { .. }
                 | Self::MissingLateTopic { .. }
                 | Self::Recovery(_)
+                | Self::ResetRefused(_)
                 | Self::Fenced { .. }
                 | Self::GroupFenced { .. }
                 | Self::Stuck { .. }

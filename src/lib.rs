@@ -72,24 +72,65 @@ pub fn run(graph: dataflow::Graph, config: &std::path::Path) -> std::process::Ex
     })
 }
 
+/// `weir reset` for `graph`: starts its group-mode job over with empty
+/// state ([`engine::group::reset`]), printing what it did. Returns the
+/// process's exit code: 0, 1 when refused or failed (nothing deleted
+/// unless every offset was committed first).
+pub fn reset(graph: &dataflow::Graph, config: &Config) -> std::process::ExitCode {
+    match engine::group::reset::reset(graph, config) {
+        Ok(report) => {
+            print!("{}", report.render());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The `main` of a job built in Rust, run as `<binary> run --config
-/// weir.toml` like the `weir` binary: builds the graph (a problem in it
-/// exits 2 with every problem named) and runs it with [`run`].
+/// weir.toml` (or `<binary> reset --config weir.toml`) like the `weir`
+/// binary: builds the graph (a problem in it exits 2 with every problem
+/// named) and runs it with [`run`], or resets it with [`reset`].
 pub fn main_with(build: impl FnOnce() -> Result<dataflow::Graph>) -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    let me = args.first().map_or("job", String::as_str);
+    let usage = || {
+        eprintln!("usage: {me} run|reset --config <weir.toml>");
+        std::process::ExitCode::from(2)
+    };
     let Some(config) = args
         .iter()
         .position(|a| a == "--config")
         .and_then(|i| args.get(i + 1))
     else {
-        let me = args.first().map_or("job", String::as_str);
-        eprintln!("usage: {me} run --config <weir.toml>");
-        return std::process::ExitCode::from(2);
+        return usage();
     };
-    match build() {
-        Ok(graph) => run(graph, std::path::Path::new(config)),
+    let command = args
+        .get(1)
+        .filter(|a| !a.starts_with("--"))
+        .map_or("run", String::as_str);
+    if command != "run" && command != "reset" {
+        return usage();
+    }
+    let graph = match build() {
+        Ok(graph) => graph,
         Err(e) => {
             eprintln!("error: {}", e.report());
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if command == "run" {
+        return run(graph, std::path::Path::new(config));
+    }
+    match Config::load_for_graph(std::path::Path::new(config)) {
+        Ok(c) => {
+            service::init_logging(cli::LogFormat::Text, c.log.level.as_deref());
+            reset(&graph, &c)
+        }
+        Err(e) => {
+            eprint!("{e}");
             std::process::ExitCode::from(2)
         }
     }

@@ -88,6 +88,8 @@ struct Cluster {
     timeout: String,
     /// `scale.group_protocol`.
     protocol: &'static str,
+    /// `source.start`.
+    start: &'static str,
     running: BTreeMap<usize, WeirProcess>,
 }
 
@@ -103,6 +105,7 @@ impl Cluster {
             interval: "500ms".into(),
             timeout: "5s".into(),
             protocol: "consumer",
+            start: "earliest",
             running: BTreeMap::new(),
         }
     }
@@ -114,6 +117,7 @@ impl Cluster {
         spec.checkpoint_dir = self.storage.dir();
         spec.delivery = "exactly-once".into();
         spec.interval = self.interval.clone();
+        spec.start = self.start.into();
         spec.extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
              [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}",
@@ -153,6 +157,24 @@ impl Cluster {
             "instance i{i} did not stop cleanly:\n{}",
             log_tail(&w.log_text())
         );
+    }
+
+    /// Starts instance `i` and waits for it to exit non-zero within
+    /// `within` (`case` names the situation in failures); returns what it
+    /// logged this time.
+    fn start_refused(&mut self, i: usize, case: &str, within: Duration) -> String {
+        let earlier = std::fs::read_to_string(self.base.join(format!("i{i}/weir.log")))
+            .map_or(0, |t| t.len());
+        self.start(i);
+        let mut w = self.running.remove(&i).unwrap();
+        let status = w.wait(within).unwrap_or_else(|| {
+            panic!(
+                "{case}: the instance kept running:\n{}",
+                log_tail(&w.log_text())
+            )
+        });
+        assert!(!status.success(), "{case}: exited successfully");
+        w.log_text()[earlier..].to_string()
     }
 
     fn logs(&self) -> String {
@@ -724,19 +746,7 @@ fn a_damaged_or_missing_checkpoint_object_is_refused_naming_task_and_object() {
             std::fs::remove_file(&path).unwrap();
         }
         let _ = std::fs::remove_dir_all(dir.path().join("i0/state"));
-        let earlier = std::fs::read_to_string(dir.path().join("i0/weir.log"))
-            .unwrap()
-            .len();
-        c.start(0);
-        let mut w = c.running.remove(&0).unwrap();
-        let status = w.wait(Duration::from_secs(60)).unwrap_or_else(|| {
-            panic!(
-                "{case}: the instance kept running:\n{}",
-                log_tail(&w.log_text())
-            )
-        });
-        assert!(!status.success(), "{case}: exited successfully");
-        let log = w.log_text()[earlier..].to_string();
+        let log = c.start_refused(0, case, Duration::from_secs(60));
         assert!(
             log.contains(&format!("task {task}")) && log.contains(&sst) && log.contains(needle),
             "{case}: the message does not name task {task} and {sst}:\n{}",
@@ -777,4 +787,413 @@ fn a_different_task_count_is_refused() {
         "{}",
         log_tail(&log)
     );
+}
+
+/// Deletes consumer group `group` (it must have no members), as an
+/// operator's `kafka-consumer-groups.sh --delete` or an offsets expiry
+/// does.
+fn delete_group(group: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let results = rt
+            .block_on(admin.delete_groups(&[group], &AdminOptions::new()))
+            .unwrap();
+        match &results[0] {
+            Ok(_) => return,
+            // The stopped member may take a moment to leave.
+            Err((_, code)) if Instant::now() < deadline => {
+                eprintln!("delete group {group}: {code:?}; retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("delete group {group}: {e:?}"),
+        }
+    }
+}
+
+/// Issue #18, hole 1: the group's offsets are lost (the group deleted
+/// while every instance is down) while storage holds the checkpoints its
+/// tasks committed. A restarted instance refuses to start, naming a task
+/// and `weir reset`, and writes nothing. After `weir reset` the job starts
+/// over on purpose: empty state, the input from the source's start, and
+/// nothing the job wrote into its repartition topic before read again, so
+/// the output holds every count of the first run and every count of the
+/// second, each exactly once.
+#[test]
+fn lost_group_offsets_are_refused_until_weir_reset_starts_the_job_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    let (lines, expected) = word_lines(seed(), 2_000, 10, 500);
+    let total: u64 = expected.values().sum();
+    let reset = |c: &Cluster| {
+        std::process::Command::new(WEIR)
+            .args(["reset", "--config"])
+            .arg(c.config(0))
+            .output()
+            .unwrap()
+    };
+    c.start(0);
+    produce(&c.input, 4, &lines);
+    c.assert_exact(&expected);
+    // Refused while an instance runs, which goes on unharmed.
+    let refused = reset(&c);
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains("stop every instance"),
+        "reset with a running instance: {:?} {}",
+        refused.status,
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    eprintln!(
+        "reset refused: {}",
+        String::from_utf8_lossy(&refused.stderr).trim()
+    );
+    c.assert_alive();
+    c.stop(0);
+    let group = format!("weir-{}-{}", c.name, c.output);
+    delete_group(&group);
+
+    let log = c.start_refused(0, "without the group's offsets", Duration::from_secs(120));
+    assert!(
+        log.contains("no committed offset")
+            && log.contains("task ")
+            && log.contains("weir reset --config"),
+        "the refusal does not say what and what to do:\n{}",
+        log_tail(&log)
+    );
+    eprintln!(
+        "refused: {}",
+        log.lines().find(|l| l.contains("weir reset")).unwrap_or("")
+    );
+    assert!(
+        !log.contains("task starts with empty state"),
+        "a task started from empty state:\n{}",
+        log_tail(&log)
+    );
+    let after = read_topic(
+        &c.output,
+        Isolation::Committed,
+        Duration::from_secs(10),
+        Duration::from_secs(2),
+        |_| false,
+    );
+    assert_eq!(
+        after.len() as u64,
+        total,
+        "output was committed after the refusal"
+    );
+
+    let done = reset(&c);
+    assert!(
+        done.status.success(),
+        "weir reset failed: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let report = String::from_utf8_lossy(&done.stdout).to_string();
+    assert!(
+        report.contains(&format!("{TASKS} task partitions at their end"))
+            && report.contains("4 input partitions"),
+        "{report}"
+    );
+
+    c.start(0);
+    let records = read_topic(
+        &c.output,
+        Isolation::Committed,
+        Duration::from_secs(240),
+        Duration::from_secs(3),
+        |r| r.len() as u64 >= 2 * total,
+    );
+    c.stop(0);
+    let got = weir_testkit::word_multiset(&records);
+    let want: HashMap<(String, u64), u64> = weir_testkit::expected_multiset(&expected)
+        .into_keys()
+        .map(|k| (k, 2))
+        .collect();
+    if got != want {
+        eprintln!("{}", c.logs());
+    }
+    assert_eq!(records.len() as u64, 2 * total, "records after the reset");
+    assert_eq!(got, want, "each count of both runs exactly once");
+}
+
+/// Issue #18, hole 3: with `source.start = "latest"` the input partitions
+/// start at their end as the job found it, and stay there until a commit
+/// records it. Here the first three commits are refused (as a second
+/// instance joining would have them refused) under a steady feed: each
+/// refusal takes the instance back to that start, not to the end of the
+/// moment, so every record fed after the start counts, exactly once. What
+/// was in the topic before the start is not read.
+#[test]
+fn latest_start_loses_nothing_when_the_first_commits_are_refused() {
+    let (_keep, base) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&base, Storage::Shared(base.join("checkpoints")));
+    // The feed starts at once and lasts about 3 s: the refused commits, a
+    // second apart, each come with records in their epoch.
+    c.interval = "1s".into();
+    c.start = "latest";
+    let (old, _) = word_lines(rng.next_u64(), 500, 10, 2_000);
+    produce(&c.input, 4, &old);
+    let (lines, expected) = word_lines(rng.next_u64(), 6_000, 10, 2_000);
+    c.start_with(0, &[("FAILPOINTS", "group-commit-refused=3*return")]);
+    let w = c.running.get_mut(&0).unwrap();
+    assert!(
+        w.wait_for_log(
+            "assigned partitions restored and resumed",
+            1,
+            Duration::from_secs(60)
+        ),
+        "the instance did not start:\n{}",
+        log_tail(&w.log_text())
+    );
+    let log = w.log_text();
+    assert_eq!(
+        log.matches("input partition without a committed offset starts here")
+            .count(),
+        4,
+        "{}",
+        log_tail(&log)
+    );
+    let feeder = feed(&c.input, lines, 200, Duration::from_millis(100));
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    let log = std::fs::read_to_string(base.join("i0/weir.log")).unwrap();
+    let refused = log.matches("failpoint group-commit-refused").count();
+    assert_eq!(refused, 3, "refused commits:\n{}", c.logs());
+    // Counted where an operator looks: `/tasks` and the metric.
+    let w = c.running.get_mut(&0).unwrap();
+    let addr = w.admin_addr(Duration::from_secs(30));
+    let (status, body) = http(&addr, "GET", "/tasks", None);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["commits_refused"], 3, "{body}");
+    assert_eq!(v["commits_refused_in_a_row"], 0, "{body}");
+    let (_, metrics) = http(&addr, "GET", "/metrics", None);
+    assert!(
+        metrics.contains("weir_group_commits_refused_total 3"),
+        "{metrics}"
+    );
+    c.assert_alive();
+    c.stop(0);
+}
+
+/// Issue #18, hole 6 (in part): an instance started with another
+/// `job.max_parallelism` routes rows by other key groups. The task that
+/// reads such a row refuses it, naming the setting, instead of putting the
+/// key's state where no task looks for it; nothing wrong is committed.
+#[test]
+fn a_row_of_a_key_group_its_task_does_not_own_is_refused_naming_the_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    // A new job, so that no checkpoint's key groups refuse the second
+    // instance first: the rows themselves must.
+    c.start(0);
+    c.start_with(1, &[("WEIR__JOB__MAX_PARALLELISM", "64")]);
+    c.wait_all_tasks_owned(Duration::from_secs(90));
+    let (lines, expected) = word_lines(seed(), 2_000, 10, 300);
+    produce(&c.input, 4, &lines);
+    let started = Instant::now();
+    let refusal = loop {
+        let logs = c.logs();
+        if let Some(line) = logs.lines().find(|l| l.contains("which task")) {
+            break line.to_string();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no instance refused a row of a foreign key group:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        refusal.contains("job.max_parallelism") && refusal.contains("scale.tasks"),
+        "{refusal}"
+    );
+    for i in [0, 1] {
+        c.kill9(i);
+    }
+    // Whatever was committed is a true prefix of each key's counts: no
+    // count twice, none beyond the truth.
+    let records = read_topic(
+        &c.output,
+        Isolation::Committed,
+        Duration::from_secs(10),
+        Duration::from_secs(2),
+        |_| false,
+    );
+    let got = weir_testkit::word_multiset(&records);
+    let mut wrong: Vec<String> = got
+        .iter()
+        .filter(|((w, n), times)| **times != 1 || *n > expected.get(w).copied().unwrap_or(0))
+        .map(|(k, t)| format!("{k:?} x{t}"))
+        .collect();
+    wrong.sort();
+    assert!(wrong.is_empty(), "{:?}", &wrong[..wrong.len().min(10)]);
+}
+
+/// Issue #18, hole 2: a paused instance (a zombie) whose tasks moved on
+/// stops, and on its way out collects storage with its stale view of
+/// them. It must not delete what the tasks' new owner committed: after a
+/// wait past the grace period, the SIGTERM and the SIGCONT, the new owner
+/// restores every task by download (its local state wiped) and the output
+/// stays exact.
+#[test]
+fn a_zombie_never_collects_what_the_new_owner_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    let (first, mut expected) = word_lines(rng.next_u64(), 2_000, 10, 1_000);
+    c.start(0);
+    c.start(1);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    let started = Instant::now();
+    while c.tasks_of(0).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "i0 owns no task:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    produce(&c.input, 4, &first);
+    c.assert_exact(&expected);
+    let pid = c.running[&0].pid();
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    while c.tasks_of(1).len() < TASKS as usize {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "tasks never moved to i1:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // A burst the new owner commits, then quiet past the grace period
+    // (2 × checkpoint.timeout = 10 s): its manifests are old enough for a
+    // collector that takes them for aborted ones.
+    let (burst, more) = word_lines(rng.next_u64(), 2_000, 10, 1_000);
+    for (w, n) in more {
+        *expected.entry(w).or_insert(0) += n;
+    }
+    produce(&c.input, 4, &burst);
+    c.assert_exact(&expected);
+    std::thread::sleep(Duration::from_secs(12));
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+        libc::kill(pid, libc::SIGCONT);
+    }
+    let mut zombie = c.running.remove(&0).unwrap();
+    zombie
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the zombie did not exit:\n{}", log_tail(&zombie.log_text())));
+
+    // Every task's committed pointer still names a manifest whose files
+    // are all there; a restore by download succeeds.
+    c.stop(1);
+    let job = dir.path().join("shared").join(&c.name);
+    let pointers = committed_pointers(
+        &format!("weir-{}-{}", c.name, c.output),
+        &format!("{}.word-count.repartition", c.name),
+    );
+    assert_eq!(pointers.len(), TASKS as usize, "{pointers:?}");
+    for (task, key) in &pointers {
+        let bytes = std::fs::read(job.join(key))
+            .unwrap_or_else(|e| panic!("task {task}: committed manifest {key}: {e}"));
+        let m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for f in m["files"].as_array().unwrap() {
+            let k = f["key"].as_str().unwrap();
+            assert!(
+                job.join(k).exists(),
+                "task {task}: {k} of {key} was deleted"
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir.path().join("i1/state")).unwrap();
+    let (last, more) = word_lines(rng.next_u64(), 500, 10, 1_000);
+    for (w, n) in more {
+        *expected.entry(w).or_insert(0) += n;
+    }
+    c.start(1);
+    produce(&c.input, 4, &last);
+    c.assert_exact(&expected);
+    c.assert_alive();
+    c.stop(1);
+}
+
+/// An input partition whose committed offset the topic's retention passed
+/// while every instance was down starts at its first offset, and the
+/// instance says so, naming the partition and how many records went
+/// unread; the output goes on exactly from there.
+#[test]
+fn input_deleted_by_retention_while_down_is_skipped_with_a_warning() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    let (first, mut expected) = word_lines(rng.next_u64(), 1_000, 10, 300);
+    c.start(0);
+    produce(&c.input, 4, &first);
+    c.assert_exact(&expected);
+    c.stop(0);
+    // Read by nobody, then deleted as retention would delete it.
+    let (unread, _) = word_lines(rng.next_u64(), 400, 10, 300);
+    produce(&c.input, 4, &unread);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let mut ends = TopicPartitionList::new();
+    for p in 0..4 {
+        let (_, high) = consumer
+            .fetch_watermarks(&c.input, p, Duration::from_secs(10))
+            .unwrap();
+        ends.add_partition_offset(&c.input, p, Offset::Offset(high))
+            .unwrap();
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(admin.delete_records(&ends, &AdminOptions::new()))
+        .unwrap();
+    let (last, more) = word_lines(rng.next_u64(), 500, 10, 300);
+    for (w, n) in more {
+        *expected.entry(w).or_insert(0) += n;
+    }
+    c.start(0);
+    produce(&c.input, 4, &last);
+    c.assert_exact(&expected);
+    let log = std::fs::read_to_string(dir.path().join("i0/weir.log")).unwrap();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("deleted by the topic's retention before they were read"))
+        .collect();
+    assert_eq!(warnings.len(), 4, "{}", log_tail(&log));
+    let lost: u64 = warnings
+        .iter()
+        .map(|l| {
+            l.split("lost=")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no lost= in {l}"))
+        })
+        .sum();
+    assert_eq!(lost, 400, "{warnings:?}");
+    c.assert_alive();
+    c.stop(0);
 }

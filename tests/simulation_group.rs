@@ -512,6 +512,12 @@ impl Inst {
                     counts: BTreeMap::new(),
                     next: 0,
                 },
+                // `weir reset`'s marker: empty from its offset on (the
+                // simulation never resets).
+                RestorePoint::Reset { offset } => Task {
+                    counts: BTreeMap::new(),
+                    next: offset,
+                },
                 RestorePoint::Manifest { offset, key } => {
                     let m = b
                         .storage

@@ -1,5 +1,5 @@
-//! The `weir` command: `run`, `validate`, `checkpoints list|show`,
-//! `state get|scan`.
+//! The `weir` command: `run`, `reset`, `validate`, `checkpoints
+//! list|show`, `state get|scan`.
 
 pub mod graph_state;
 pub mod inspect;
@@ -41,6 +41,14 @@ pub enum Command {
         /// Start from this checkpoint folder instead of searching.
         #[arg(long)]
         restore_from: Option<PathBuf>,
+    },
+    /// Start a group-mode job over with empty state, on purpose: commit
+    /// every input partition at the source's `start` and every task at
+    /// the end of its repartition partition, then delete the tasks'
+    /// checkpoints. Refused while an instance runs (docs/scale-out.md).
+    Reset {
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Check a configuration: exit 0, or print every problem and exit 2.
     Validate {

@@ -50,6 +50,12 @@ pub struct Metrics {
     pub source_watermark: IntGaugeVec,
     /// Records later than every window that could take them, per policy.
     pub late_records: IntCounterVec,
+    /// Input records deleted by the topic's retention before weir read
+    /// them (group mode starts such a partition at its first offset).
+    pub records_deleted_unread: IntCounterVec,
+    /// Group mode: epoch commits the group refused (a rebalance raced
+    /// them); each one's epoch is redone.
+    pub commits_refused: IntCounter,
     /// Windows open (not yet fired and expired) per keyed subtask.
     pub open_windows: IntGaugeVec,
 }
@@ -80,6 +86,19 @@ impl Metrics {
             records_out: IntCounterVec::new(
                 Opts::new("weir_records_out_total", "Records emitted, per operator"),
                 &["operator"],
+            )
+            .expect("metric"),
+            commits_refused: IntCounter::new(
+                "weir_group_commits_refused_total",
+                "Group mode: epoch commits the consumer group refused (each epoch is redone)",
+            )
+            .expect("metric"),
+            records_deleted_unread: IntCounterVec::new(
+                Opts::new(
+                    "weir_records_deleted_unread_total",
+                    "Input records deleted by retention before they were read, per topic",
+                ),
+                &["topic"],
             )
             .expect("metric"),
             bad_records: IntCounterVec::new(
@@ -198,6 +217,10 @@ impl Metrics {
         r.register(Box::new(m.records_out.clone()))
             .expect("register");
         r.register(Box::new(m.bad_records.clone()))
+            .expect("register");
+        r.register(Box::new(m.records_deleted_unread.clone()))
+            .expect("register");
+        r.register(Box::new(m.commits_refused.clone()))
             .expect("register");
         r.register(Box::new(m.consumer_lag.clone()))
             .expect("register");

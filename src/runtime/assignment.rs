@@ -16,4 +16,9 @@ pub struct Ownership {
     /// A job graph's tasks, by the uid of their stage's head node.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub stages: BTreeMap<String, Vec<u32>>,
+    /// Epoch commits the group refused since the process started, and
+    /// since the last one it accepted: a count that only grows means the
+    /// instance makes no progress (a group that rebalances without end).
+    pub commits_refused: u64,
+    pub commits_refused_in_a_row: u64,
 }

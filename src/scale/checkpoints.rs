@@ -186,7 +186,8 @@ pub fn collect(
     committed: &str,
     retained: u32,
     grace_ms: i64,
-    own: Option<&str>,
+    own: &str,
+    stopping: bool,
 ) -> Result<usize> {
     let mut objects = manifest::TaskObjects::default();
     for o in storage.list(prefix)? {
@@ -206,7 +207,7 @@ pub fn collect(
         }
     }
     let now = crate::observe::now_ms() as i64;
-    let doomed = manifest::collectable(&objects, committed, retained, now, grace_ms, own);
+    let doomed = manifest::collectable(&objects, committed, retained, now, grace_ms, own, stopping);
     for key in &doomed {
         storage.delete(key)?;
     }

@@ -207,15 +207,18 @@ pub fn commit_before_revocation(
 /// What a task assigned to an instance starts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestorePoint {
-    /// The group has no offset for it: nothing was ever committed.
+    /// The group has no offset for it: nothing was committed, or the
+    /// group's offsets were lost (the instance checks storage to tell).
     Empty,
+    /// Empty state from this offset on, as `weir reset` committed it.
+    Reset { offset: i64 },
     /// The manifest its committed offset points to, and that offset.
     Manifest { offset: i64, key: String },
 }
 
 /// A task's restore point from its committed offset and metadata. An
-/// offset without a pointer is refused: its state cannot be found, and a
-/// task never starts empty in its place. `label` names the task and
+/// offset without a pointer (or `weir reset`'s marker) is refused: its
+/// state cannot be found, and a task never starts empty in its place. `label` names the task and
 /// `partition` its repartition partition in the message.
 pub fn restore_point(
     label: &str,
@@ -225,6 +228,9 @@ pub fn restore_point(
 ) -> Result<RestorePoint> {
     match (offset, manifest::parse_pointer(metadata)) {
         (None, _) => Ok(RestorePoint::Empty),
+        (Some(offset), _) if metadata == manifest::EMPTY_START => {
+            Ok(RestorePoint::Reset { offset })
+        }
         (Some(o), None) => Err(WeirError::Recovery(format!(
             "{label}: the group committed offset {o} of {partition} without a checkpoint \
              pointer (metadata {metadata:?}); its state cannot be found, and weir does not \
@@ -253,6 +259,10 @@ mod tests {
         assert_eq!(
             restore_point("t", "p", None, "").unwrap(),
             RestorePoint::Empty
+        );
+        assert_eq!(
+            restore_point("t", "p", Some(5), manifest::EMPTY_START).unwrap(),
+            RestorePoint::Reset { offset: 5 }
         );
         assert_eq!(
             restore_point("t", "p", Some(3), &manifest::pointer("m/1")).unwrap(),

@@ -8,6 +8,9 @@
 //! tasks/0003/files/<writer>/<file name>          SST files, uploaded once
 //! tasks/0003/files/<writer>/<seq>/<file name>    small mutable files, per checkpoint
 //! ```
+//! A job graph's tasks use `stages/<stage>/0003/` the same way, and each
+//! leaves `committed/<stage>/0003` once it has committed
+//! ([`committed_marker`]).
 //! `<writer>` is unique per process attempt, so no two writers ever write
 //! the same key: a manifest needs no create-only support from the store,
 //! and an SST file name (unique within one RocksDB's life) is never reused
@@ -19,6 +22,11 @@ use serde::{Deserialize, Serialize};
 
 /// The prefix of a checkpoint pointer in committed offset metadata.
 const POINTER: &str = "weir-task=";
+
+/// Committed offset metadata of a task that starts with empty state at
+/// that offset: written by `weir reset` (`crate::engine::group::reset`),
+/// replaced by a checkpoint pointer at the task's first commit.
+pub const EMPTY_START: &str = "weir-empty-start";
 
 /// Committed offset metadata naming the task checkpoint that matches the
 /// offset.
@@ -39,6 +47,15 @@ pub fn task_prefix(task: u32) -> String {
 /// The folder of task `task` of a job graph's stage headed by `stage`.
 pub fn stage_task_prefix(stage: &str, task: u32) -> String {
     format!("stages/{stage}/{task:04}")
+}
+
+/// The marker a task writes after its first commit (of each incarnation):
+/// the task has committed, so if the group ever has no offset for it, its
+/// offsets were lost and it must not start over empty. Outside the task's
+/// folder, which garbage collection owns. The body is the first pointer
+/// it committed, for a reader.
+pub fn committed_marker(stage: &str, task: u32) -> String {
+    format!("committed/{stage}/{task:04}")
 }
 
 /// One file of a task checkpoint.
@@ -152,20 +169,28 @@ pub struct TaskObjects {
     pub files: BTreeMap<String, i64>,
 }
 
-/// The objects of one task that may be deleted: every manifest except the
-/// committed one, the `retained - 1` newest older than it, and any newer
-/// one younger than `grace_ms` (a checkpoint that may still commit); then
-/// every file no kept manifest references and older than `grace_ms`
-/// (uploaded for a manifest not yet written). Files of writers whose id
-/// starts with `own_writer` are exempt from the grace period (their owner
-/// is stopping and has no upload in flight).
+/// The objects of one task that the instance whose writer ids start with
+/// `own_writer` may delete: every manifest except the committed one, the
+/// `retained - 1` newest older than it, any newer one younger than
+/// `grace_ms` (a checkpoint that may still commit) and any newer one
+/// another writer wrote; then every file no kept manifest references and
+/// older than `grace_ms` (uploaded for a manifest not yet written). When
+/// `stopping`, the collector's own files are exempt from the grace period
+/// (it has no upload in flight).
+///
+/// A manifest newer than the collector's committed one that another writer
+/// wrote is never the collector's to delete: its view may be stale (a
+/// paused instance whose task moved on), and that manifest may be what the
+/// task's new owner committed. It becomes older than some committed
+/// manifest at the owner's next commit, and collectable then.
 pub fn collectable(
     objects: &TaskObjects,
     committed: &str,
     retained: u32,
     now_ms: i64,
     grace_ms: i64,
-    own_writer: Option<&str>,
+    own_writer: &str,
+    stopping: bool,
 ) -> Vec<String> {
     let Some(committed_at) = manifest_created_ms(committed) else {
         return Vec::new();
@@ -186,7 +211,11 @@ pub fn collectable(
     }
     for (k, (_, modified)) in &objects.manifests {
         let newer = manifest_created_ms(k).is_none_or(|t| t >= committed_at);
-        if newer && k.as_str() != committed && now_ms - modified < grace_ms {
+        let foreign = !k
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| name.contains(&format!("-{own_writer}")));
+        if newer && k.as_str() != committed && (foreign || now_ms - modified < grace_ms) {
             keep.insert(k);
         }
     }
@@ -205,7 +234,7 @@ pub fn collectable(
         if referenced.contains(k.as_str()) {
             continue;
         }
-        let own = own_writer.is_some_and(|w| k.contains(&format!("/files/{w}")));
+        let own = stopping && k.contains(&format!("/files/{own_writer}"));
         if own || now_ms - modified >= grace_ms {
             out.push(k.clone());
         }
@@ -257,11 +286,18 @@ mod tests {
             // Newer than the committed one: young (may commit) and old (aborted).
             manifest(9_500, &["f/e"]),
         ]);
+        // The collector's own (writer w), aborted; another writer's, as
+        // old: the collector's view may be stale, so that one is kept.
         let old_newer = (
-            "tasks/0001/manifests/0000000003500-b-x-00000001.json".to_string(),
+            "tasks/0001/manifests/0000000003500-a-w-00000002.json".to_string(),
             (vec!["f/x".to_string()], 3_500),
         );
         o.manifests.insert(old_newer.0.clone(), old_newer.1);
+        let foreign_newer = (
+            "tasks/0001/manifests/0000000003600-b-v-00000001.json".to_string(),
+            (vec!["f/v".to_string()], 3_600),
+        );
+        o.manifests.insert(foreign_newer.0.clone(), foreign_newer.1);
         for (f, t) in [
             ("f/a", 1_000),
             ("f/b", 1_000),
@@ -269,12 +305,13 @@ mod tests {
             ("f/d", 3_000),
             ("f/e", 9_500),
             ("f/x", 3_500),
+            ("f/v", 3_600),
             ("f/young", 9_900),
         ] {
             o.files.insert(f.into(), t);
         }
         let committed = manifest(3_000, &[]).0;
-        let mut gone = collectable(&o, &committed, 2, 10_000, 1_000, None);
+        let mut gone = collectable(&o, &committed, 2, 10_000, 1_000, "w", false);
         gone.sort();
         assert_eq!(
             gone,
@@ -292,7 +329,8 @@ mod tests {
             2,
             10_000,
             1_000,
-            None
+            "w",
+            false
         )
         .is_empty());
     }
@@ -307,7 +345,7 @@ mod tests {
         o.files.insert("tasks/0001/files/v/3.sst".into(), 9_990);
         let committed = manifest(1_000, &[]).0;
         assert_eq!(
-            collectable(&o, &committed, 1, 10_000, 1_000, Some("w")),
+            collectable(&o, &committed, 1, 10_000, 1_000, "w", true),
             vec!["tasks/0001/files/w/2.sst".to_string()]
         );
     }

@@ -27,10 +27,12 @@
 //! - [`wire`]: rows and watermarks on a repartition topic.
 //! - [`exchange`]: a hash edge as a repartition topic.
 //! - [`marks`]: a task's watermark over its writers.
+//! - [`reset`]: `weir reset`, starting the job over with empty state.
 
 pub mod exchange;
 pub mod marks;
 pub mod plan;
+pub mod reset;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -44,7 +46,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use self::exchange::RepartitionOut;
 use self::marks::WriterMarks;
@@ -58,8 +60,8 @@ use crate::dataflow::state::KeyedStore;
 use crate::dataflow::{Record, RecordKey};
 use crate::element::Element;
 use crate::error::{Result, WeirError};
-use crate::kafka;
 use crate::kafka::producer::SinkProducer;
+use crate::kafka::{self, REQUEST_TIMEOUT};
 use crate::observe::metrics::Metrics;
 use crate::runtime::commit::{CommitOffsets, CommitPoint, KafkaCommitPoint};
 use crate::runtime::gate::EpochGate;
@@ -85,6 +87,10 @@ use crate::time::MIN_WATERMARK;
 const HOUSEKEEPING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 type Consumer_ = BaseConsumer<GroupContext<GraphInstance>>;
+
+/// The resolved start offset of each input partition that had no
+/// committed offset (`GraphInstance::start_offset`).
+type Starts = Arc<Mutex<BTreeMap<(String, i32), i64>>>;
 
 /// One input partition this instance owns.
 struct InputPartition {
@@ -117,6 +123,13 @@ struct GraphTask {
     writer: String,
     changed: bool,
     dir: PathBuf,
+    /// The key groups `[start, end)` it owns.
+    key_groups: (u32, u32),
+    /// The key of this task's committed marker in storage
+    /// (`manifest::committed_marker`), and whether this incarnation wrote
+    /// it.
+    marker: String,
+    marked: bool,
 }
 
 impl GraphTask {
@@ -172,6 +185,7 @@ pub struct GraphInstance {
     last_housekeeping: Instant,
     last_marks: Instant,
     ownership: Arc<Mutex<Ownership>>,
+    starts: Starts,
     /// Interactive queries per keyed node: its stage, its slot in the
     /// stage's chain, its uid, and the one queue the instance answers.
     queries: Vec<(
@@ -193,8 +207,13 @@ pub fn run(graph: Arc<Graph>, config: Arc<Config>, shared: JobShared) -> Result<
         })?,
     );
     info!(job = %graph.name, graph = %graph.describe(), stages = plan.stages.len(), "job graph (group mode)");
+    // Where input partitions without a committed offset start, once
+    // resolved: kept across refused commits and attempts until a commit
+    // records them, so that `latest` means the end when the job started,
+    // not the end at every retry.
+    let starts = Arc::new(Mutex::new(BTreeMap::new()));
     crate::runtime::job::run_attempts(config, shared, None, |config, shared, _, progressed| {
-        run_attempt(&graph, &plan, config, shared, progressed)
+        run_attempt(&graph, &plan, config, shared, progressed, &starts)
     })
 }
 
@@ -218,6 +237,35 @@ fn stage_tables(graph: &Graph, stage: &plan::StagePlan) -> BTreeMap<String, Vec<
         .collect()
 }
 
+/// The offset `at` (`Beginning` or `End`) of `topic`/`partition` stands
+/// for, as the group consumer reads it (read_committed: the end is the last
+/// stable offset).
+fn list_offset<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    at: Offset,
+) -> Result<i64> {
+    let what = || format!("the {at:?} offset of {topic}/{partition}");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, at)
+        .map_err(|e| WeirError::kafka(what(), e))?;
+    let got = consumer
+        .offsets_for_times(tpl, REQUEST_TIMEOUT)
+        .map_err(|e| WeirError::kafka(what(), e))?;
+    let e = got
+        .find_partition(topic, partition)
+        .ok_or_else(|| WeirError::Recovery(format!("{}: no answer for it", what())))?;
+    e.error().map_err(|err| WeirError::kafka(what(), err))?;
+    match e.offset() {
+        Offset::Offset(o) => Ok(o),
+        other => Err(WeirError::Recovery(format!(
+            "{}: answered {other:?}",
+            what()
+        ))),
+    }
+}
+
 fn source_spec(graph: &Graph, node: NodeId) -> &SourceSpec {
     match &graph.nodes[node].body {
         NodeBody::Source(s) => s,
@@ -231,6 +279,7 @@ fn run_attempt(
     config: &Arc<Config>,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
+    starts: &Starts,
 ) -> Result<()> {
     let cancel = CancellationToken::new();
     // Fences this instance's previous incarnation and aborts its open
@@ -325,6 +374,7 @@ fn run_attempt(
         last_housekeeping: Instant::now(),
         last_marks: Instant::now(),
         ownership: shared.ownership.clone(),
+        starts: starts.clone(),
         queries: plan
             .stages
             .iter()
@@ -541,6 +591,30 @@ impl GraphInstance {
         let pending = std::mem::take(&mut self.pending);
         let started = Instant::now();
         let (tpl, committed) = committed_offsets(consumer, &self.config, &pending)?;
+        let mut lost_inputs = Vec::new();
+        for e in committed.elements() {
+            // An error for one partition is not "no offset": that would
+            // start it over.
+            if let Err(error) = e.error() {
+                return Err(WeirError::kafka(
+                    format!(
+                        "read the committed offset of {}/{} for consumer group {:?}",
+                        e.topic(),
+                        e.partition(),
+                        self.config.kafka.group_id
+                    ),
+                    error,
+                ));
+            }
+            if !matches!(e.offset(), Offset::Offset(_))
+                && !self.stage_of_topic.contains_key(e.topic())
+            {
+                lost_inputs.push(format!("{}/{}", e.topic(), e.partition()));
+            }
+        }
+        if !lost_inputs.is_empty() {
+            self.refuse_lost_input_offsets(consumer, &lost_inputs)?;
+        }
         for e in committed.elements() {
             let (topic, partition) = (e.topic().to_string(), e.partition());
             let offset = match e.offset() {
@@ -549,6 +623,21 @@ impl GraphInstance {
             };
             let position = match self.stage_of_topic.get(&topic).copied() {
                 Some(stage) => {
+                    if let Some(o) = offset {
+                        // weir trims a repartition partition only below
+                        // what its task committed.
+                        let first = list_offset(consumer, &topic, partition, Offset::Beginning)?;
+                        if o < first {
+                            return Err(WeirError::Recovery(format!(
+                                "the committed offset {o} of {topic}/{partition} (task {partition} \
+                                 of stage {:?}) is below the partition's first offset {first}: \
+                                 records the task had not read were deleted from its repartition \
+                                 topic, so its state cannot be brought up to date. Nothing was \
+                                 started; `weir reset --config <file>` starts the job over",
+                                self.head_uid(stage)
+                            )));
+                        }
+                    }
                     let task = self.restore_task(stage, partition as u32, offset, e.metadata())?;
                     self.tasks.insert((stage, partition as u32), task);
                     offset.map_or(Offset::Beginning, Offset::Offset)
@@ -563,23 +652,31 @@ impl GraphInstance {
                         w
                     });
                     let start = spec.start;
+                    let next = match offset {
+                        Some(o) => self.past_retention(consumer, &topic, partition, o)?,
+                        None => self.start_offset(consumer, &topic, partition, start)?,
+                    };
+                    if offset != Some(next) {
+                        // The next epoch commits it, even without a record.
+                        self.dirty = true;
+                    }
                     self.inputs.insert(
                         (topic.clone(), partition),
                         InputPartition {
                             source,
-                            next: offset,
+                            next: Some(next),
                             marks,
                             sent: None,
                         },
                     );
-                    match (offset, start) {
-                        (Some(o), _) => Offset::Offset(o),
-                        (None, StartPosition::Earliest) => Offset::Beginning,
-                        (None, StartPosition::Latest) => Offset::End,
-                    }
+                    Offset::Offset(next)
                 }
             };
-            // Asynchronous (timeout 0), as `scale::engine` explains.
+            // Asynchronous (timeout 0): a synchronous seek on a partition
+            // just assigned fails with "erroneous state" (its fetcher has
+            // not started). librdkafka may drop such a seek; the fetcher
+            // then starts at the committed offset, or for a partition
+            // without one by `auto.offset.reset` (`source.start`).
             consumer
                 .seek(&topic, partition, position, std::time::Duration::ZERO)
                 .map_err(|e| WeirError::kafka(format!("seek {topic}/{partition}"), e))?;
@@ -589,8 +686,121 @@ impl GraphInstance {
         Ok(())
     }
 
+    /// Where input partition `topic`/`partition` without a committed
+    /// offset starts: `start` resolved to an offset (the end is the last
+    /// stable offset, read_committed) the first time, the same offset after
+    /// that until a commit records it. Resolving `latest` again after a
+    /// refused first commit would skip what arrived in between.
+    fn start_offset(
+        &self,
+        consumer: &Consumer_,
+        topic: &str,
+        partition: i32,
+        start: StartPosition,
+    ) -> Result<i64> {
+        let key = (topic.to_string(), partition);
+        if let Some(o) = self.starts.lock().expect("starts lock").get(&key) {
+            return Ok(*o);
+        }
+        let at = match start {
+            StartPosition::Earliest => Offset::Beginning,
+            StartPosition::Latest => Offset::End,
+        };
+        let o = list_offset(consumer, topic, partition, at)?;
+        info!(topic, partition, offset = o, start = ?start, "input partition without a committed offset starts here");
+        self.starts.lock().expect("starts lock").insert(key, o);
+        Ok(o)
+    }
+
+    /// `committed`, or the partition's first offset when retention deleted
+    /// the records from `committed` on before they were read: said in the
+    /// log and counted, where librdkafka would reset it silently.
+    fn past_retention(
+        &self,
+        consumer: &Consumer_,
+        topic: &str,
+        partition: i32,
+        committed: i64,
+    ) -> Result<i64> {
+        let first = list_offset(consumer, topic, partition, Offset::Beginning)?;
+        if committed >= first {
+            return Ok(committed);
+        }
+        warn!(
+            topic,
+            partition,
+            committed,
+            first,
+            lost = first - committed,
+            "records from the committed offset on were deleted by the topic's retention before they were read; starting at the partition's first offset"
+        );
+        self.metrics
+            .records_deleted_unread
+            .with_label_values(&[topic])
+            .inc_by((first - committed) as u64);
+        Ok(first)
+    }
+
+    /// Input partitions without a committed offset start at the source's
+    /// `start`: right for a new job or a partition added to a topic, wrong
+    /// when the group's offsets were lost while storage holds the tasks'
+    /// checkpoints (a deleted or reset group, or offsets expired after
+    /// `offsets.retention.minutes` with every instance down), which would
+    /// send the retained input through the tasks again. The group's
+    /// offsets expire or go all together, so a job whose group has no
+    /// offset for any task but whose storage holds task checkpoints lost
+    /// them: refused, naming `inputs`.
+    fn refuse_lost_input_offsets(&self, consumer: &Consumer_, inputs: &[String]) -> Result<()> {
+        let tasks: Vec<(String, i32)> = self
+            .plan
+            .stages
+            .iter()
+            .flat_map(|s| (0..self.config.scale.tasks as i32).map(|p| (s.topic.clone(), p)))
+            .collect();
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let (_, committed) = committed_offsets(consumer, &self.config, &tasks)?;
+        if committed
+            .elements()
+            .iter()
+            .any(|e| matches!(e.offset(), Offset::Offset(_)))
+        {
+            return Ok(());
+        }
+        for stage in 0..self.plan.stages.len() {
+            for id in 0..self.config.scale.tasks {
+                if let Some(marker) = self.committed_marker(stage, id)? {
+                    return Err(WeirError::Recovery(format!(
+                        "the consumer group {:?} has no committed offset for the input partitions \
+                         {} nor for any task, but {} holds checkpoints the job's tasks committed \
+                         (stage {:?} task {id}: {marker}): the group's offsets were lost (a deleted or \
+                         reset group, or offsets expired after offsets.retention.minutes while \
+                         every instance was down). Starting from source.start would process the \
+                         retained input again over the tasks' state. Nothing was started. To \
+                         start the job over with empty state on purpose, stop every instance and \
+                         run `weir reset --config <file>`",
+                        self.config.kafka.group_id,
+                        inputs.join(", "),
+                        self.storage.location,
+                        self.head_uid(stage),
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether task `id` of `stage` ever committed, by its marker in
+    /// storage (`manifest::committed_marker`): its key, if so.
+    fn committed_marker(&self, stage: usize, id: u32) -> Result<Option<String>> {
+        let key = manifest::committed_marker(self.head_uid(stage), id);
+        Ok(self.storage.get(&key)?.map(|_| key))
+    }
+
     /// Opens task `id` of `stage`: exactly the checkpoint its committed
-    /// offset names, or empty when the group has no offset for it yet.
+    /// offset names; empty when the group has no offset for it and storage
+    /// no checkpoint of it (a new job), or from `weir reset`'s offset.
     fn restore_task(
         &mut self,
         stage: usize,
@@ -624,10 +834,24 @@ impl GraphInstance {
         let cache = c.state.cache_entries;
         let mut stores = BTreeMap::new();
         let partition = format!("{}/{id}", self.plan.stages[stage].topic);
-        let (pointer, uploaded, restored_marks) = match restore_point(
-            &label, &partition, offset, metadata,
-        )? {
-            RestorePoint::Empty => {
+        let point = restore_point(&label, &partition, offset, metadata)?;
+        if point == RestorePoint::Empty {
+            if let Some(marker) = self.committed_marker(stage, id)? {
+                return Err(WeirError::Recovery(format!(
+                    "{label}: the consumer group {:?} has no committed offset for its partition \
+                     {partition}, but {} holds the checkpoints it committed ({marker}): the group's \
+                     offsets were lost (a deleted or reset group, or offsets expired after \
+                     offsets.retention.minutes while every instance was down). Starting it with \
+                     empty state would process the retained input again and write wrong \
+                     results. Nothing was started. To start the job over with empty state on \
+                     purpose, stop every instance and run `weir reset --config <file>`",
+                    self.config.kafka.group_id,
+                    self.storage.location,
+                )));
+            }
+        }
+        let (pointer, uploaded, restored_marks) = match point {
+            RestorePoint::Empty | RestorePoint::Reset { .. } => {
                 for (n, uid, tables) in &keyed {
                     let store = KeyedStore::open_empty(
                         uid,
@@ -637,7 +861,14 @@ impl GraphInstance {
                     )?;
                     stores.insert(*n, store);
                 }
-                info!(stage = %head, task = id, "task starts with empty state: the group has no offset for it");
+                match offset {
+                    None => {
+                        info!(stage = %head, task = id, "task starts with empty state: the group has no offset for it")
+                    }
+                    Some(o) => {
+                        info!(stage = %head, task = id, offset = o, "task starts with empty state where weir reset put it")
+                    }
+                }
                 (None, HashMap::new(), BTreeMap::new())
             }
             RestorePoint::Manifest { offset: o, key } => {
@@ -752,6 +983,9 @@ impl GraphInstance {
             writer: format!("{}-{}", self.writer, self.incarnations),
             changed: false,
             dir,
+            marker: manifest::committed_marker(&head, id),
+            marked: false,
+            key_groups: range,
         })
     }
 
@@ -794,10 +1028,24 @@ impl GraphInstance {
                     )));
                 }
                 let key = m.key().unwrap_or_default();
+                let kg = key_group(key, max_p);
+                if !(task.key_groups.0..task.key_groups.1).contains(&kg) {
+                    // Written by an instance with another job.max_parallelism
+                    // or scale.tasks: applying it would put the key's state
+                    // where no task of this job looks for it.
+                    return Err(WeirError::Recovery(format!(
+                        "{topic}/{partition} offset {offset}: a row of key group {kg} (of \
+                         job.max_parallelism = {max_p}), which task {} does not own (its key \
+                         groups are {:?} with scale.tasks = {}): the instance that wrote it runs \
+                         with other job.max_parallelism or scale.tasks; every instance of a job \
+                         must have the same",
+                        task.id, task.key_groups, self.config.scale.tasks
+                    )));
+                }
                 let record = Record {
                     row,
                     timestamp,
-                    key_group: key_group(key, max_p),
+                    key_group: kg,
                     key: RecordKey::from_slice(key),
                 };
                 if task.port != port {
@@ -976,8 +1224,28 @@ impl GraphInstance {
         let instance = self.config.instance().to_string();
         let (outcome, offsets) = run_epoch(self, consumer, &*commit, &instance)?;
         match outcome {
-            Committed::Refused(_) => self.metrics.transactions_aborted.inc(),
+            Committed::Refused(_) => {
+                self.metrics.transactions_aborted.inc();
+                self.metrics.commits_refused.inc();
+                let mut o = self.ownership.lock().expect("ownership lock");
+                o.commits_refused += 1;
+                o.commits_refused_in_a_row += 1;
+                let in_a_row = o.commits_refused_in_a_row;
+                drop(o);
+                if in_a_row.is_multiple_of(10) {
+                    error!(
+                        in_a_row,
+                        "the group refused this instance's last {in_a_row} commits: it makes no \
+                         progress while the group keeps rebalancing (instances joining and \
+                         leaving, or one stalling past its session timeout)"
+                    );
+                }
+            }
             Committed::Yes => {
+                self.ownership
+                    .lock()
+                    .expect("ownership lock")
+                    .commits_refused_in_a_row = 0;
                 self.metrics.transactions_committed.inc();
                 self.metrics.checkpoint_completed(
                     self.epoch,
@@ -1099,7 +1367,8 @@ impl GraphInstance {
                 committed,
                 self.config.checkpoint.retained,
                 grace,
-                stopping.then_some(own.as_str()),
+                own.as_str(),
+                stopping,
             );
             match collected {
                 Ok(n) if n > 0 => {
@@ -1161,6 +1430,16 @@ impl EpochWork for GraphInstance {
         for task in self.tasks.values_mut() {
             task.committed = task.pointer.clone();
             task.changed = false;
+            if let (false, Some(pointer)) = (task.marked, &task.committed) {
+                // Once per task and incarnation: from now on a lost offset
+                // of this task is refused, not started over.
+                match self.storage.put(&task.marker, pointer.clone().into_bytes()) {
+                    Ok(()) => task.marked = true,
+                    Err(e) => {
+                        warn!(task = task.id, marker = %task.marker, error = %e.report(), "writing the task's committed marker failed; retried at the next commit")
+                    }
+                }
+            }
             checkpoints::remove_stale_snapshots(
                 &task.dir.join("snapshots"),
                 task.committed.as_deref(),
