@@ -1197,3 +1197,67 @@ fn input_deleted_by_retention_while_down_is_skipped_with_a_warning() {
     c.assert_alive();
     c.stop(0);
 }
+
+/// Issue #18, hole 6 (in part): a restart finds the committed checkpoint's
+/// local copy damaged (a file of the right size, other bytes). It is not
+/// linked into the task's database: the instance says so, naming the file,
+/// downloads the checkpoint from storage instead, and stays exact.
+#[test]
+fn a_damaged_local_copy_is_downloaded_again_not_linked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    let (first, mut expected) = word_lines(rng.next_u64(), 2_000, 10, 500);
+    c.start(0);
+    produce(&c.input, 4, &first);
+    c.assert_exact(&expected);
+    c.stop(0);
+    // The largest SST file of one task's committed local snapshot (the
+    // state itself: group mode flushes before each snapshot).
+    let stage = dir
+        .path()
+        .join("i0/state")
+        .join(&c.name)
+        .join("stages/word-count/0000/snapshots");
+    let folder = std::fs::read_dir(&stage)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("WEIR-MANIFEST-KEY").exists())
+        .unwrap_or_else(|| panic!("no committed local snapshot in {}", stage.display()));
+    let largest = files_below(&folder)
+        .into_iter()
+        .map(|f| folder.join(f))
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap_or_else(|| panic!("no SST file in {}", folder.display()));
+    let len = std::fs::metadata(&largest).unwrap().len() as usize;
+    // A hard link shares its bytes with the live database: replace it.
+    std::fs::remove_file(&largest).unwrap();
+    std::fs::write(&largest, vec![0x5a; len]).unwrap();
+
+    let (more, counts) = word_lines(rng.next_u64(), 500, 10, 500);
+    for (w, n) in counts {
+        *expected.entry(w).or_insert(0) += n;
+    }
+    c.start(0);
+    produce(&c.input, 4, &more);
+    c.assert_exact(&expected);
+    let log = std::fs::read_to_string(dir.path().join("i0/weir.log")).unwrap();
+    let name = largest.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        log.lines().any(
+            |l| l.contains("the local copy of the checkpoint is damaged") && l.contains(&name)
+        ),
+        "no warning naming {name}:\n{}",
+        log_tail(&log)
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("task restored") && l.contains("task=0") && l.contains("download")),
+        "task 0 was not downloaded:\n{}",
+        log_tail(&log)
+    );
+    c.assert_alive();
+    c.stop(0);
+}

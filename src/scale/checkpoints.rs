@@ -139,8 +139,13 @@ pub fn download(
 }
 
 /// A local snapshot folder below `snapshots` holding exactly the files of
-/// manifest `key`.
-pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest) -> Option<PathBuf> {
+/// manifest `key`: each of the manifest's size and, unless the folder is
+/// `trusted` (this process took the snapshot, and a rewind restores it),
+/// of its CRC-32. A folder left by an earlier process may have been damaged
+/// since (a disk, a crash while it was written): such a copy is not linked
+/// into a task's database but downloaded again, with a warning naming the
+/// file.
+pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest, trusted: bool) -> Option<PathBuf> {
     for entry in fs::read_dir(snapshots).ok()?.flatten() {
         let folder = entry.path();
         let Ok(named) = fs::read_to_string(folder.join(LOCAL_POINTER)) else {
@@ -153,11 +158,49 @@ pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest) -> Option<PathB
             .files
             .iter()
             .all(|f| fs::metadata(folder.join(&f.name)).is_ok_and(|md| md.len() == f.size_bytes));
-        if complete {
-            return Some(folder);
+        if !complete {
+            continue;
+        }
+        let damaged = (!trusted)
+            .then(|| {
+                m.files.iter().find_map(|f| {
+                    let path = folder.join(&f.name);
+                    match file_crc(&path) {
+                        Ok(crc) if crc == f.crc32 => None,
+                        Ok(crc) => Some(format!(
+                            "{}: CRC-32 {crc:08x}, the manifest says {:08x}",
+                            path.display(),
+                            f.crc32
+                        )),
+                        Err(e) => Some(format!("{}: {e}", path.display())),
+                    }
+                })
+            })
+            .flatten();
+        match damaged {
+            None => return Some(folder),
+            Some(reason) => warn!(
+                checkpoint = key,
+                reason, "the local copy of the checkpoint is damaged; downloading it instead"
+            ),
         }
     }
     None
+}
+
+/// The CRC-32 of the file at `path`, read in chunks.
+fn file_crc(path: &Path) -> std::io::Result<u32> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
 }
 
 /// Removes local snapshots below `snapshots` other than the committed one
