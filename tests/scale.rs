@@ -789,13 +789,27 @@ fn a_different_task_count_is_refused() {
     );
 }
 
-/// Deletes consumer group `group` (it must have no members), as an
-/// operator's `kafka-consumer-groups.sh --delete` or an offsets expiry
-/// does.
-fn delete_group(group: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+/// `lines` more lines of ten words over `vocabulary`, their counts added
+/// to `expected`.
+fn more_lines(
+    rng: &mut Rng,
+    lines: usize,
+    vocabulary: u64,
+    expected: &mut HashMap<String, u64>,
+) -> Vec<String> {
+    let (out, counts) = word_lines(rng.next_u64(), lines, 10, vocabulary);
+    for (w, n) in counts {
+        *expected.entry(w).or_insert(0) += n;
+    }
+    out
+}
+
+/// An admin client of the broker, and a runtime to wait on its calls.
+fn admin() -> (
+    rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
+    tokio::runtime::Runtime,
+) {
+    let admin = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .create()
         .unwrap();
@@ -803,6 +817,15 @@ fn delete_group(group: &str) {
         .enable_all()
         .build()
         .unwrap();
+    (admin, rt)
+}
+
+/// Deletes consumer group `group` (it must have no members), as an
+/// operator's `kafka-consumer-groups.sh --delete` or an offsets expiry
+/// does.
+fn delete_group(group: &str) {
+    use rdkafka::admin::AdminOptions;
+    let (admin, rt) = admin();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let results = rt
@@ -1080,10 +1103,7 @@ fn a_zombie_never_collects_what_the_new_owner_committed() {
     // A burst the new owner commits, then quiet past the grace period
     // (2 × checkpoint.timeout = 10 s): its manifests are old enough for a
     // collector that takes them for aborted ones.
-    let (burst, more) = word_lines(rng.next_u64(), 2_000, 10, 1_000);
-    for (w, n) in more {
-        *expected.entry(w).or_insert(0) += n;
-    }
+    let burst = more_lines(&mut rng, 2_000, 1_000, &mut expected);
     produce(&c.input, 4, &burst);
     c.assert_exact(&expected);
     std::thread::sleep(Duration::from_secs(12));
@@ -1118,10 +1138,7 @@ fn a_zombie_never_collects_what_the_new_owner_committed() {
         }
     }
     std::fs::remove_dir_all(dir.path().join("i1/state")).unwrap();
-    let (last, more) = word_lines(rng.next_u64(), 500, 10, 1_000);
-    for (w, n) in more {
-        *expected.entry(w).or_insert(0) += n;
-    }
+    let last = more_lines(&mut rng, 500, 1_000, &mut expected);
     c.start(1);
     produce(&c.input, 4, &last);
     c.assert_exact(&expected);
@@ -1135,8 +1152,7 @@ fn a_zombie_never_collects_what_the_new_owner_committed() {
 /// unread; the output goes on exactly from there.
 #[test]
 fn input_deleted_by_retention_while_down_is_skipped_with_a_warning() {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
+    use rdkafka::admin::AdminOptions;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed());
     let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
@@ -1160,20 +1176,10 @@ fn input_deleted_by_retention_while_down_is_skipped_with_a_warning() {
         ends.add_partition_offset(&c.input, p, Offset::Offset(high))
             .unwrap();
     }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (admin, rt) = admin();
     rt.block_on(admin.delete_records(&ends, &AdminOptions::new()))
         .unwrap();
-    let (last, more) = word_lines(rng.next_u64(), 500, 10, 300);
-    for (w, n) in more {
-        *expected.entry(w).or_insert(0) += n;
-    }
+    let last = more_lines(&mut rng, 500, 300, &mut expected);
     c.start(0);
     produce(&c.input, 4, &last);
     c.assert_exact(&expected);
@@ -1236,10 +1242,7 @@ fn a_damaged_local_copy_is_downloaded_again_not_linked() {
     std::fs::remove_file(&largest).unwrap();
     std::fs::write(&largest, vec![0x5a; len]).unwrap();
 
-    let (more, counts) = word_lines(rng.next_u64(), 500, 10, 500);
-    for (w, n) in counts {
-        *expected.entry(w).or_insert(0) += n;
-    }
+    let more = more_lines(&mut rng, 500, 500, &mut expected);
     c.start(0);
     produce(&c.input, 4, &more);
     c.assert_exact(&expected);

@@ -165,7 +165,7 @@ pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest, trusted: bool) 
             .then(|| {
                 m.files.iter().find_map(|f| {
                     let path = folder.join(&f.name);
-                    match file_crc(&path) {
+                    match crate::checkpoint::checksum::file_crc32(&path) {
                         Ok(crc) if crc == f.crc32 => None,
                         Ok(crc) => Some(format!(
                             "{}: CRC-32 {crc:08x}, the manifest says {:08x}",
@@ -186,21 +186,6 @@ pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest, trusted: bool) 
         }
     }
     None
-}
-
-/// The CRC-32 of the file at `path`, read in chunks.
-fn file_crc(path: &Path) -> std::io::Result<u32> {
-    use std::io::Read;
-    let mut file = fs::File::open(path)?;
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            return Ok(hasher.finalize());
-        }
-        hasher.update(&buf[..n]);
-    }
 }
 
 /// Removes local snapshots below `snapshots` other than the committed one

@@ -237,33 +237,45 @@ fn stage_tables(graph: &Graph, stage: &plan::StagePlan) -> BTreeMap<String, Vec<
         .collect()
 }
 
-/// The offset `at` (`Beginning` or `End`) of `topic`/`partition` stands
-/// for, as the group consumer reads it (read_committed: the end is the last
-/// stable offset).
-fn list_offset<C: rdkafka::consumer::ConsumerContext>(
+/// The offsets `at` (`Beginning` or `End`) stands for in each of
+/// `partitions`, in one request, as the group consumer reads them
+/// (read_committed: the end is the last stable offset).
+fn list_offsets<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
-    topic: &str,
-    partition: i32,
+    partitions: &[(String, i32)],
     at: Offset,
-) -> Result<i64> {
-    let what = || format!("the {at:?} offset of {topic}/{partition}");
+) -> Result<HashMap<(String, i32), i64>> {
+    let what = || format!("the {at:?} offsets of {partitions:?}");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, at)
-        .map_err(|e| WeirError::kafka(what(), e))?;
+    for (topic, partition) in partitions {
+        tpl.add_partition_offset(topic, *partition, at)
+            .map_err(|e| WeirError::kafka(what(), e))?;
+    }
     let got = consumer
         .offsets_for_times(tpl, REQUEST_TIMEOUT)
         .map_err(|e| WeirError::kafka(what(), e))?;
-    let e = got
-        .find_partition(topic, partition)
-        .ok_or_else(|| WeirError::Recovery(format!("{}: no answer for it", what())))?;
-    e.error().map_err(|err| WeirError::kafka(what(), err))?;
-    match e.offset() {
-        Offset::Offset(o) => Ok(o),
-        other => Err(WeirError::Recovery(format!(
-            "{}: answered {other:?}",
-            what()
-        ))),
+    let mut out = HashMap::new();
+    for e in got.elements() {
+        let tp = format!("{}/{}", e.topic(), e.partition());
+        e.error()
+            .map_err(|err| WeirError::kafka(format!("the {at:?} offset of {tp}"), err))?;
+        match e.offset() {
+            Offset::Offset(o) => out.insert((e.topic().to_string(), e.partition()), o),
+            other => {
+                return Err(WeirError::Recovery(format!(
+                    "the {at:?} offset of {tp}: answered {other:?}"
+                )))
+            }
+        };
     }
+    for (topic, partition) in partitions {
+        if !out.contains_key(&(topic.clone(), *partition)) {
+            return Err(WeirError::Recovery(format!(
+                "the {at:?} offset of {topic}/{partition}: no answer for it"
+            )));
+        }
+    }
+    Ok(out)
 }
 
 fn source_spec(graph: &Graph, node: NodeId) -> &SourceSpec {
@@ -615,6 +627,19 @@ impl GraphInstance {
         if !lost_inputs.is_empty() {
             self.refuse_lost_input_offsets(consumer, &lost_inputs)?;
         }
+        // Each committed offset against its partition's first offset (one
+        // request for all of them).
+        let with_offsets: Vec<(String, i32)> = committed
+            .elements()
+            .iter()
+            .filter(|e| matches!(e.offset(), Offset::Offset(_)))
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let firsts = if with_offsets.is_empty() {
+            HashMap::new()
+        } else {
+            list_offsets(consumer, &with_offsets, Offset::Beginning)?
+        };
         for e in committed.elements() {
             let (topic, partition) = (e.topic().to_string(), e.partition());
             let offset = match e.offset() {
@@ -626,7 +651,7 @@ impl GraphInstance {
                     if let Some(o) = offset {
                         // weir trims a repartition partition only below
                         // what its task committed.
-                        let first = list_offset(consumer, &topic, partition, Offset::Beginning)?;
+                        let first = firsts[&(topic.clone(), partition)];
                         if o < first {
                             return Err(WeirError::Recovery(format!(
                                 "the committed offset {o} of {topic}/{partition} (task {partition} \
@@ -653,7 +678,12 @@ impl GraphInstance {
                     });
                     let start = spec.start;
                     let next = match offset {
-                        Some(o) => self.past_retention(consumer, &topic, partition, o)?,
+                        Some(o) => self.past_retention(
+                            &topic,
+                            partition,
+                            o,
+                            firsts[&(topic.clone(), partition)],
+                        ),
                         None => self.start_offset(consumer, &topic, partition, start)?,
                     };
                     if offset != Some(next) {
@@ -706,25 +736,18 @@ impl GraphInstance {
             StartPosition::Earliest => Offset::Beginning,
             StartPosition::Latest => Offset::End,
         };
-        let o = list_offset(consumer, topic, partition, at)?;
+        let o = list_offsets(consumer, std::slice::from_ref(&key), at)?[&key];
         info!(topic, partition, offset = o, start = ?start, "input partition without a committed offset starts here");
         self.starts.lock().expect("starts lock").insert(key, o);
         Ok(o)
     }
 
-    /// `committed`, or the partition's first offset when retention deleted
+    /// `committed`, or the partition's `first` offset when retention deleted
     /// the records from `committed` on before they were read: said in the
     /// log and counted, where librdkafka would reset it silently.
-    fn past_retention(
-        &self,
-        consumer: &Consumer_,
-        topic: &str,
-        partition: i32,
-        committed: i64,
-    ) -> Result<i64> {
-        let first = list_offset(consumer, topic, partition, Offset::Beginning)?;
+    fn past_retention(&self, topic: &str, partition: i32, committed: i64, first: i64) -> i64 {
         if committed >= first {
-            return Ok(committed);
+            return committed;
         }
         warn!(
             topic,
@@ -738,7 +761,7 @@ impl GraphInstance {
             .records_deleted_unread
             .with_label_values(&[topic])
             .inc_by((first - committed) as u64);
-        Ok(first)
+        first
     }
 
     /// Input partitions without a committed offset start at the source's
