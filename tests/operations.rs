@@ -408,3 +408,27 @@ fn checkpoint_storage_that_cannot_be_written_fails_checkpoints_then_restarts() {
     );
     assert!(w.stop(Duration::from_secs(60)).success());
 }
+
+/// The broker check reads the setting Kafka 3.6 brought (transaction
+/// verification, KIP-890) from the real broker's configuration: the local
+/// broker is new enough, so a misspelt setting or a failed read shows here
+/// as "missing" or as an error, where the start-up warning would only stay
+/// silent.
+#[test]
+fn the_local_broker_verifies_transactional_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topics(1);
+    let config =
+        weir::config::Config::load(&JobSpec::word_count(dir.path(), &input, &output).write())
+            .unwrap();
+    let brokers = weir::kafka::brokers::brokers_verification(&config).unwrap();
+    assert!(!brokers.is_empty(), "no broker described");
+    for (id, v) in brokers {
+        assert_eq!(
+            v,
+            weir::kafka::brokers::Verification::On,
+            "broker {id}: {}",
+            weir::kafka::brokers::VERIFICATION
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! consumers, the group client that reads and commits offsets, and the
 //! sink producer.
 
+pub mod brokers;
 pub mod producer;
 
 use std::collections::BTreeMap;

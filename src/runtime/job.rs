@@ -54,6 +54,9 @@ pub fn run_attempts(
         )?),
         Delivery::AtLeastOnce => None,
     };
+    if config.is_group() || config.sink.delivery == Delivery::ExactlyOnce {
+        crate::kafka::brokers::warn_without_verification(&config);
+    }
     let mut failures = 0u32;
     let mut backoff = config.restart.backoff;
     let mut restore_from = restore_from;
