@@ -64,13 +64,13 @@ impl Storage {
         }
     }
 
-    fn extra(&self) -> String {
+    /// The `[checkpoint.s3]` section, reaching the emulator at `endpoint`.
+    fn extra(&self, endpoint: &str) -> String {
         match self {
             Storage::Shared(_) => String::new(),
             Storage::S3 { .. } => format!(
-                "\n[checkpoint.s3]\nendpoint = {:?}\nregion = \"us-east-1\"\naccess_key_id = \
-                 \"test\"\nsecret_access_key = \"test\"\nallow_http = true\n",
-                s3_endpoint()
+                "\n[checkpoint.s3]\nendpoint = {endpoint:?}\nregion = \"us-east-1\"\naccess_key_id = \
+                 \"test\"\nsecret_access_key = \"test\"\nallow_http = true\n"
             ),
         }
     }
@@ -90,6 +90,10 @@ struct Cluster {
     protocol: &'static str,
     /// `source.start`.
     start: &'static str,
+    /// Where instances started from now on reach S3 (the emulator itself
+    /// unless set), and `[kafka.properties]` lines they get besides.
+    s3_endpoint: Option<String>,
+    properties: String,
     running: BTreeMap<usize, WeirProcess>,
 }
 
@@ -106,6 +110,8 @@ impl Cluster {
             timeout: "5s".into(),
             protocol: "consumer",
             start: "earliest",
+            s3_endpoint: None,
+            properties: String::new(),
             running: BTreeMap::new(),
         }
     }
@@ -120,9 +126,11 @@ impl Cluster {
         spec.start = self.start.into();
         spec.extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
-             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}",
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}{}",
             self.protocol,
-            self.storage.extra()
+            self.properties,
+            self.storage
+                .extra(self.s3_endpoint.as_deref().unwrap_or(&s3_endpoint()))
         );
         spec.write()
     }
@@ -805,6 +813,46 @@ fn more_lines(
 }
 
 /// An admin client of the broker, and a runtime to wait on its calls.
+/// Deletes every record of `topic`'s 4 partitions, as retention would.
+fn delete_to_end(topic: &str) {
+    use rdkafka::admin::AdminOptions;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let mut ends = TopicPartitionList::new();
+    for p in 0..4 {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .unwrap();
+        ends.add_partition_offset(topic, p, Offset::Offset(high))
+            .unwrap();
+    }
+    let (admin, rt) = admin();
+    rt.block_on(admin.delete_records(&ends, &AdminOptions::new()))
+        .unwrap();
+}
+
+/// The log's warnings about input deleted before it was read, and the
+/// records they say went unread.
+fn unread_by_retention(log: &str) -> (Vec<&str>, u64) {
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("deleted by the topic's retention before they were read"))
+        .collect();
+    let lost = warnings
+        .iter()
+        .map(|l| {
+            l.split("lost=")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no lost= in {l}"))
+        })
+        .sum();
+    (warnings, lost)
+}
+
 fn admin() -> (
     rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
     tokio::runtime::Runtime,
@@ -1019,7 +1067,10 @@ fn a_row_of_a_key_group_its_task_does_not_own_is_refused_naming_the_settings() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
     // A new job, so that no checkpoint's key groups refuse the second
-    // instance first: the rows themselves must.
+    // instance first: the rows themselves must. A long epoch keeps the
+    // first instance from committing task checkpoints (its first epoch
+    // carries the sources' marks to every task) before the second joins.
+    c.interval = "5s".into();
     c.start(0);
     c.start_with(1, &[("WEIR__JOB__MAX_PARALLELISM", "64")]);
     c.wait_all_tasks_owned(Duration::from_secs(90));
@@ -1152,7 +1203,6 @@ fn a_zombie_never_collects_what_the_new_owner_committed() {
 /// unread; the output goes on exactly from there.
 #[test]
 fn input_deleted_by_retention_while_down_is_skipped_with_a_warning() {
-    use rdkafka::admin::AdminOptions;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed());
     let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
@@ -1164,42 +1214,52 @@ fn input_deleted_by_retention_while_down_is_skipped_with_a_warning() {
     // Read by nobody, then deleted as retention would delete it.
     let (unread, _) = word_lines(rng.next_u64(), 400, 10, 300);
     produce(&c.input, 4, &unread);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .unwrap();
-    let mut ends = TopicPartitionList::new();
-    for p in 0..4 {
-        let (_, high) = consumer
-            .fetch_watermarks(&c.input, p, Duration::from_secs(10))
-            .unwrap();
-        ends.add_partition_offset(&c.input, p, Offset::Offset(high))
-            .unwrap();
-    }
-    let (admin, rt) = admin();
-    rt.block_on(admin.delete_records(&ends, &AdminOptions::new()))
-        .unwrap();
+    delete_to_end(&c.input);
     let last = more_lines(&mut rng, 500, 300, &mut expected);
     c.start(0);
     produce(&c.input, 4, &last);
     c.assert_exact(&expected);
     let log = std::fs::read_to_string(dir.path().join("i0/weir.log")).unwrap();
-    let warnings: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("deleted by the topic's retention before they were read"))
-        .collect();
+    let (warnings, lost) = unread_by_retention(&log);
     assert_eq!(warnings.len(), 4, "{}", log_tail(&log));
-    let lost: u64 = warnings
-        .iter()
-        .map(|l| {
-            l.split("lost=")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("no lost= in {l}"))
-        })
-        .sum();
     assert_eq!(lost, 400, "{warnings:?}");
+    c.assert_alive();
+    c.stop(0);
+}
+
+/// Issue #18, hole 3: every partition is assigned at an explicit offset and
+/// the group consumer's `auto.offset.reset` is `error`. Records deleted
+/// while a running instance had not read them yet (it is paused for a
+/// moment, short of its session timeout) put its fetch position out of
+/// range: the attempt stops naming it and restarts, and the restart skips
+/// to the first offset with the warning and the count a user can see
+/// (librdkafka's own reset to `earliest` skipped them silently).
+#[test]
+fn input_deleted_under_a_running_instance_is_not_skipped_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    let (first, mut expected) = word_lines(rng.next_u64(), 1_000, 10, 300);
+    c.start(0);
+    produce(&c.input, 4, &first);
+    c.assert_exact(&expected);
+    let (unread, _) = word_lines(rng.next_u64(), 400, 10, 300);
+    let pid = c.running[&0].pid();
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    produce(&c.input, 4, &unread);
+    delete_to_end(&c.input);
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let last = more_lines(&mut rng, 500, 300, &mut expected);
+    produce(&c.input, 4, &last);
+    c.assert_exact(&expected);
+    let log = std::fs::read_to_string(dir.path().join("i0/weir.log")).unwrap();
+    assert!(
+        log.contains("fetch position is out of range"),
+        "{}",
+        log_tail(&log)
+    );
+    let (_, lost) = unread_by_retention(&log);
+    assert_eq!(lost, 400, "{}", log_tail(&log));
     c.assert_alive();
     c.stop(0);
 }
@@ -1263,4 +1323,95 @@ fn a_damaged_local_copy_is_downloaded_again_not_linked() {
     );
     c.assert_alive();
     c.stop(0);
+}
+
+/// A checkpoint file is uploaded streamed (read in chunks; on S3 in parts
+/// once it is larger than one part) and reads back byte for byte, with the
+/// size and CRC-32 the manifest records, on a shared folder and on S3.
+#[test]
+fn a_file_larger_than_a_part_is_uploaded_streamed_and_reads_back_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    // 20 MiB and a bit: two whole 8 MiB parts and a short last one.
+    let bytes: Vec<u8> = (0..(20 << 20) + 12_345)
+        .map(|_| rng.below(256) as u8)
+        .collect();
+    let source = tmp.path().join("000042.sst");
+    std::fs::write(&source, &bytes).unwrap();
+    for storage in [Storage::Shared(tmp.path().join("shared")), Storage::s3()] {
+        let cluster = Cluster::new(tmp.path(), storage.clone());
+        let config = weir::config::Config::load(&cluster.config(0)).unwrap();
+        let shared = weir::scale::storage::SharedStorage::open(&config).unwrap();
+        let key = "stages/count/0000/files/w-1/000042.sst";
+        let (size, crc) = shared.put_file(key, &source).unwrap();
+        assert_eq!(size, bytes.len() as u64, "{}", shared.location);
+        assert_eq!(crc, crc32fast::hash(&bytes), "{}", shared.location);
+        let back = shared.get(key).unwrap().expect("the uploaded object");
+        assert!(
+            back == bytes,
+            "{}: the object differs from the file",
+            shared.location
+        );
+        let listed = shared.list("stages/count/0000").unwrap();
+        assert_eq!(listed.len(), 1, "{}: {listed:?}", shared.location);
+        assert_eq!(listed[0].size, bytes.len() as u64);
+    }
+}
+
+/// Issue #18, hole 4 (in part): a restore by download that takes longer
+/// than `max.poll.interval.ms` does not cost the instance its membership.
+/// The committed checkpoints are made ready locally off the poll thread
+/// (the instance keeps polling), then linked. Storage is S3 behind a link
+/// whose downloads are slowed to 256 KiB/s for the instance that restores
+/// (its uploads, on the poll thread still, go at full speed: issue #18's
+/// hole 4 has them in the background next), which runs the classic
+/// protocol with a 6 s session and poll interval.
+#[test]
+fn a_download_longer_than_the_poll_interval_keeps_the_membership() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(dir.path(), Storage::s3());
+    let (first, mut expected) = word_lines(rng.next_u64(), 40_000, 10, 4_000_000);
+    c.start(0);
+    produce(&c.input, 4, &first);
+    c.assert_exact(&expected);
+    c.stop(0);
+    let endpoint = s3_endpoint();
+    let slow = weir_testkit::Throttle::downloads(
+        endpoint.trim_start_matches("http://").trim_end_matches('/'),
+        256 * 1024,
+    );
+    c.s3_endpoint = Some(slow.url());
+    // The classic protocol: the client's session timeout bounds the poll
+    // interval from below (6 s is the broker's smallest session).
+    c.protocol = "classic";
+    c.properties =
+        "\"session.timeout.ms\" = \"6000\"\n\"max.poll.interval.ms\" = \"6000\"\n".into();
+    // A new machine: nothing local, every task downloaded.
+    c.start(1);
+    let last = more_lines(&mut rng, 500, 300, &mut expected);
+    produce(&c.input, 4, &last);
+    c.assert_exact(&expected);
+    let log = std::fs::read_to_string(dir.path().join("i1/weir.log")).unwrap();
+    let took: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("checkpoint ready locally") && l.contains("downloaded"))
+        .map(|l| {
+            l.split("took_ms=")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no took_ms= in {l}"))
+        })
+        .collect();
+    assert_eq!(took.len(), TASKS as usize, "{}", log_tail(&log));
+    // The downloads together outlast the poll interval: the case is real.
+    assert!(took.iter().sum::<u64>() > 6_000, "{took:?}");
+    assert!(
+        !log.contains("maximum poll interval") && !log.contains("fenced"),
+        "{}",
+        log_tail(&log)
+    );
+    c.assert_alive();
+    c.stop(1);
 }

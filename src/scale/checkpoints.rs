@@ -40,22 +40,48 @@ pub fn upload(
                 continue;
             }
         }
-        let path = target.join(&f.name);
-        let bytes = fs::read(&path).map_err(|e| WeirError::io(&path, e))?;
+        let key = manifest::file_key(prefix, writer, seq, &f.name);
+        let (size_bytes, crc32) = storage.put_file(&key, &target.join(&f.name))?;
         let mf = ManifestFile {
             name: f.name.clone(),
-            key: manifest::file_key(prefix, writer, seq, &f.name),
-            size_bytes: bytes.len() as u64,
-            crc32: crc32fast::hash(&bytes),
+            key,
+            size_bytes,
+            crc32,
         };
         *uploaded_bytes += mf.size_bytes;
-        storage.put(&mf.key, bytes)?;
         if f.name.ends_with(".sst") {
             uploaded.insert(f.name.clone(), mf.clone());
         }
         out.push(mf);
     }
     Ok(out)
+}
+
+/// `cached` (a task's upload cache, as a restore by hard links found it in
+/// the manifest) less the files storage no longer holds under `prefix`:
+/// an instance with a stale view of the task may have collected them, and
+/// a manifest must never reference an object that is gone. Dropped entries
+/// are uploaded again (under this writer) by the next snapshot. One
+/// listing, not a request per file.
+pub fn still_stored(
+    storage: &SharedStorage,
+    prefix: &str,
+    label: &str,
+    mut cached: HashMap<String, ManifestFile>,
+) -> Result<HashMap<String, ManifestFile>> {
+    if cached.is_empty() {
+        return Ok(cached);
+    }
+    let listed: std::collections::HashSet<String> =
+        storage.list(prefix)?.into_iter().map(|o| o.key).collect();
+    cached.retain(|name, f| {
+        let stored = listed.contains(&f.key);
+        if !stored {
+            warn!(task = label, file = %name, key = %f.key, "a file of the restored checkpoint is no longer in storage; the next snapshot uploads it again");
+        }
+        stored
+    });
+    Ok(cached)
 }
 
 /// Writes manifest `m` and the local pointer next to its snapshot; returns
@@ -110,28 +136,24 @@ pub fn download(
     fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
     for f in &m.files {
         let location = format!("{}/{}", storage.location, f.key);
-        let bytes = storage.get(&f.key)?.ok_or_else(|| {
+        let path = target.join(&f.name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| WeirError::io(parent, e))?;
+        }
+        let (size, crc) = storage.get_to_file(&f.key, &path)?.ok_or_else(|| {
             WeirError::Recovery(format!(
                 "{label}: object {location} of its committed checkpoint {key} is missing \
                  (weir does not start a task from empty state in its place)"
             ))
         })?;
-        let crc = crc32fast::hash(&bytes);
-        if bytes.len() as u64 != f.size_bytes || crc != f.crc32 {
+        if size != f.size_bytes || crc != f.crc32 {
             return Err(WeirError::Recovery(format!(
                 "{label}: object {location} of its committed checkpoint {key} is damaged \
-                 ({} bytes with CRC-32 {crc:08x}, the manifest says {} bytes with {:08x}); \
+                 ({size} bytes with CRC-32 {crc:08x}, the manifest says {} bytes with {:08x}); \
                  weir does not start a task from empty state in its place",
-                bytes.len(),
-                f.size_bytes,
-                f.crc32
+                f.size_bytes, f.crc32
             )));
         }
-        let path = target.join(&f.name);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|e| WeirError::io(parent, e))?;
-        }
-        fs::write(&path, &bytes).map_err(|e| WeirError::io(&path, e))?;
     }
     let path = target.join(LOCAL_POINTER);
     fs::write(&path, key).map_err(|e| WeirError::io(&path, e))?;
@@ -179,10 +201,16 @@ pub fn local_copy(snapshots: &Path, key: &str, m: &TaskManifest, trusted: bool) 
             .flatten();
         match damaged {
             None => return Some(folder),
-            Some(reason) => warn!(
-                checkpoint = key,
-                reason, "the local copy of the checkpoint is damaged; downloading it instead"
-            ),
+            Some(reason) => {
+                warn!(
+                    checkpoint = key,
+                    reason, "the local copy of the checkpoint is damaged; downloading it instead"
+                );
+                // Never to be linked by a later scan that trusts sizes.
+                if let Err(e) = fs::remove_dir_all(&folder) {
+                    warn!(folder = %folder.display(), error = %e, "removing a damaged local copy failed");
+                }
+            }
         }
     }
     None

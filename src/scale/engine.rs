@@ -22,9 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::statistics::Statistics;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Message, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -50,14 +51,30 @@ pub trait Rebalancing: Send + Sized + 'static {
         tpl: &TopicPartitionList,
         lost: bool,
     );
+    /// Partitions are about to be assigned: set each one's position in
+    /// `tpl` (an offset, never a logical one), so that librdkafka starts
+    /// fetching exactly there and no seek is needed.
+    fn place(
+        &mut self,
+        consumer: &BaseConsumer<GroupContext<Self>>,
+        tpl: &mut TopicPartitionList,
+    ) -> Result<()>;
     /// Partitions were assigned (and paused): restore them in the loop.
     fn assigned(&mut self, partitions: Vec<(String, i32)>);
+    /// The attempt cannot go on (an error inside a callback, which cannot
+    /// return one): the loop ends it at its next turn.
+    fn fail(&mut self, error: WeirError);
 }
 
 /// The group consumer's context: rebalance callbacks and consumer lag.
 pub struct GroupContext<I> {
     pub instance: Arc<Mutex<I>>,
     pub metrics: Arc<Metrics>,
+    /// Set once the loop is over and the consumer leaves the group: an
+    /// assignment that still arrives (while it closes) is not placed, since
+    /// reading committed offsets from a closing consumer waits out its
+    /// timeout, and nothing will be read from it.
+    pub leaving: AtomicBool,
 }
 
 impl<I: Rebalancing> ClientContext for GroupContext<I> {
@@ -67,38 +84,87 @@ impl<I: Rebalancing> ClientContext for GroupContext<I> {
 }
 
 impl<I: Rebalancing> ConsumerContext for GroupContext<I> {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let lost = consumer.assignment_lost();
-            let mut inst = self.instance.lock().expect("instance lock");
-            inst.revoked(consumer, tpl, lost);
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                // Nothing is read before its state is restored and its
-                // position set (in the loop, not here).
+    /// rust-rdkafka's own callback assigns what the group gives with no
+    /// position, which leaves it to the committed offset or to
+    /// `auto.offset.reset`, and a seek afterwards races the fetcher (an
+    /// asynchronous seek on a partition whose fetcher has not started is
+    /// dropped; a synchronous one fails). weir assigns each partition at
+    /// the offset its checkpoint names, read here before the assignment.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let mut inst = self.instance.lock().expect("instance lock");
+                if self.leaving.load(Ordering::Relaxed) {
+                    // Nothing is placed or read any more.
+                } else if let Err(e) = inst.place(consumer, tpl) {
+                    // Assigned anyway (the rebalance must complete) and
+                    // paused; the loop ends the attempt before any read.
+                    inst.fail(e);
+                }
+                let assigned = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                if let Err(e) = assigned {
+                    inst.fail(WeirError::kafka("assign partitions", e));
+                }
+                // Nothing is read before its state is restored (in the
+                // loop, not here). A record fetched before the pause is
+                // discarded by librdkafka (the pause is a new fetch
+                // version), and reading resumes where the assignment put it.
                 if let Err(e) = consumer.pause(tpl) {
-                    warn!(error = %e, "pausing newly assigned partitions failed");
+                    inst.fail(WeirError::kafka("pause newly assigned partitions", e));
                 }
                 let mut partitions = Vec::new();
                 for e in tpl.elements() {
                     info!(
                         topic = e.topic(),
                         partition = e.partition(),
+                        offset = ?e.offset(),
                         "partition assigned"
                     );
                     partitions.push((e.topic().to_string(), e.partition()));
                 }
+                inst.assigned(partitions);
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let lost = consumer.assignment_lost();
                 self.instance
                     .lock()
                     .expect("instance lock")
-                    .assigned(partitions);
+                    .revoked(consumer, tpl, lost);
+                let unassigned = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = unassigned {
+                    warn!(error = %e, "unassigning revoked partitions failed");
+                }
             }
-            Rebalance::Revoke(_) => {}
-            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+            other => {
+                let code: RDKafkaErrorCode = other.into();
+                warn!(error = %code, "rebalance error");
+                // As rust-rdkafka's own callback answers an error.
+                let unassigned = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = unassigned {
+                    warn!(error = %e, "unassigning after a rebalance error failed");
+                }
+            }
         }
     }
 }
@@ -183,6 +249,11 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
             cc.set("partition.assignment.strategy", "cooperative-sticky");
         }
     }
+    // Every partition is assigned at an explicit offset (`Rebalancing::
+    // place`): a fetch position out of range (records deleted by
+    // retention while being read, a log truncated) is an error, not a
+    // silent jump to either end of the partition.
+    cc.set("auto.offset.reset", "error");
     if !c.kafka.properties.contains_key("statistics.interval.ms") {
         cc.set("statistics.interval.ms", "1000");
     }
@@ -217,6 +288,7 @@ pub fn run_instance<I: GroupWork>(
         .create_with_context(GroupContext {
             instance: instance.clone(),
             metrics: shared.metrics.clone(),
+            leaving: AtomicBool::new(false),
         })
         .map_err(|e| WeirError::kafka("create group consumer", e))?;
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -231,6 +303,7 @@ pub fn run_instance<I: GroupWork>(
     }
     // Leaving the group hands the partitions to the others at once. On
     // success the revocation finds nothing left to commit.
+    consumer.context().leaving.store(true, Ordering::Relaxed);
     consumer.unsubscribe();
     drop(consumer);
     if outcome.is_err() {
@@ -251,13 +324,24 @@ pub trait GroupWork: Rebalancing {
     fn idle(&mut self) -> Result<()>;
     fn due(&mut self) -> bool;
     fn commit(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
+    /// The stop path's final commit: one epoch even with nothing new to
+    /// commit, when the instance owns partitions.
+    fn commit_to_stop(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
     fn housekeeping(&mut self, stopping: bool);
     fn take_failed(&mut self) -> Option<WeirError>;
     /// The attempt is ending: callbacks must not commit any more.
     fn abandon(&mut self);
     /// Assigned partitions not restored yet.
     fn pending(&self) -> &[(String, i32)];
-    fn activate(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
+    /// Whether some pending partition can be restored now (others may wait
+    /// for their checkpoint to be made ready locally, off the poll thread).
+    fn activatable(&mut self) -> Result<bool>;
+    /// Restores the pending partitions that can be and resumes them;
+    /// returns those it had to seek (see [`poll_loop`]).
+    fn activate(
+        &mut self,
+        consumer: &BaseConsumer<GroupContext<Self>>,
+    ) -> Result<Vec<(String, i32)>>;
     /// Answers the interactive queries waiting for this instance.
     fn answer_queries(&mut self);
 }
@@ -274,10 +358,12 @@ pub fn poll_loop<I: GroupWork>(
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             let mut inst = instance.lock().expect("instance lock");
-            inst.commit(consumer)?;
-            // An epoch with nothing to commit skipped the commit's own
-            // check: a member that lost its assignment holds a stale view
-            // of its tasks and must not collect their storage.
+            // Even with nothing new: the commit is what proves this
+            // instance still owns its tasks before their final collection
+            // (a zombie's is refused, and it then collects nothing).
+            inst.commit_to_stop(consumer)?;
+            // A member that lost its assignment holds a stale view of its
+            // tasks and must not collect their storage.
             if consumer.assignment_lost() {
                 return Err(WeirError::GroupFenced {
                     instance: shared
@@ -299,22 +385,30 @@ pub fn poll_loop<I: GroupWork>(
         if let Some(e) = inst.take_failed() {
             return Err(e);
         }
-        // Partitions restored and sought in this iteration. The message
-        // polled above, if it is from one of them, was fetched before the
-        // seek: at a position the restore no longer matches (after a reset,
-        // ahead of the committed offset). Applying it would move the
-        // position past records the seek fetches again, which the
-        // below-position check would then skip: lost updates (and, without
-        // that check, duplicates). It is dropped; the seek re-reads it.
-        let mut activated: Vec<(String, i32)> = Vec::new();
-        if !inst.pending().is_empty() {
-            shared.ready.store(false, Ordering::Relaxed);
-            activated = inst.pending().to_vec();
-            inst.activate(consumer)?;
+        // Partitions sought back in this iteration (a rewind after a
+        // refused commit; newly assigned ones are assigned at their
+        // position and need no seek). The message polled above, if it is
+        // from one of them, was fetched before the seek: at a position the
+        // restore no longer matches (ahead of the committed offset).
+        // Applying it would move the position past records the seek
+        // fetches again, which the below-position check would then skip:
+        // lost updates. It is dropped; the seek re-reads it.
+        let mut sought: Vec<(String, i32)> = Vec::new();
+        if !inst.pending().is_empty() && inst.activatable()? {
+            // The open epoch commits first: the restores must not run
+            // inside a transaction the broker times out after
+            // `transaction.timeout.ms` (downloads run off this thread
+            // before, but linking and opening a large task still take
+            // time). A refused commit rewinds, and the rewound partitions
+            // are restored with the new ones.
+            inst.commit(consumer)?;
+            sought = inst.activate(consumer)?;
         }
         // Ready once every assigned partition is restored (an instance
         // the group gave nothing is ready too).
-        shared.ready.store(true, Ordering::Relaxed);
+        shared
+            .ready
+            .store(inst.pending().is_empty(), Ordering::Relaxed);
         match msg {
             None => inst.idle()?,
             Some(Err(e)) => {
@@ -322,6 +416,20 @@ pub fn poll_loop<I: GroupWork>(
                     return Err(WeirError::Task {
                         task: "group consumer".into(),
                         reason: format!("fatal error {code:?}: {reason}"),
+                    });
+                }
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+                    // `auto.offset.reset = error`: going on would skip or
+                    // re-read records without a word. The restart assigns
+                    // each partition at its committed offset again, and one
+                    // whose records retention deleted starts at its first
+                    // offset with a warning naming it and a metric.
+                    return Err(WeirError::Task {
+                        task: "group consumer".into(),
+                        reason: format!(
+                            "a partition's fetch position is out of range ({e}): its records \
+                             were deleted (retention) or its log truncated while it was read"
+                        ),
                     });
                 }
                 warn!(error = %e, "consumer error");
@@ -337,7 +445,7 @@ pub fn poll_loop<I: GroupWork>(
                         "first record read"
                     );
                 }
-                let stale = activated
+                let stale = sought
                     .iter()
                     .any(|(t, p)| t == m.topic() && *p == m.partition());
                 if stale {

@@ -21,7 +21,7 @@ pub fn topic_name(c: &Config) -> String {
     format!("{}.{}.repartition", c.job.name, c.keyed_uid())
 }
 
-fn admin(c: &Config) -> Result<AdminClient<DefaultClientContext>> {
+pub(crate) fn admin(c: &Config) -> Result<AdminClient<DefaultClientContext>> {
     kafka::base_config(c)
         .create()
         .map_err(|e| WeirError::kafka("create admin client", e))
@@ -106,11 +106,14 @@ pub fn ensure_topic_named(
 
 /// Deletes repartition records below the committed offsets, which no task
 /// will read again.
-pub fn trim(c: &Config, topic: &str, offsets: &[(i32, i64)]) -> Result<()> {
+pub fn trim(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    offsets: &[(i32, i64)],
+) -> Result<()> {
     if offsets.is_empty() {
         return Ok(());
     }
-    let admin = admin(c)?;
     let mut tpl = TopicPartitionList::new();
     for (p, o) in offsets {
         tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(*o))

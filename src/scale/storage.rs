@@ -24,6 +24,28 @@ use object_store::{ObjectStore, PutPayload};
 use crate::config::Config;
 use crate::error::{Result, WeirError};
 
+/// How much of a file an upload reads at a time.
+const CHUNK: usize = 1 << 20;
+
+/// Files up to this size go in one request; larger ones in parts of it
+/// (S3's smallest part is 5 MiB).
+const PART: usize = 8 << 20;
+
+/// Fills as much of `buf` as the file has left; 0 at its end.
+fn read_chunk(file: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
 /// One object as listed: its key below the job's root and when it was
 /// last written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +159,85 @@ impl SharedStorage {
             .map_err(|e| self.error("write", key, e))
     }
 
+    /// Writes the file at `source` to `key` (which no other writer uses),
+    /// durably once it returns, streamed: read in chunks, never whole (an
+    /// SST file is tens of megabytes). Returns its size and CRC-32, of the
+    /// bytes as read.
+    pub fn put_file(&self, key: &str, source: &FsPath) -> Result<(u64, u32)> {
+        let mut file = fs::File::open(source).map_err(|e| WeirError::io(source, e))?;
+        let mut crc = crc32fast::Hasher::new();
+        let mut size = 0u64;
+        let mut buf = vec![0u8; CHUNK];
+        if let Some(dir) = &self.local {
+            let mut read_error = None;
+            let written = durable_write(dir, key, |out| loop {
+                let n = match read_chunk(&mut file, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        read_error = Some(WeirError::io(
+                            source,
+                            std::io::Error::new(e.kind(), e.to_string()),
+                        ));
+                        return Err(e);
+                    }
+                };
+                if n == 0 {
+                    return Ok(());
+                }
+                crc.update(&buf[..n]);
+                size += n as u64;
+                out.write_all(&buf[..n])?;
+            });
+            if let Some(e) = read_error {
+                return Err(e);
+            }
+            written?;
+            return Ok((size, crc.finalize()));
+        }
+        let len = file.metadata().map_err(|e| WeirError::io(source, e))?.len();
+        if len <= PART as u64 {
+            let mut bytes = Vec::with_capacity(len as usize);
+            std::io::Read::read_to_end(&mut file, &mut bytes)
+                .map_err(|e| WeirError::io(source, e))?;
+            let out = (bytes.len() as u64, crc32fast::hash(&bytes));
+            self.put(key, bytes)?;
+            return Ok(out);
+        }
+        // Multipart: parts of PART bytes, at most two in flight, so that
+        // memory stays a few parts whatever the file's size.
+        let path = self.path(key);
+        let uploaded: std::result::Result<(), WeirError> = self.runtime.block_on(async {
+            let upload = self
+                .store
+                .put_multipart(&path)
+                .await
+                .map_err(|e| self.error("write", key, e))?;
+            let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, PART);
+            loop {
+                let n = match read_chunk(&mut file, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = w.abort().await;
+                        return Err(WeirError::io(source, e));
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                crc.update(&buf[..n]);
+                size += n as u64;
+                if let Err(e) = w.wait_for_capacity(2).await {
+                    return Err(self.error("write", key, e));
+                }
+                w.write(&buf[..n]);
+            }
+            w.finish().await.map_err(|e| self.error("write", key, e))?;
+            Ok(())
+        });
+        uploaded?;
+        Ok((size, crc.finalize()))
+    }
+
     /// Reads `key`; `Ok(None)` when it does not exist.
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let path = self.path(key);
@@ -148,6 +249,45 @@ impl SharedStorage {
             Ok(b) => Ok(Some(b.to_vec())),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error("read", key, e)),
+        }
+    }
+
+    /// Reads `key` into a new file at `target`, streamed (never whole in
+    /// memory); `Ok(None)` when the object does not exist. Returns its size
+    /// and CRC-32. Not fsynced: a local copy is checked against its
+    /// manifest before a later process links it.
+    pub fn get_to_file(&self, key: &str, target: &FsPath) -> Result<Option<(u64, u32)>> {
+        let path = self.path(key);
+        let mut out = fs::File::create(target).map_err(|e| WeirError::io(target, e))?;
+        let mut crc = crc32fast::Hasher::new();
+        let mut size = 0u64;
+        let read: std::result::Result<bool, WeirError> = self.runtime.block_on(async {
+            let got = match self.store.get(&path).await {
+                Ok(g) => g,
+                Err(object_store::Error::NotFound { .. }) => return Ok(false),
+                Err(e) => return Err(self.error("read", key, e)),
+            };
+            let mut stream = got.into_stream();
+            while let Some(chunk) = stream
+                .try_next()
+                .await
+                .map_err(|e| self.error("read", key, e))?
+            {
+                crc.update(&chunk);
+                size += chunk.len() as u64;
+                out.write_all(&chunk)
+                    .map_err(|e| WeirError::io(target, e))?;
+            }
+            Ok(true)
+        });
+        match read {
+            Ok(true) => Ok(Some((size, crc.finalize()))),
+            Ok(false) => {
+                drop(out);
+                let _ = fs::remove_file(target);
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -192,6 +332,17 @@ impl SharedStorage {
 /// the key's folder fsynced, and the parent of every folder this put
 /// created. Every error is returned, naming the path.
 pub(crate) fn durable_put(dir: &FsPath, key: &str, bytes: &[u8]) -> Result<()> {
+    durable_write(dir, key, |file| file.write_all(bytes))
+}
+
+/// [`durable_put`] with the bytes written by `write` into the staging file
+/// (an error of `write`'s is reported on the staging file; one reading a
+/// source must name its source itself).
+fn durable_write(
+    dir: &FsPath,
+    key: &str,
+    write: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
+) -> Result<()> {
     use crate::checkpoint::store::sync_dir;
     let path = key
         .split('/')
@@ -212,7 +363,7 @@ pub(crate) fn durable_put(dir: &FsPath, key: &str, bytes: &[u8]) -> Result<()> {
         .to_string_lossy();
     let staging = folder.join(format!("{name}#{}{n}", std::process::id()));
     let written = fs::File::create(&staging).and_then(|mut file| {
-        file.write_all(bytes)?;
+        write(&mut file)?;
         #[cfg(test)]
         crate::checkpoint::store::synced::record(&staging);
         file.sync_all()

@@ -3,6 +3,9 @@
 //! process itself. The reader is a plain rdkafka consumer, not weir's code
 //! path, so a bug in weir's Kafka handling cannot hide from it.
 
+pub mod throttle;
+pub use throttle::Throttle;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -30,6 +30,8 @@
 //! - [`reset`]: `weir reset`, starting the job over with empty state.
 
 pub mod exchange;
+mod fetcher;
+mod housekeeper;
 pub mod marks;
 pub mod plan;
 pub mod reset;
@@ -37,7 +39,7 @@ pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -142,6 +144,28 @@ impl GraphTask {
     }
 }
 
+/// How a task restored from local folder `f` got there, for the log
+/// (`verified`: the fetcher made it ready, by download into a
+/// `...-download` folder or by checking an earlier process's copy).
+fn how_linked(f: &Path, verified: bool) -> &'static str {
+    let downloaded = f
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with("-download"));
+    match (verified, downloaded) {
+        (true, true) => "hard links from a download made off the poll thread",
+        (true, false) => "hard links from a local copy checked off the poll thread",
+        (false, _) => "hard links from a local copy",
+    }
+}
+
+/// A partition's position, decided when it was assigned (or rewound), and
+/// the group's committed offset and checkpoint pointer for it.
+struct Placed {
+    committed: Option<i64>,
+    metadata: String,
+    position: i64,
+}
+
 /// The instance's state, shared between the poll loop and the rebalance
 /// callbacks (which run inside `poll`, on the same thread).
 pub struct GraphInstance {
@@ -178,6 +202,19 @@ pub struct GraphInstance {
     dead_letters: Vec<Output>,
     tasks: BTreeMap<(usize, u32), GraphTask>,
     pending: Vec<(String, i32)>,
+    /// Positions set when partitions were assigned, and what their
+    /// restore needs, until they are activated.
+    placed: HashMap<(String, i32), Placed>,
+    /// The tasks whose offsets the last commit carried: the only ones
+    /// storage collection may touch (`housekeeping`).
+    collectable: BTreeSet<(usize, u32)>,
+    housekeeper: housekeeper::Housekeeper,
+    /// Local copies of committed checkpoints made ready off the poll
+    /// thread; per task being fetched, the manifest it waits for, and the
+    /// manifests whose local copy is ready and checked.
+    fetcher: fetcher::Fetcher,
+    fetching: HashMap<(usize, u32), String>,
+    fetched: HashMap<String, PathBuf>,
     failed: Option<WeirError>,
     abandoned: bool,
     dirty: bool,
@@ -341,6 +378,15 @@ fn run_attempt(
             w
         })
         .collect();
+    let writer = writer_id();
+    let housekeeper = housekeeper::Housekeeper::start(
+        config,
+        housekeeper::Rules {
+            retained: config.checkpoint.retained,
+            grace_ms: (2 * config.checkpoint.timeout).as_millis() as i64,
+            own: format!("{writer}-"),
+        },
+    )?;
     let mut instance = GraphInstance {
         graph: graph.clone(),
         plan: plan.clone(),
@@ -369,7 +415,7 @@ fn run_attempt(
         commit: commit.clone(),
         uploaded_bytes: 0,
         storage: SharedStorage::open(config)?,
-        writer: writer_id(),
+        writer,
         seq: 0,
         epoch: 0,
         incarnations: 0,
@@ -379,6 +425,12 @@ fn run_attempt(
         dead_letters: Vec::new(),
         tasks: BTreeMap::new(),
         pending: Vec::new(),
+        placed: HashMap::new(),
+        collectable: BTreeSet::new(),
+        housekeeper,
+        fetcher: fetcher::Fetcher::start(config)?,
+        fetching: HashMap::new(),
+        fetched: HashMap::new(),
         failed: None,
         abandoned: false,
         dirty: false,
@@ -582,6 +634,10 @@ impl GraphInstance {
                 "partition revoked"
             );
             self.pending.retain(|p| *p != tp);
+            self.placed.remove(&tp);
+            if let Some(stage) = self.stage_of_topic.get(&tp.0) {
+                self.fetching.remove(&(*stage, tp.1 as u32));
+            }
             forget_lag(&self.metrics, &tp);
             match self.stage_of_topic.get(&tp.0) {
                 Some(stage) => {
@@ -597,16 +653,24 @@ impl GraphInstance {
         self.publish_ownership();
     }
 
-    /// Restores the partitions assigned since the last call and lets them
-    /// be read.
-    fn activate(&mut self, consumer: &Consumer_) -> Result<()> {
-        let pending = std::mem::take(&mut self.pending);
-        let started = Instant::now();
-        let (tpl, committed) = committed_offsets(consumer, &self.config, &pending)?;
+    /// Where each of `partitions` resumes, from the group's committed
+    /// offsets (read_committed), checked: an error for one partition is an
+    /// error (not "no offset", which would start it over); lost offsets of
+    /// a job that committed are refused; a repartition partition trimmed
+    /// past its committed offset is refused; an input partition passed by
+    /// retention starts at its first offset with a warning; one without an
+    /// offset at `source.start`, resolved to an offset once.
+    fn positions(
+        &mut self,
+        consumer: &Consumer_,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<((String, i32), Placed)>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_, committed) = committed_offsets(consumer, &self.config, partitions)?;
         let mut lost_inputs = Vec::new();
         for e in committed.elements() {
-            // An error for one partition is not "no offset": that would
-            // start it over.
             if let Err(error) = e.error() {
                 return Err(WeirError::kafka(
                     format!(
@@ -627,47 +691,139 @@ impl GraphInstance {
         if !lost_inputs.is_empty() {
             self.refuse_lost_input_offsets(consumer, &lost_inputs)?;
         }
-        // Each committed offset against its partition's first offset (one
-        // request for all of them).
-        let with_offsets: Vec<(String, i32)> = committed
-            .elements()
-            .iter()
-            .filter(|e| matches!(e.offset(), Offset::Offset(_)))
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
-        let firsts = if with_offsets.is_empty() {
-            HashMap::new()
-        } else {
-            list_offsets(consumer, &with_offsets, Offset::Beginning)?
-        };
+        // Every partition's first offset, in one request.
+        let firsts = list_offsets(consumer, partitions, Offset::Beginning)?;
+        let mut placed = Vec::new();
         for e in committed.elements() {
-            let (topic, partition) = (e.topic().to_string(), e.partition());
+            let tp = (e.topic().to_string(), e.partition());
+            let (topic, partition) = (tp.0.as_str(), tp.1);
             let offset = match e.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
             };
-            let position = match self.stage_of_topic.get(&topic).copied() {
-                Some(stage) => {
-                    if let Some(o) = offset {
-                        // weir trims a repartition partition only below
-                        // what its task committed.
-                        let first = firsts[&(topic.clone(), partition)];
-                        if o < first {
-                            return Err(WeirError::Recovery(format!(
-                                "the committed offset {o} of {topic}/{partition} (task {partition} \
-                                 of stage {:?}) is below the partition's first offset {first}: \
-                                 records the task had not read were deleted from its repartition \
-                                 topic, so its state cannot be brought up to date. Nothing was \
-                                 started; `weir reset --config <file>` starts the job over",
-                                self.head_uid(stage)
-                            )));
-                        }
+            let first = firsts[&tp];
+            let position = match self.stage_of_topic.get(topic).copied() {
+                Some(stage) => match offset {
+                    // weir trims a repartition partition only below what
+                    // its task committed.
+                    Some(o) if o < first => {
+                        return Err(WeirError::Recovery(format!(
+                            "the committed offset {o} of {topic}/{partition} (task {partition} \
+                             of stage {:?}) is below the partition's first offset {first}: \
+                             records the task had not read were deleted from its repartition \
+                             topic, so its state cannot be brought up to date. Nothing was \
+                             started; `weir reset --config <file>` starts the job over",
+                            self.head_uid(stage)
+                        )));
                     }
-                    let task = self.restore_task(stage, partition as u32, offset, e.metadata())?;
-                    self.tasks.insert((stage, partition as u32), task);
-                    offset.map_or(Offset::Beginning, Offset::Offset)
+                    Some(o) => o,
+                    None => first,
+                },
+                None => match offset {
+                    Some(o) => self.past_retention(topic, partition, o, first),
+                    None => {
+                        let source = self.source_of_topic[topic];
+                        let start = source_spec(&self.graph, self.plan.sources[source].head).start;
+                        self.start_offset(consumer, topic, partition, start)?
+                    }
+                },
+            };
+            placed.push((
+                tp,
+                Placed {
+                    committed: offset,
+                    metadata: e.metadata().to_string(),
+                    position,
+                },
+            ));
+        }
+        Ok(placed)
+    }
+
+    /// Sets the position of every partition of `tpl`, about to be
+    /// assigned, and keeps what their restore needs.
+    fn place(&mut self, consumer: &Consumer_, tpl: &mut TopicPartitionList) -> Result<()> {
+        let partitions: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        for (tp, placed) in self.positions(consumer, &partitions)? {
+            tpl.set_partition_offset(&tp.0, tp.1, Offset::Offset(placed.position))
+                .map_err(|e| WeirError::kafka(format!("position {}/{}", tp.0, tp.1), e))?;
+            self.placed.insert(tp, placed);
+        }
+        Ok(())
+    }
+
+    /// Restores the partitions assigned (or rewound) since the last call
+    /// and lets them be read. A rewound partition is still assigned and
+    /// fetching: it is sought to its position, synchronously and checked
+    /// per partition. Returns the partitions sought.
+    fn activate(&mut self, consumer: &Consumer_) -> Result<Vec<(String, i32)>> {
+        let pending = std::mem::take(&mut self.pending);
+        let started = Instant::now();
+        let rewound: Vec<(String, i32)> = pending
+            .iter()
+            .filter(|tp| !self.placed.contains_key(*tp))
+            .cloned()
+            .collect();
+        if !rewound.is_empty() {
+            let mut seek = TopicPartitionList::new();
+            for (tp, placed) in self.positions(consumer, &rewound)? {
+                seek.add_partition_offset(&tp.0, tp.1, Offset::Offset(placed.position))
+                    .map_err(|e| WeirError::kafka(format!("position {}/{}", tp.0, tp.1), e))?;
+                self.placed.insert(tp, placed);
+            }
+            let sought = consumer
+                .seek_partitions(seek, REQUEST_TIMEOUT)
+                .map_err(|e| WeirError::kafka("seek rewound partitions", e))?;
+            for e in sought.elements() {
+                if let Err(error) = e.error() {
+                    return Err(WeirError::kafka(
+                        format!(
+                            "seek {}/{} to offset {:?}",
+                            e.topic(),
+                            e.partition(),
+                            e.offset()
+                        ),
+                        error,
+                    ));
+                }
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        let mut waiting = Vec::new();
+        for tp in pending {
+            let (topic, partition) = (tp.0.clone(), tp.1);
+            match self.stage_of_topic.get(&topic).copied() {
+                Some(stage) => {
+                    let id = partition as u32;
+                    let verified = if rewound.contains(&tp) {
+                        // Its own snapshot, on this machine.
+                        None
+                    } else {
+                        match self.readiness(stage, id, &tp)? {
+                            Some(verified) => verified,
+                            None => {
+                                waiting.push(tp);
+                                continue;
+                            }
+                        }
+                    };
+                    let placed = self
+                        .placed
+                        .remove(&tp)
+                        .expect("a pending partition is placed");
+                    let task =
+                        self.restore_task(stage, id, placed.committed, &placed.metadata, verified)?;
+                    self.tasks.insert((stage, id), task);
                 }
                 None => {
+                    let placed = self
+                        .placed
+                        .remove(&tp)
+                        .expect("a pending partition is placed");
                     let source = self.source_of_topic[&topic];
                     let spec = source_spec(&self.graph, self.plan.sources[source].head);
                     let marks = spec.event_time.as_ref().map(|et| {
@@ -676,17 +832,7 @@ impl GraphInstance {
                         w.register(&topic, partition, None, crate::runtime::now_ms());
                         w
                     });
-                    let start = spec.start;
-                    let next = match offset {
-                        Some(o) => self.past_retention(
-                            &topic,
-                            partition,
-                            o,
-                            firsts[&(topic.clone(), partition)],
-                        ),
-                        None => self.start_offset(consumer, &topic, partition, start)?,
-                    };
-                    if offset != Some(next) {
+                    if placed.committed != Some(placed.position) {
                         // The next epoch commits it, even without a record.
                         self.dirty = true;
                     }
@@ -694,26 +840,98 @@ impl GraphInstance {
                         (topic.clone(), partition),
                         InputPartition {
                             source,
-                            next: Some(next),
+                            next: Some(placed.position),
                             marks,
                             sent: None,
                         },
                     );
-                    Offset::Offset(next)
                 }
-            };
-            // Asynchronous (timeout 0): a synchronous seek on a partition
-            // just assigned fails with "erroneous state" (its fetcher has
-            // not started). librdkafka may drop such a seek; the fetcher
-            // then starts at the committed offset, or for a partition
-            // without one by `auto.offset.reset` (`source.start`).
-            consumer
-                .seek(&topic, partition, position, std::time::Duration::ZERO)
-                .map_err(|e| WeirError::kafka(format!("seek {topic}/{partition}"), e))?;
+            }
+            tpl.add_partition(&topic, partition);
+        }
+        self.pending = waiting;
+        if tpl.count() == 0 {
+            return Ok(rewound);
         }
         resume(consumer, &tpl, started)?;
         self.publish_ownership();
+        Ok(rewound)
+    }
+
+    /// Whether task `id` of `stage`, assigned as `tp`, can be restored now:
+    /// `Some(verified)` if so (`verified`: the folder the fetcher made ready
+    /// and checked, if its restore is from a checkpoint), `None` while the
+    /// fetcher makes its committed checkpoint ready locally (asked here the
+    /// first time).
+    fn readiness(
+        &mut self,
+        stage: usize,
+        id: u32,
+        tp: &(String, i32),
+    ) -> Result<Option<Option<PathBuf>>> {
+        let placed = &self.placed[tp];
+        let label = format!("stage {:?} task {id}", self.head_uid(stage));
+        let partition = format!("{}/{}", tp.0, tp.1);
+        let RestorePoint::Manifest { key, .. } =
+            restore_point(&label, &partition, placed.committed, &placed.metadata)?
+        else {
+            return Ok(Some(None));
+        };
+        if let Some(folder) = self.fetched.remove(&key) {
+            self.fetching.remove(&(stage, id));
+            return Ok(Some(Some(folder)));
+        }
+        if self.fetching.get(&(stage, id)) == Some(&key) {
+            return Ok(None);
+        }
+        self.fetcher.fetch(fetcher::Fetch {
+            stage,
+            task: id,
+            label,
+            snapshots: self.task_dir(stage, id).join("snapshots"),
+            key: key.clone(),
+        });
+        self.fetching.insert((stage, id), key);
+        Ok(None)
+    }
+
+    /// Takes the fetcher's finished work. A fetch that failed (a missing or
+    /// damaged object) stops the instance, as a restore would; one for a
+    /// task no longer waiting for that checkpoint is dropped.
+    fn take_fetched(&mut self) -> Result<()> {
+        for f in self.fetcher.finished() {
+            if self.fetching.get(&(f.stage, f.task)) != Some(&f.key) {
+                continue;
+            }
+            let folder = f.result?;
+            self.fetched.insert(f.key, folder);
+        }
         Ok(())
+    }
+
+    /// Whether [`Self::activate`] has something to do: a pending partition
+    /// that is not waiting for the fetcher.
+    fn activatable(&mut self) -> Result<bool> {
+        self.take_fetched()?;
+        Ok(self
+            .pending
+            .iter()
+            .any(|(topic, p)| match self.stage_of_topic.get(topic) {
+                Some(stage) => self
+                    .fetching
+                    .get(&(*stage, *p as u32))
+                    .is_none_or(|key| self.fetched.contains_key(key)),
+                None => true,
+            }))
+    }
+
+    /// The folder of task `id` of `stage` below `state.dir`.
+    fn task_dir(&self, stage: usize, id: u32) -> PathBuf {
+        self.config
+            .job_state_dir()
+            .join("stages")
+            .join(self.head_uid(stage))
+            .join(format!("{id:04}"))
     }
 
     /// Where input partition `topic`/`partition` without a committed
@@ -830,16 +1048,13 @@ impl GraphInstance {
         id: u32,
         offset: Option<i64>,
         metadata: &str,
+        verified: Option<PathBuf>,
     ) -> Result<GraphTask> {
         let c = self.config.clone();
         let head = self.head_uid(stage).to_string();
         let label = format!("stage {head:?} task {id}");
         let range = range_for_subtask(id, c.scale.tasks, c.job.max_parallelism);
-        let dir = c
-            .job_state_dir()
-            .join("stages")
-            .join(&head)
-            .join(format!("{id:04}"));
+        let dir = self.task_dir(stage, id);
         let snapshots = dir.join("snapshots");
         fs::create_dir_all(&snapshots).map_err(|e| WeirError::io(&snapshots, e))?;
         let keyed: Vec<(NodeId, String, Vec<crate::dataflow::state::TableSpec>)> = self.plan.stages
@@ -935,12 +1150,32 @@ impl GraphInstance {
                 // A rewind restores what this process snapshotted (the
                 // manifest's CRCs were computed from those very files);
                 // a folder an earlier process left is checked against them.
+                // The fetcher checked the folder it names just now, if
+                // `verified` (and it still names this checkpoint).
                 let trusted = m.writer.starts_with(&format!("{}-", self.writer));
-                let (folder, how) = match checkpoints::local_copy(&snapshots, key, &m, trusted) {
-                    Some(f) => (f, "hard links from a local copy"),
+                let verified = verified.filter(|f| {
+                    fs::read_to_string(f.join(checkpoints::LOCAL_POINTER)).is_ok_and(|k| k == key)
+                });
+                let linked = match &verified {
+                    Some(f) => Some(f.clone()),
+                    None => checkpoints::local_copy(&snapshots, key, &m, trusted),
+                };
+                let (folder, how, uploaded) = match linked {
+                    Some(f) => (
+                        f.clone(),
+                        how_linked(&f, verified.is_some()),
+                        checkpoints::still_stored(
+                            &self.storage,
+                            &manifest::stage_task_prefix(&head, id),
+                            &label,
+                            checkpoints::uploaded_files(&m),
+                        )?,
+                    ),
+                    // Every file was just read from storage.
                     None => (
                         checkpoints::download(&self.storage, &snapshots, &label, key, &m)?,
                         "download",
+                        checkpoints::uploaded_files(&m),
                     ),
                 };
                 for (n, uid, tables) in &keyed {
@@ -972,11 +1207,7 @@ impl GraphInstance {
                     took_ms = started.elapsed().as_millis() as u64,
                     "task restored"
                 );
-                (
-                    Some(key.to_string()),
-                    checkpoints::uploaded_files(&m),
-                    state.watermarks,
-                )
+                (Some(key.to_string()), uploaded, state.watermarks)
             }
         };
         for store in stores.values_mut() {
@@ -1242,6 +1473,9 @@ impl GraphInstance {
     /// The epoch's checkpoint and commit (`scale::epoch::run_epoch` over
     /// this instance's [`EpochWork`]), when anything changed.
     fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
+        // Housekeeping after this call covers only what it commits:
+        // nothing, if it commits nothing (a stop with an empty epoch).
+        self.collectable.clear();
         if !self.dirty {
             return Ok(());
         }
@@ -1376,42 +1610,39 @@ impl GraphInstance {
 
     /// Garbage collection of owned tasks' storage and trimming of their
     /// repartition partitions. Failures are logged: the next run retries.
+    /// A round of storage collection and repartition trimming for the
+    /// tasks whose offsets the last commit carried (`collectable`), on the
+    /// housekeeper's thread; the stop path's final round is waited for.
     fn housekeeping(&mut self, stopping: bool) {
         self.last_housekeeping = Instant::now();
-        let grace = (2 * self.config.checkpoint.timeout).as_millis() as i64;
-        let mut trim: BTreeMap<usize, Vec<(i32, i64)>> = BTreeMap::new();
-        let own = format!("{}-", self.writer);
-        for ((stage, id), task) in &self.tasks {
-            let Some(committed) = task.committed.as_deref() else {
+        let mut round = housekeeper::Round {
+            stopping,
+            ..Default::default()
+        };
+        for key in std::mem::take(&mut self.collectable) {
+            let Some(task) = self.tasks.get(&key) else {
                 continue;
             };
-            if let Some(next) = task.next {
-                trim.entry(*stage).or_default().push((*id as i32, next));
-            }
-            let collected = checkpoints::collect(
-                &self.storage,
-                &manifest::stage_task_prefix(self.head_uid(*stage), *id),
+            let (Some(committed), Some(next)) = (task.committed.clone(), task.next) else {
+                continue;
+            };
+            let (stage, id) = key;
+            round.collect.push(housekeeper::Collect {
+                stage,
+                task: id,
+                prefix: manifest::stage_task_prefix(self.head_uid(stage), id),
                 committed,
-                self.config.checkpoint.retained,
-                grace,
-                own.as_str(),
-                stopping,
-            );
-            match collected {
-                Ok(n) if n > 0 => {
-                    debug!(stage, task = id, deleted = n, "storage garbage collected")
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    warn!(stage, task = id, error = %e.report(), "storage garbage collection failed; retried later")
-                }
-            }
+            });
+            round
+                .trim
+                .entry(self.plan.stages[stage].topic.clone())
+                .or_default()
+                .push((id as i32, next));
         }
-        for (stage, offsets) in trim {
-            let topic = &self.plan.stages[stage].topic;
-            if let Err(e) = repartition::trim(&self.config, topic, &offsets) {
-                warn!(topic = %topic, error = %e.report(), "trimming a repartition topic failed; retried later");
-            }
+        if stopping {
+            self.housekeeper.finish(round);
+        } else if !round.collect.is_empty() {
+            self.housekeeper.offer(round);
         }
     }
 }
@@ -1450,10 +1681,15 @@ impl EpochWork for GraphInstance {
         Ok(offsets)
     }
 
-    fn committed(&mut self, _offsets: &CommitOffsets) {
+    fn committed(&mut self, offsets: &CommitOffsets) {
         self.epoch += 1;
         self.dirty = false;
         self.last_commit = Instant::now();
+        let stage_of_topic = &self.stage_of_topic;
+        self.collectable = offsets
+            .iter()
+            .filter_map(|((t, p), _)| Some((*stage_of_topic.get(t)?, *p as u32)))
+            .collect();
         for task in self.tasks.values_mut() {
             task.committed = task.pointer.clone();
             task.changed = false;
@@ -1500,8 +1736,16 @@ impl Rebalancing for GraphInstance {
         self.on_revoke(consumer, tpl, lost);
     }
 
+    fn place(&mut self, consumer: &Consumer_, tpl: &mut TopicPartitionList) -> Result<()> {
+        GraphInstance::place(self, consumer, tpl)
+    }
+
     fn assigned(&mut self, partitions: Vec<(String, i32)>) {
         self.pending.extend(partitions);
+    }
+
+    fn fail(&mut self, error: WeirError) {
+        self.failed.get_or_insert(error);
     }
 }
 
@@ -1521,6 +1765,12 @@ impl GroupWork for GraphInstance {
     fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
         GraphInstance::commit(self, consumer)
     }
+    fn commit_to_stop(&mut self, consumer: &Consumer_) -> Result<()> {
+        if !self.tasks.is_empty() || !self.inputs.is_empty() {
+            self.dirty = true;
+        }
+        GraphInstance::commit(self, consumer)
+    }
     fn housekeeping(&mut self, stopping: bool) {
         GraphInstance::housekeeping(self, stopping)
     }
@@ -1533,7 +1783,10 @@ impl GroupWork for GraphInstance {
     fn pending(&self) -> &[(String, i32)] {
         &self.pending
     }
-    fn activate(&mut self, consumer: &Consumer_) -> Result<()> {
+    fn activatable(&mut self) -> Result<bool> {
+        GraphInstance::activatable(self)
+    }
+    fn activate(&mut self, consumer: &Consumer_) -> Result<Vec<(String, i32)>> {
         GraphInstance::activate(self, consumer)
     }
     fn answer_queries(&mut self) {
