@@ -100,6 +100,16 @@ impl<I: Rebalancing> ConsumerContext for GroupContext<I> {
             consumer.rebalance_protocol(),
             RebalanceProtocol::Cooperative
         );
+        let unassign = |tpl: &TopicPartitionList, what: &str| {
+            let unassigned = if cooperative {
+                consumer.incremental_unassign(tpl)
+            } else {
+                consumer.unassign()
+            };
+            if let Err(e) = unassigned {
+                warn!(error = %e, "unassigning {what} failed");
+            }
+        };
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let mut inst = self.instance.lock().expect("instance lock");
@@ -143,27 +153,13 @@ impl<I: Rebalancing> ConsumerContext for GroupContext<I> {
                     .lock()
                     .expect("instance lock")
                     .revoked(consumer, tpl, lost);
-                let unassigned = if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                };
-                if let Err(e) = unassigned {
-                    warn!(error = %e, "unassigning revoked partitions failed");
-                }
+                unassign(tpl, "revoked partitions");
             }
             other => {
                 let code: RDKafkaErrorCode = other.into();
                 warn!(error = %code, "rebalance error");
                 // As rust-rdkafka's own callback answers an error.
-                let unassigned = if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                };
-                if let Err(e) = unassigned {
-                    warn!(error = %e, "unassigning after a rebalance error failed");
-                }
+                unassign(tpl, "after a rebalance error");
             }
         }
     }

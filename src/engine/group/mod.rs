@@ -724,7 +724,7 @@ impl GraphInstance {
                     None => {
                         let source = self.source_of_topic[topic];
                         let start = source_spec(&self.graph, self.plan.sources[source].head).start;
-                        self.start_offset(consumer, topic, partition, start)?
+                        self.start_offset(consumer, topic, partition, start, first)?
                     }
                 },
             };
@@ -770,11 +770,10 @@ impl GraphInstance {
             .collect();
         if !rewound.is_empty() {
             let mut seek = TopicPartitionList::new();
-            for (tp, placed) in self.positions(consumer, &rewound)? {
-                seek.add_partition_offset(&tp.0, tp.1, Offset::Offset(placed.position))
-                    .map_err(|e| WeirError::kafka(format!("position {}/{}", tp.0, tp.1), e))?;
-                self.placed.insert(tp, placed);
+            for (topic, partition) in &rewound {
+                seek.add_partition(topic, *partition);
             }
+            self.place(consumer, &mut seek)?;
             let sought = consumer
                 .seek_partitions(seek, REQUEST_TIMEOUT)
                 .map_err(|e| WeirError::kafka("seek rewound partitions", e))?;
@@ -945,16 +944,19 @@ impl GraphInstance {
         topic: &str,
         partition: i32,
         start: StartPosition,
+        first: i64,
     ) -> Result<i64> {
         let key = (topic.to_string(), partition);
         if let Some(o) = self.starts.lock().expect("starts lock").get(&key) {
             return Ok(*o);
         }
-        let at = match start {
-            StartPosition::Earliest => Offset::Beginning,
-            StartPosition::Latest => Offset::End,
+        let o = match start {
+            // The partition's first offset, just read.
+            StartPosition::Earliest => first,
+            StartPosition::Latest => {
+                list_offsets(consumer, std::slice::from_ref(&key), Offset::End)?[&key]
+            }
         };
-        let o = list_offsets(consumer, std::slice::from_ref(&key), at)?[&key];
         info!(topic, partition, offset = o, start = ?start, "input partition without a committed offset starts here");
         self.starts.lock().expect("starts lock").insert(key, o);
         Ok(o)
