@@ -79,8 +79,8 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            match cli::inspect::resolve(&checkpoint, config.as_ref())
-                .and_then(|folder| cli::inspect::show(&folder, format))
+            match cli::inspect::resolve(&checkpoint, config.as_ref(), None)
+                .and_then(|at| cli::inspect::show(&at, format))
             {
                 Ok(text) => {
                     print!("{text}");
@@ -131,17 +131,19 @@ fn state_command(command: StateCommand) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let folder = match cli::inspect::resolve(&at.checkpoint, config.as_ref()) {
-        Ok(f) => f,
+    let resolved = match cli::inspect::resolve(&at.checkpoint, config.as_ref(), Some(&at.operator))
+    {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("error: {}", e.report());
             return ExitCode::FAILURE;
         }
     };
+    let folder = resolved.folder.as_path();
     let mut stdout = std::io::stdout().lock();
     let result = match &command {
         StateCommand::Get { key, .. } => cli::inspect::get(
-            &folder,
+            folder,
             &at.operator,
             key,
             at.table.as_deref(),
@@ -153,12 +155,12 @@ fn state_command(command: StateCommand) -> ExitCode {
                 eprintln!(
                     "no key {key:?} in operator {} at {}",
                     at.operator,
-                    folder.display()
+                    resolved.describe()
                 );
             }
         }),
         StateCommand::Scan { prefix, .. } => cli::inspect::scan(
-            &folder,
+            folder,
             &at.operator,
             prefix,
             at.table.as_deref(),

@@ -1415,3 +1415,212 @@ fn a_download_longer_than_the_poll_interval_keeps_the_membership() {
     c.assert_alive();
     c.stop(1);
 }
+
+/// Runs `weir <args>`: exit code, stdout, stderr.
+fn weir_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(WEIR)
+        .args(args)
+        .output()
+        .expect("run weir");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `weir state scan --format json` lines of the word count: count by word.
+fn scanned_counts(text: &str) -> HashMap<String, u64> {
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Issue #17 (state as tables, read by `weir state` in both modes):
+/// `weir state get|scan` and `weir checkpoints show` of a group-mode job
+/// read the task checkpoints its consumer group has committed, from
+/// shared storage, decoded by the operator's codec. Read while two
+/// instances run, no count is above the true one; read after both
+/// stopped, the state is exactly the word counts of the whole input, and
+/// `show` lists every task with its manifest and the inputs at their end.
+/// The read changes nothing: the group's committed pointers and (on a
+/// shared folder) every stored file are the same before and after.
+fn offline_state_reads_the_committed_task_checkpoints(storage: Storage, base: &Path) {
+    let mut c = Cluster::new(base, storage.clone());
+    let (lines, expected) = word_lines(seed(), 3_000, 8, 400);
+    c.start(0);
+    c.start(1);
+    produce(&c.input, 4, &lines);
+    c.assert_exact(&expected);
+    let config = c.config(0);
+    let config = config.to_str().unwrap();
+    let scan = [
+        "state",
+        "scan",
+        "--checkpoint",
+        "latest",
+        "--config",
+        config,
+        "--operator",
+        "word-count",
+        "--format",
+        "json",
+    ];
+    let (code, scanned, err) = weir_cli(&scan);
+    assert_eq!(code, 0, "scan while running: {err}");
+    for (word, n) in scanned_counts(&scanned) {
+        assert!(
+            n <= expected[&word],
+            "{word}: {n} read, {} in the input",
+            expected[&word]
+        );
+    }
+    c.stop(1);
+    c.stop(0);
+
+    let group = format!("weir-{}-{}", c.name, c.output);
+    let topic = format!("{}.word-count.repartition", c.name);
+    let pointers = committed_pointers(&group, &topic);
+    assert_eq!(pointers.len(), TASKS as usize, "{pointers:?}");
+    let stored = match &storage {
+        Storage::Shared(dir) => Some(fingerprint(dir)),
+        Storage::S3 { .. } => None,
+    };
+
+    let (code, scanned, err) = weir_cli(&scan);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        scanned_counts(&scanned),
+        expected,
+        "the committed state after both stopped"
+    );
+
+    let (code, shown, err) = weir_cli(&[
+        "checkpoints",
+        "show",
+        "latest",
+        "--config",
+        config,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("show --format json");
+    let tasks = shown["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), TASKS as usize, "{shown}");
+    for t in tasks {
+        let task = t["task"].as_u64().unwrap() as u32;
+        assert_eq!(t["stage"], "word-count", "{t}");
+        assert_eq!(
+            t["manifest"].as_str(),
+            Some(pointers[&task].as_str()),
+            "{t}"
+        );
+    }
+    let keys: u64 = shown["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["keys"].as_u64().unwrap())
+        .sum();
+    assert_eq!(keys as usize, expected.len(), "{shown}");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let offsets = shown["source_offsets"].as_array().unwrap();
+    assert_eq!(offsets.len(), 4, "{shown}");
+    for o in offsets {
+        let p = o["partition"].as_i64().unwrap() as i32;
+        let (_, end) = consumer
+            .fetch_watermarks(&c.input, p, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(o["offset"].as_i64(), Some(end), "input {p}: {shown}");
+    }
+    let (code, text, err) = weir_cli(&["checkpoints", "show", "latest", "--config", config]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("group-mode job") && text.contains(&pointers[&0]),
+        "{text}"
+    );
+
+    let (word, count) = expected.iter().max_by_key(|(_, n)| **n).unwrap();
+    let get = |key: &str, operator: &str| {
+        weir_cli(&[
+            "state",
+            "get",
+            "--checkpoint",
+            "latest",
+            "--config",
+            config,
+            "--operator",
+            operator,
+            "--key",
+            key,
+        ])
+    };
+    let (code, got, err) = get(word, "word-count");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(got.trim(), format!("{word}\t{count}"));
+    let (code, got, err) = get("no-such-word", "word-count");
+    assert_eq!((code, got.as_str()), (1, ""), "{err}");
+    assert!(err.contains("no key \"no-such-word\""), "{err}");
+    let (code, _, err) = get(word, "nope");
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("operator \"nope\"") && err.contains("word-count"),
+        "{err}"
+    );
+    let (code, _, err) = weir_cli(&["checkpoints", "show", "3", "--config", config]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("group mode") && err.contains("latest"),
+        "{err}"
+    );
+
+    assert_eq!(
+        committed_pointers(&group, &topic),
+        pointers,
+        "reading moved the group's offsets"
+    );
+    if let (Storage::Shared(dir), Some(before)) = (&storage, stored) {
+        assert_eq!(
+            fingerprint(dir),
+            before,
+            "reading modified {}",
+            dir.display()
+        );
+    }
+}
+
+/// Every file under `dir` with its length and contents hash.
+fn fingerprint(dir: &Path) -> BTreeMap<String, (u64, u64)> {
+    use std::hash::{Hash, Hasher};
+    files_below(dir)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(dir.join(&f)).unwrap();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            (f, (bytes.len() as u64, h.finish()))
+        })
+        .collect()
+}
+
+#[test]
+fn shared_folder_offline_state_reads_the_committed_task_checkpoints() {
+    let (_tmp, dir) = test_dir();
+    offline_state_reads_the_committed_task_checkpoints(Storage::Shared(dir.join("shared")), &dir);
+}
+
+#[test]
+fn s3_offline_state_reads_the_committed_task_checkpoints() {
+    let (_tmp, dir) = test_dir();
+    offline_state_reads_the_committed_task_checkpoints(Storage::s3(), &dir);
+}

@@ -15,7 +15,7 @@ use super::metadata::{CheckpointMetadata, FORMAT_VERSION};
 use super::recovery::{FolderContents, FolderFacts};
 use crate::error::{Result, WeirError};
 
-const METADATA: &str = "_metadata";
+pub const METADATA: &str = "_metadata";
 const METADATA_TMP: &str = "_metadata.tmp";
 pub const COMMITTED: &str = "_committed";
 

@@ -6,21 +6,49 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use super::group_checkpoint::{self, GroupCheckpoint};
 use super::OutputFormat;
-use crate::checkpoint::reader::CheckpointReader;
+use crate::checkpoint::metadata::CheckpointMetadata;
+use crate::checkpoint::reader::{CheckpointReader, SubtaskSummary};
 use crate::checkpoint::store::COMMITTED;
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 use crate::dataflow::json::format_timestamp as rfc3339_millis;
 use crate::error::{Result, WeirError};
 
-/// Finds the folder `--checkpoint` names: a folder path (checkpoint or
+/// A checkpoint to read: its folder and, for a group-mode job, the
+/// download that holds it (removed when this is dropped).
+pub struct Resolved {
+    pub folder: PathBuf,
+    pub group: Option<GroupCheckpoint>,
+}
+
+impl Resolved {
+    /// What a person is told the state was read from.
+    pub fn describe(&self) -> String {
+        match &self.group {
+            Some(g) => g.describe(),
+            None => self.folder.display().to_string(),
+        }
+    }
+}
+
+/// Finds the checkpoint `--checkpoint` names: a folder path (checkpoint or
 /// savepoint), a checkpoint id, or `latest` (the newest completed one) of
-/// the job `config` describes.
-pub fn resolve(checkpoint: &str, config: Option<&Config>) -> Result<PathBuf> {
+/// the job `config` describes. For a group-mode job, `latest` is what its
+/// consumer group has committed, downloaded from shared storage
+/// ([`group_checkpoint`]); with `operator`, only that node's stage.
+pub fn resolve(
+    checkpoint: &str,
+    config: Option<&Config>,
+    operator: Option<&str>,
+) -> Result<Resolved> {
     let as_path = Path::new(checkpoint);
     if as_path.is_dir() {
-        return Ok(as_path.to_path_buf());
+        return Ok(Resolved {
+            folder: as_path.to_path_buf(),
+            group: None,
+        });
     }
     let Some(config) = config else {
         return Err(WeirError::Recovery(format!(
@@ -28,9 +56,24 @@ pub fn resolve(checkpoint: &str, config: Option<&Config>) -> Result<PathBuf> {
              `latest`, give the job's --config"
         )));
     };
+    if config.is_group() {
+        if checkpoint != "latest" {
+            return Err(WeirError::Recovery(format!(
+                "--checkpoint {checkpoint:?}: job {:?} runs in group mode, whose checkpoints \
+                 are task manifests in shared storage, not numbered folders; read the one its \
+                 consumer group has committed with --checkpoint latest",
+                config.job.name
+            )));
+        }
+        let group = group_checkpoint::latest(config, operator)?;
+        return Ok(Resolved {
+            folder: group.folder().to_path_buf(),
+            group: Some(group),
+        });
+    }
     let store = CheckpointStore::new(config.job_checkpoint_dir());
-    if checkpoint == "latest" {
-        return store
+    let folder = if checkpoint == "latest" {
+        store
             .scan()?
             .into_iter()
             .rev()
@@ -41,28 +84,37 @@ pub fn resolve(checkpoint: &str, config: Option<&Config>) -> Result<PathBuf> {
                     "no completed checkpoint in {}",
                     store.root().display()
                 ))
-            });
-    }
-    let id: u64 = checkpoint.parse().map_err(|_| {
-        WeirError::Recovery(format!(
-            "--checkpoint {checkpoint:?} is neither a folder, a checkpoint id nor `latest`"
-        ))
-    })?;
-    let folder = store.folder(id);
-    if !folder.is_dir() {
-        return Err(WeirError::Recovery(format!(
-            "checkpoint {id} is not in {} (see `weir checkpoints list`)",
-            store.root().display()
-        )));
-    }
-    Ok(folder)
+            })?
+    } else {
+        let id: u64 = checkpoint.parse().map_err(|_| {
+            WeirError::Recovery(format!(
+                "--checkpoint {checkpoint:?} is neither a folder, a checkpoint id nor `latest`"
+            ))
+        })?;
+        let folder = store.folder(id);
+        if !folder.is_dir() {
+            return Err(WeirError::Recovery(format!(
+                "checkpoint {id} is not in {} (see `weir checkpoints list`)",
+                store.root().display()
+            )));
+        }
+        folder
+    };
+    Ok(Resolved {
+        folder,
+        group: None,
+    })
 }
 
 /// Renders `weir checkpoints show`.
-pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
+pub fn show(at: &Resolved, format: OutputFormat) -> Result<String> {
+    let folder = at.folder.as_path();
     let reader = CheckpointReader::open(folder)?;
     let meta = reader.metadata();
     let subtasks = reader.summary()?;
+    if let Some(group) = &at.group {
+        return Ok(show_group(group, meta, &subtasks, format));
+    }
     let committed = folder.join(COMMITTED).exists();
     if format == OutputFormat::Json {
         let body = json!({
@@ -101,10 +153,83 @@ pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
         }
     ));
     out.push_str(&format!(
-        "  max parallelism {}, state {} bytes\n\noperators\n",
+        "  max parallelism {}, state {} bytes\n",
         meta.topology.max_parallelism,
         meta.state_size()
     ));
+    push_operators_offsets_state(&mut out, meta, &subtasks, "subtask");
+    Ok(out)
+}
+
+/// `weir checkpoints show latest` of a group-mode job: each task's
+/// committed checkpoint, then what single mode shows (`subtask` is the
+/// task).
+fn show_group(
+    group: &GroupCheckpoint,
+    meta: &CheckpointMetadata,
+    subtasks: &[SubtaskSummary],
+    format: OutputFormat,
+) -> String {
+    if format == OutputFormat::Json {
+        let body = json!({
+            "mode": "group",
+            "job": meta.job,
+            "group": group.group,
+            "storage": group.storage,
+            "max_parallelism": meta.topology.max_parallelism,
+            "operators": meta.topology.operators,
+            "tasks": group.tasks,
+            "empty_tasks": group.empty,
+            "source_offsets": meta.source_offsets,
+            "state_size_bytes": group.tasks.iter().map(|t| t.size_bytes).sum::<u64>(),
+            "subtasks": subtasks,
+        });
+        return format!("{}\n", serde_json::to_string_pretty(&body).expect("json"));
+    }
+    let mut out = format!(
+        "group-mode job {}: {}\n  max parallelism {}, {} tasks committed, state {} bytes\n",
+        meta.job,
+        group.describe(),
+        meta.topology.max_parallelism,
+        group.tasks.len(),
+        group.tasks.iter().map(|t| t.size_bytes).sum::<u64>()
+    );
+    if !group.empty.is_empty() {
+        out.push_str(&format!(
+            "  with empty state (no checkpoint committed since `weir reset`, or no offset): {}\n",
+            group.empty.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "\ntasks\n  {:<20} {:>4} {:>11} {:>12} {:>12}  {:<24} {:<10} manifest\n",
+        "stage", "task", "key groups", "offset", "bytes", "written (UTC)", "instance"
+    ));
+    for t in &group.tasks {
+        out.push_str(&format!(
+            "  {:<20} {:>4} {:>11} {:>12} {:>12}  {:<24} {:<10} {}\n",
+            t.stage,
+            t.task,
+            format!("{}..{}", t.key_groups.0, t.key_groups.1),
+            t.offset,
+            t.size_bytes,
+            rfc3339_millis(t.created_ms as i64),
+            t.instance,
+            t.manifest
+        ));
+    }
+    push_operators_offsets_state(&mut out, meta, subtasks, "task");
+    out
+}
+
+/// The operators, the source offsets and the keyed state of a checkpoint
+/// as text (a group-mode job's per task).
+fn push_operators_offsets_state(
+    out: &mut String,
+    meta: &CheckpointMetadata,
+    subtasks: &[SubtaskSummary],
+    subtask: &str,
+) {
+    out.push_str("\noperators\n");
     for o in &meta.topology.operators {
         out.push_str(&format!(
             "  {:<24} {:<20} parallelism {}\n",
@@ -124,9 +249,9 @@ pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
     }
     out.push_str(&format!(
         "\nkeyed state\n  {:<20} {:>7} {:>11} {:>10} {:>10} {:>12} {:>6}  watermark\n",
-        "operator", "subtask", "key groups", "keys", "windows", "bytes", "files"
+        "operator", subtask, "key groups", "keys", "windows", "bytes", "files"
     ));
-    for s in &subtasks {
+    for s in subtasks {
         out.push_str(&format!(
             "  {:<20} {:>7} {:>11} {:>10} {:>10} {:>12} {:>6}  {}\n",
             s.operator,
@@ -139,7 +264,6 @@ pub fn show(folder: &Path, format: OutputFormat) -> Result<String> {
             s.watermark_ms.map_or("-".to_string(), rfc3339_millis)
         ));
     }
-    Ok(out)
 }
 
 /// `weir state get`: the key's value (or windows), one line each; false

@@ -2,6 +2,7 @@
 //! list|show`, `state get|scan`.
 
 pub mod graph_state;
+pub mod group_checkpoint;
 pub mod inspect;
 
 use std::path::{Path, PathBuf};

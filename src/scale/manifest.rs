@@ -104,6 +104,12 @@ pub struct GraphTaskState {
     pub tables: BTreeMap<String, Vec<String>>,
     /// Per writer, the watermark the records before `offset` gave.
     pub watermarks: BTreeMap<String, WriterMark>,
+    /// Each keyed node of the stage as a single-mode checkpoint's
+    /// `_metadata` records it (uid, kind, key columns, tables), so that
+    /// `weir state` decodes a task's state from its manifest alone, with
+    /// no job graph at hand. Empty in manifests of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<crate::checkpoint::metadata::OperatorInfo>,
 }
 
 /// What a reading task knows of one watermark writer (see

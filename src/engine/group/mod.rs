@@ -55,6 +55,7 @@ use self::marks::WriterMarks;
 use self::plan::{partition_writer, task_writer, Entry, GroupPlan, Writers};
 use super::chain::{Chain, ExchangeOut, SlotBody, Target};
 use super::{check_sink_topics, slot_body, OutputFor};
+use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
@@ -177,6 +178,9 @@ pub struct GraphInstance {
     /// declared tables as its checkpoints record them.
     expected: Vec<BTreeSet<String>>,
     stage_tables: Vec<BTreeMap<String, Vec<String>>>,
+    /// Per stage, its keyed nodes as its manifests describe them to
+    /// readers (`GraphTaskState::operators`).
+    stage_operators: Vec<Vec<OperatorInfo>>,
     /// Per source, its `weir_records_in_total` counter.
     records_in: Vec<prometheus::IntCounter>,
     /// The wall clock the input partitions' idleness is judged by, read
@@ -271,6 +275,20 @@ fn stage_tables(graph: &Graph, stage: &plan::StagePlan) -> BTreeMap<String, Vec<
             )),
             _ => None,
         })
+        .collect()
+}
+
+/// Each keyed node of `stage`'s chain as the job's topology describes it
+/// (kind, key columns, tables), for the stage's manifests.
+fn stage_operators(graph: &Graph, stage: &plan::StagePlan, config: &Config) -> Vec<OperatorInfo> {
+    let topology = graph.topology(config.scale.tasks, config.job.max_parallelism);
+    stage
+        .entry
+        .nodes
+        .iter()
+        .map(|n| &topology.operators[*n])
+        .filter(|o| o.state.is_some())
+        .cloned()
         .collect()
 }
 
@@ -397,6 +415,11 @@ fn run_attempt(
             .stages
             .iter()
             .map(|st| stage_tables(graph, st))
+            .collect(),
+        stage_operators: plan
+            .stages
+            .iter()
+            .map(|st| stage_operators(graph, st, config))
             .collect(),
         records_in: plan
             .sources
@@ -1603,6 +1626,7 @@ impl GraphInstance {
                 stage: head,
                 tables: self.stage_tables[task.stage].clone(),
                 watermarks: task.marks.snapshot(),
+                operators: self.stage_operators[task.stage].clone(),
             }),
         };
         let key = checkpoints::write_manifest(&self.storage, &m, &target)?;
