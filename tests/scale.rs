@@ -1058,12 +1058,16 @@ fn latest_start_loses_nothing_when_the_first_commits_are_refused() {
     c.stop(0);
 }
 
-/// Issue #18, hole 6 (in part): an instance started with another
-/// `job.max_parallelism` routes rows by other key groups. The task that
-/// reads such a row refuses it, naming the setting, instead of putting the
-/// key's state where no task looks for it; nothing wrong is committed.
+/// Issue #18, hole 6: an instance started with another
+/// `job.max_parallelism` routes rows by other key groups. Each writer's
+/// first record on a repartition partition in every transaction carries
+/// its `job.max_parallelism` and `scale.tasks`; the task that reads
+/// another instance's refuses it, naming both settings, before any of its
+/// rows could put a key's state where no task looks for it (a row of a
+/// key group the task does not own is refused too, as a second guard);
+/// nothing wrong is committed.
 #[test]
-fn a_row_of_a_key_group_its_task_does_not_own_is_refused_naming_the_settings() {
+fn another_instances_settings_are_refused_before_its_rows() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
     // A new job, so that no checkpoint's key groups refuse the second
@@ -1077,20 +1081,29 @@ fn a_row_of_a_key_group_its_task_does_not_own_is_refused_naming_the_settings() {
     let (lines, expected) = word_lines(seed(), 2_000, 10, 300);
     produce(&c.input, 4, &lines);
     let started = Instant::now();
+    // Every writer's first record on a partition in each transaction is
+    // its settings, so the reading task refuses the other instance's
+    // before any of its rows, whatever their keys.
     let refusal = loop {
         let logs = c.logs();
-        if let Some(line) = logs.lines().find(|l| l.contains("which task")) {
+        if let Some(line) = logs
+            .lines()
+            .find(|l| l.contains("writes with job.max_parallelism") || l.contains("which task"))
+        {
             break line.to_string();
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
-            "no instance refused a row of a foreign key group:\n{logs}"
+            "no instance refused the other's rows:\n{logs}"
         );
         std::thread::sleep(Duration::from_millis(500));
     };
+    eprintln!("refused: {refusal}");
     assert!(
-        refusal.contains("job.max_parallelism") && refusal.contains("scale.tasks"),
-        "{refusal}"
+        refusal.contains("writes with job.max_parallelism = ")
+            && refusal.contains("scale.tasks = 8")
+            && refusal.contains("must have the same"),
+        "not refused by the writer's settings: {refusal}"
     );
     for i in [0, 1] {
         c.kill9(i);

@@ -2,6 +2,7 @@
 //! of their key group's task, in the instance's open transaction, with
 //! the writer's watermarks among them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::wire;
@@ -20,6 +21,14 @@ pub struct RepartitionOut {
     /// Who the watermarks the chain broadcasts are from (a stage's task;
     /// a source chain sends its partitions' marks with `mark`).
     pub writer: String,
+    /// The instance and its settings, written to each partition before
+    /// anything else in each epoch (`wire::Shape`).
+    instance: String,
+    shape: wire::Shape,
+    /// The instance's epoch (counted by its commits), and per partition
+    /// the epoch its shape was last written in, plus one (0: never).
+    epoch: Arc<AtomicU64>,
+    shaped: Vec<u64>,
     /// The last watermark and idleness sent, for an idleness change.
     last: (i64, bool),
     batch: ProduceBatch,
@@ -31,15 +40,22 @@ impl RepartitionOut {
         producer: Arc<SinkProducer>,
         topic: String,
         port: usize,
-        tasks: usize,
         writer: String,
+        instance: String,
+        shape: wire::Shape,
+        epoch: Arc<AtomicU64>,
     ) -> Self {
+        let tasks = shape.tasks as usize;
         Self {
             producer,
             topic,
             port,
             tasks,
             writer,
+            instance,
+            shape,
+            epoch,
+            shaped: vec![0; tasks],
             last: (crate::time::MIN_WATERMARK, false),
             batch: ProduceBatch::default(),
             buf: Vec::with_capacity(64),
@@ -95,11 +111,28 @@ impl RepartitionOut {
         if self.batch.is_empty() {
             return Ok(());
         }
+        let epoch = self.epoch.load(Ordering::Relaxed) + 1;
+        if self.shaped[target] != epoch {
+            // First in the epoch's transaction on this partition: sent
+            // before the batch, so that it goes before the rows.
+            let mut first = ProduceBatch::default();
+            wire::encode_shape(&self.instance, self.shape, &mut self.buf);
+            first.push(&[], &self.buf);
+            self.send_batch(target, &mut first)?;
+            self.shaped[target] = epoch;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        let sent = self.send_batch(target, &mut batch);
+        batch.clear();
+        self.batch = batch;
+        sent
+    }
+
+    fn send_batch(&self, target: usize, batch: &mut ProduceBatch) -> Result<()> {
         let sent = self
             .producer
-            .send_batch_to(&self.topic, target as i32, &mut self.batch)
+            .send_batch_to(&self.topic, target as i32, batch)
             .map_err(|e| e.into_error(&self.topic))?;
-        self.batch.clear();
         if let Some((key, bytes)) = sent.too_large.first() {
             return Err(WeirError::OutputTooLarge {
                 topic: self.topic.clone(),

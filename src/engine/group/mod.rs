@@ -197,6 +197,9 @@ pub struct GraphInstance {
     writer: String,
     seq: u64,
     epoch: u64,
+    /// `epoch` as the repartition exchanges read it: each writes its
+    /// shape first in every epoch (`exchange::RepartitionOut`).
+    epochs: Arc<std::sync::atomic::AtomicU64>,
     incarnations: u64,
     inputs: BTreeMap<(String, i32), InputPartition>,
     /// One chain per source (stateless: shared by its partitions), and the
@@ -441,6 +444,7 @@ fn run_attempt(
         writer,
         seq: 0,
         epoch: 0,
+        epochs: Arc::default(),
         incarnations: 0,
         inputs: BTreeMap::new(),
         source_chains: Vec::new(),
@@ -560,8 +564,13 @@ impl GraphInstance {
                         self.producer.clone(),
                         self.plan.stages[stage].topic.clone(),
                         e.port,
-                        self.config.scale.tasks as usize,
                         writer.to_string(),
+                        self.config.instance().to_string(),
+                        wire::Shape {
+                            max_parallelism: self.config.job.max_parallelism,
+                            tasks: self.config.scale.tasks,
+                        },
+                        self.epochs.clone(),
                     ),
                     cols.clone(),
                 ));
@@ -1340,6 +1349,21 @@ impl GraphInstance {
                     task.push_batch()?;
                 }
             }
+            wire::Wire::Shape { instance, shape } => {
+                let ours = (max_p, self.config.scale.tasks);
+                if (shape.max_parallelism, shape.tasks) != ours {
+                    // Its rows' partitions stand for other key groups than
+                    // this task's: none of them may become state.
+                    return Err(WeirError::Recovery(format!(
+                        "{topic}/{partition} offset {offset}: instance {instance:?} writes with \
+                         job.max_parallelism = {} and scale.tasks = {}, this instance runs with \
+                         job.max_parallelism = {max_p} and scale.tasks = {}; every instance of a \
+                         job must have the same (weir validate prints the settings that must \
+                         match)",
+                        shape.max_parallelism, shape.tasks, self.config.scale.tasks
+                    )));
+                }
+            }
             wire::Wire::Watermark {
                 writer,
                 watermark,
@@ -1709,6 +1733,8 @@ impl EpochWork for GraphInstance {
 
     fn committed(&mut self, offsets: &CommitOffsets) {
         self.epoch += 1;
+        self.epochs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.dirty = false;
         self.last_commit = Instant::now();
         let stage_of_topic = &self.stage_of_topic;
