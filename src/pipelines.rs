@@ -48,7 +48,7 @@ pub fn graph(c: &Config) -> Result<Graph> {
         LatePolicy::DeadLetter => c.source.dead_letter_topic.clone(),
         LatePolicy::Drop => None,
     });
-    let keep_record = late_to.is_some();
+    let keep_record = keeps_records(c);
     let with_record = |mut fields: Vec<(&str, DataType)>| {
         if keep_record {
             fields.push(("record", DataType::Bytes));
@@ -107,7 +107,10 @@ pub fn graph(c: &Config) -> Result<Graph> {
                 .allowed_lateness(w.allowed_lateness)
                 .every_update(w.emit == WindowEmit::EveryUpdate);
             if let Some(topic) = &late_to {
-                windowed = windowed.late_to(topic).late_value("record");
+                windowed = windowed
+                    .late_to(topic)
+                    .late_value("record")
+                    .late_origin("origin");
             }
             windowed.aggregate(&uid, aggs)
         }
@@ -180,7 +183,20 @@ fn source(
             .kafka_time(et.max_out_of_orderness)
             .idle_timeout(et.idle_timeout);
     }
+    if keeps_records(c) {
+        // Late records' dead letters name the record they came from.
+        s = s.with_origin("origin");
+    }
     s
+}
+
+/// Whether late records go to the dead-letter topic: then each row
+/// carries its record as read (`record`) and its origin (`origin`).
+fn keeps_records(c: &Config) -> bool {
+    c.pipeline
+        .window()
+        .is_some_and(|w| w.on_late == LatePolicy::DeadLetter)
+        && c.source.dead_letter_topic.is_some()
 }
 
 /// The aggregate of the value column (1), named by its function, as the

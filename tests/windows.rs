@@ -252,18 +252,15 @@ fn tumbling_counts_are_exact_through_kills_and_late_events_go_to_the_dead_letter
             while !go_on.load(std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            // Late events between on-time ones, in every partition.
-            let mut rest: Vec<String> = Vec::new();
+            // Late events between on-time ones, in every partition, each
+            // with a Kafka key its dead letter must carry.
             let per = second_half.len() / late_lines.len();
             for (i, chunk) in second_half.chunks(per).enumerate() {
-                rest.extend(chunk.iter().cloned());
-                if let Some(l) = late_lines.get(i) {
-                    rest.push(l.clone());
-                }
-            }
-            for chunk in rest.chunks(8_000) {
                 produce(&input, 4, chunk);
-                std::thread::sleep(Duration::from_millis(150));
+                if let Some(l) = late_lines.get(i) {
+                    weir_testkit::produce_keyed(&input, i as i32 % 4, &format!("late-{i}"), l);
+                }
+                std::thread::sleep(Duration::from_millis(40));
             }
         })
     };
@@ -295,6 +292,17 @@ fn tumbling_counts_are_exact_through_kills_and_late_events_go_to_the_dead_letter
         Duration::from_secs(2),
         |r| r.len() >= late_ids.len(),
     );
+    // Each names the record it was read from (topic, partition, offset)
+    // and carries its Kafka key, as a bad record's dead letter does.
+    let read = read_topic(
+        &input,
+        Isolation::Uncommitted,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |_| false,
+    );
+    let by_position: std::collections::HashMap<(i32, i64), &OutRecord> =
+        read.iter().map(|r| ((r.partition, r.offset), r)).collect();
     let mut dead_ids = BTreeSet::new();
     for r in &dead {
         let v: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
@@ -306,9 +314,30 @@ fn tumbling_counts_are_exact_through_kills_and_late_events_go_to_the_dead_letter
             "weir.late.window_start",
             "weir.late.window_end",
             "weir.late.watermark",
+            "weir.source.topic",
+            "weir.source.partition",
+            "weir.source.offset",
         ] {
             assert!(r.headers.contains_key(h), "{h} missing: {:?}", r.headers);
         }
+        assert_eq!(r.headers["weir.source.topic"], input);
+        let at = (
+            r.headers["weir.source.partition"].parse::<i32>().unwrap(),
+            r.headers["weir.source.offset"].parse::<i64>().unwrap(),
+        );
+        let source = by_position
+            .get(&at)
+            .unwrap_or_else(|| panic!("no input record at {at:?}: {:?}", r.headers));
+        assert_eq!(source.value, r.value, "the record at {at:?}");
+        assert!(
+            source
+                .key
+                .as_deref()
+                .is_some_and(|k| k.starts_with("late-")),
+            "{:?}",
+            source.key
+        );
+        assert_eq!(r.key, source.key, "the dead letter's key");
     }
     assert_eq!(dead_ids, late_ids, "{}", log_tail(&log));
     // Bounded state: only the flush key's window is still open.

@@ -33,6 +33,7 @@ use super::graph::{
     SinkMode, SinkSpec, SourceFormat, SourceSpec,
 };
 use super::operator::Operator;
+use super::operator::RecordOrigin;
 use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
 use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
@@ -56,6 +57,8 @@ pub struct KafkaSource {
     on_bad_record: BadRecordPolicy,
     dead_letter_topic: Option<String>,
     event_time: Option<(Option<String>, Duration, Duration)>,
+    /// The name of the origin column, if rows carry one.
+    origin: Option<String>,
 }
 
 impl KafkaSource {
@@ -93,7 +96,17 @@ impl KafkaSource {
             on_bad_record: BadRecordPolicy::Fail,
             dead_letter_topic: None,
             event_time: None,
+            origin: None,
         }
+    }
+
+    /// Each row gets a last column `column`, `ROW<key BYTES, topic
+    /// VARCHAR, partition BIGINT, offset BIGINT>`: the Kafka record it was
+    /// read from. Later operators pass it on like any column; a window's
+    /// late records' dead letters name it (`WindowedStream::late_origin`).
+    pub fn with_origin(mut self, column: &str) -> Self {
+        self.origin = Some(column.into());
+        self
     }
 
     pub fn start(mut self, start: StartPosition) -> Self {
@@ -254,6 +267,7 @@ pub struct WindowedStream {
     late_topic: Option<String>,
     every_update: bool,
     late_value: Option<usize>,
+    late_origin: Option<usize>,
 }
 
 /// Two keyed streams into one two-input operator (joins, co-processing).
@@ -333,6 +347,12 @@ impl JobBuilder {
                 idle_timeout_ms: idle.as_millis() as u64,
             })
         });
+        let mut schema = source.schema;
+        if let Some(column) = &source.origin {
+            let mut fields = schema.fields.clone();
+            fields.push(Field::new(column, RecordOrigin::data_type()));
+            schema = Schema::new(fields);
+        }
         let spec = SourceSpec {
             topics: source.topics,
             format: source.format,
@@ -340,14 +360,9 @@ impl JobBuilder {
             on_bad_record: source.on_bad_record,
             dead_letter_topic: source.dead_letter_topic,
             event_time,
+            origin: source.origin.is_some(),
         };
-        let node = self.add(
-            uid,
-            "kafka-source",
-            source.schema,
-            NodeBody::Source(spec),
-            &[],
-        );
+        let node = self.add(uid, "kafka-source", schema, NodeBody::Source(spec), &[]);
         Stream {
             job: self.clone(),
             node,
@@ -664,6 +679,7 @@ impl KeyedStream {
             late_topic: None,
             every_update: false,
             late_value: None,
+            late_origin: None,
         }
     }
 
@@ -723,6 +739,27 @@ impl WindowedStream {
         self
     }
 
+    /// A late record's dead letter carries the Kafka key of the record in
+    /// origin column `column` (`KafkaSource::with_origin`) and names its
+    /// topic, partition and offset in `weir.source.*` headers.
+    pub fn late_origin(mut self, column: &str) -> Self {
+        let schema = self.keyed.stream.schema();
+        match schema.index_of(column) {
+            Some(c) if schema.fields[c].data_type == RecordOrigin::data_type() => {
+                self.late_origin = Some(c)
+            }
+            Some(_) => self.keyed.stream.job.problem(format!(
+                "late_origin: column {column:?} is not a source's origin column (with_origin)"
+            )),
+            None => self
+                .keyed
+                .stream
+                .job
+                .problem(format!("late_origin: column {column:?} is not in {schema}")),
+        }
+        self
+    }
+
     /// One row per key and window when the watermark passes its end: key
     /// columns, `window_start`, `window_end`, then the aggregates.
     pub fn aggregate(&self, uid: &str, aggs: Vec<Agg>) -> Stream {
@@ -730,7 +767,8 @@ impl WindowedStream {
         let input = self.keyed.stream.schema();
         let schema = output_schema(&input, &self.keyed.key, true, &aggs);
         let (spec, allowed_lateness) = (self.spec, self.allowed_lateness);
-        let (every_update, late_value) = (self.every_update, self.late_value);
+        let (every_update, late_value, late_origin) =
+            (self.every_update, self.late_value, self.late_origin);
         let op = OperatorSpec {
             factory: Arc::new(move || {
                 Box::new(WindowAggregate {
@@ -740,6 +778,7 @@ impl WindowedStream {
                     input: input.clone(),
                     every_update,
                     late_value,
+                    late_origin,
                 })
             }),
             inputs: 1,

@@ -100,6 +100,9 @@ pub struct SourceSpec {
     pub on_bad_record: BadRecordPolicy,
     pub dead_letter_topic: Option<String>,
     pub event_time: Option<EventTimeSpec>,
+    /// Each row ends with its Kafka record's origin (key, topic,
+    /// partition, offset: `RecordOrigin`), added after decoding.
+    pub origin: bool,
 }
 
 /// What a sink writes for each change kind.

@@ -38,6 +38,62 @@ pub struct LateRecord {
     pub value: Vec<u8>,
     pub error: String,
     pub headers: Vec<(String, String)>,
+    /// The Kafka record it came from, where the row carries its origin
+    /// (`KafkaSource::with_origin`): the dead letter gets its key and the
+    /// `weir.source.*` headers, as a bad record's does.
+    pub origin: Option<RecordOrigin>,
+}
+
+/// Where a row was read: its Kafka record's key, topic, partition and
+/// offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordOrigin {
+    pub key: Option<Vec<u8>>,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl RecordOrigin {
+    /// The origin column's type (`KafkaSource::with_origin`).
+    pub fn data_type() -> super::row::DataType {
+        use super::row::{DataType, Field};
+        DataType::Struct(vec![
+            Field::new("key", DataType::Bytes),
+            Field::new("topic", DataType::String),
+            Field::new("partition", DataType::BigInt),
+            Field::new("offset", DataType::BigInt),
+        ])
+    }
+
+    /// As an origin column's value.
+    pub fn value(key: Option<&[u8]>, topic: &str, partition: i32, offset: i64) -> Value {
+        Value::Struct(vec![
+            key.map_or(Value::Null, |k| Value::Bytes(k.to_vec())),
+            Value::String(topic.to_string()),
+            Value::Int(i64::from(partition)),
+            Value::Int(offset),
+        ])
+    }
+
+    /// An origin column's value read back; None for anything else.
+    pub fn from_value(v: &Value) -> Option<Self> {
+        let Value::Struct(parts) = v else {
+            return None;
+        };
+        match parts.as_slice() {
+            [key, Value::String(topic), Value::Int(partition), Value::Int(offset)] => Some(Self {
+                key: match key {
+                    Value::Bytes(k) => Some(k.clone()),
+                    _ => None,
+                },
+                topic: topic.clone(),
+                partition: i32::try_from(*partition).ok()?,
+                offset: *offset,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Where an operator emits its rows; the runtime passes them on to the

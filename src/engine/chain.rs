@@ -233,13 +233,19 @@ impl Chain {
                     .with_label_values(&["dead-letter"])
                     .inc_by(records.len() as u64);
                 for r in records {
+                    // With its origin, the dead letter names its Kafka
+                    // record as a bad record's does.
+                    let (key, topic, partition, offset) = match r.origin {
+                        Some(o) => (o.key, o.topic, o.partition, o.offset),
+                        None => (None, String::new(), 0, 0),
+                    };
                     output.dead_letter(Box::new(DeadLetter {
-                        key: None,
+                        key,
                         value: Some(r.value),
                         error: r.error,
-                        topic: String::new(),
-                        partition: 0,
-                        offset: 0,
+                        topic,
+                        partition,
+                        offset,
                         headers: r.headers,
                     }))?;
                 }

@@ -15,6 +15,7 @@ use tracing::{debug, info};
 use super::chain::Chain;
 use crate::checkpoint::CheckpointStore;
 use crate::dataflow::graph::{SourceFormat, SourceSpec};
+use crate::dataflow::operator::RecordOrigin;
 use crate::dataflow::row::{Row, Schema, Value};
 use crate::dataflow::{Record, RecordKey};
 use crate::element::{Barrier, Element};
@@ -103,6 +104,12 @@ impl GraphSource {
                 &self.schema,
                 msg.payload(),
                 msg.timestamp().to_millis(),
+                Origin {
+                    key: msg.key(),
+                    topic,
+                    partition,
+                    offset,
+                },
             ) {
                 Ok((row, ts)) => {
                     if let Some(w) = &mut self.watermarks {
@@ -244,9 +251,37 @@ fn push(chain: &mut Chain, batch: &mut Vec<Record>) -> Result<()> {
     chain.push(0, 0, records)
 }
 
+/// Where a Kafka record was read.
+pub struct Origin<'a> {
+    pub key: Option<&'a [u8]>,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 /// One Kafka record value as a row of the source's schema, with its event
-/// time; Err says why the record is bad.
+/// time, and its origin last where the source keeps it
+/// (`SourceSpec::origin`); Err says why the record is bad.
 pub fn decode(
+    spec: &SourceSpec,
+    schema: &Schema,
+    payload: Option<&[u8]>,
+    kafka_ts: Option<i64>,
+    origin: Origin<'_>,
+) -> std::result::Result<(Row, i64), String> {
+    let (mut row, ts) = decode_value(spec, schema, payload, kafka_ts)?;
+    if spec.origin {
+        row.values.push(RecordOrigin::value(
+            origin.key,
+            origin.topic,
+            origin.partition,
+            origin.offset,
+        ));
+    }
+    Ok((row, ts))
+}
+
+fn decode_value(
     spec: &SourceSpec,
     schema: &Schema,
     payload: Option<&[u8]>,

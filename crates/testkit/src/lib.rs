@@ -233,6 +233,19 @@ pub fn produce<V: AsRef<[u8]>>(topic: &str, partitions: i32, values: &[V]) {
     send_round_robin(&producer(), topic, partitions, 0, values);
 }
 
+/// Produces one record with `key` to `partition` and waits for its ack.
+pub fn produce_keyed(topic: &str, partition: i32, key: &str, value: &str) {
+    let p = producer();
+    let rec: BaseRecord<'_, str, str> = BaseRecord::to(topic)
+        .key(key)
+        .payload(value)
+        .partition(partition);
+    p.send(rec)
+        .map_err(|(e, _)| e)
+        .expect("send keyed test input");
+    p.flush(Duration::from_secs(60)).expect("flush test input");
+}
+
 /// Sends `values` through `p`, the i-th to partition `(first + i) %
 /// partitions`, waiting while the queue is full, then waits for every ack.
 fn send_round_robin<V: AsRef<[u8]>>(

@@ -17,7 +17,9 @@
 //! has fired is `watermark >= end - 1`, so a restore needs nothing more.
 
 use crate::dataflow::json::{encode_row, format_timestamp, value_json};
-use crate::dataflow::operator::{Collector, Context, LateRecord, Operator, Queried, Record};
+use crate::dataflow::operator::{
+    Collector, Context, LateRecord, Operator, Queried, Record, RecordOrigin,
+};
 use crate::dataflow::ops::aggregate::{Accumulators, Agg};
 use crate::dataflow::row::{Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
@@ -42,6 +44,9 @@ pub struct WindowAggregate {
     /// The column whose bytes a late record's dead letter carries (the
     /// record as it was read), instead of the row as JSON.
     pub late_value: Option<usize>,
+    /// The origin column (`KafkaSource::with_origin`) that names a late
+    /// record's Kafka record in its dead letter.
+    pub late_origin: Option<usize>,
 }
 
 impl WindowAggregate {
@@ -216,6 +221,9 @@ impl WindowAggregate {
                 ("weir.late.event_time".into(), format_timestamp(r.timestamp)),
                 ("weir.late.watermark".into(), format_timestamp(watermark)),
             ],
+            origin: self
+                .late_origin
+                .and_then(|c| RecordOrigin::from_value(r.row.get(c))),
         });
     }
 }
@@ -385,6 +393,7 @@ mod tests {
             WindowAggregate {
                 every_update: false,
                 late_value: None,
+                late_origin: None,
                 spec,
                 aggs,
                 allowed_lateness,
@@ -452,6 +461,34 @@ mod tests {
         let late = h.ctx.take_late_records();
         assert_eq!(late.len(), 1);
         assert_eq!(late[0].value, b"raw bytes");
+        assert_eq!(late[0].origin, None, "no origin column");
+    }
+
+    #[test]
+    fn a_late_records_dead_letter_names_its_kafka_record_from_the_origin_column() {
+        let mut h = op(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            0,
+        );
+        h.op.late_value = Some(0);
+        h.op.late_origin = Some(1);
+        h.watermark(20).unwrap();
+        let origin = RecordOrigin::value(Some(b"k1"), "clicks", 3, 41);
+        let late_row = Row::insert(vec!["a".into(), origin]);
+        h.record(0, late_row, 3).unwrap();
+        let late = h.ctx.take_late_records();
+        assert_eq!(
+            late[0].origin,
+            Some(RecordOrigin {
+                key: Some(b"k1".to_vec()),
+                topic: "clicks".into(),
+                partition: 3,
+                offset: 41,
+            })
+        );
     }
 
     #[test]

@@ -1402,7 +1402,19 @@ impl GraphInstance {
         let node = &self.graph.nodes[head];
         let spec = source_spec(&self.graph, head);
         self.records_in[source].inc();
-        match super::source::decode(spec, &node.schema, m.payload(), m.timestamp().to_millis()) {
+        let origin = super::source::Origin {
+            key: m.key(),
+            topic,
+            partition,
+            offset,
+        };
+        match super::source::decode(
+            spec,
+            &node.schema,
+            m.payload(),
+            m.timestamp().to_millis(),
+            origin,
+        ) {
             Ok((row, timestamp)) => {
                 if let Some(w) = &mut input.marks {
                     w.on_record(topic, partition, timestamp, self.now_ms);
