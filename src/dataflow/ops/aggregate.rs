@@ -11,7 +11,7 @@
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
-use crate::dataflow::state::{Table, TableSpec, Write};
+use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
 
 /// One aggregate function and its input column (none: `COUNT(*)`).
@@ -364,6 +364,38 @@ pub struct GroupAggregate {
     /// before its first change (None: the key is new).
     changed: rustc_hash::FxHashMap<Vec<u8>, Option<Vec<Value>>>,
     scratch: Vec<u8>,
+    /// The accumulators of the keys updated lately, held decoded, so that
+    /// a hot key's update decodes and encodes nothing (the state store
+    /// holds values as bytes of their codec). By key group (big endian)
+    /// and the key's encoding; None: deleted. What is `dirty` is written
+    /// into the store before every snapshot (`before_snapshot`, which
+    /// every snapshot follows in both modes) and before the map is cleared
+    /// at [`HOT_KEYS`]; a live query reads the map first. A restore starts
+    /// with a new operator, so the map never outlives its store's state.
+    hot: rustc_hash::FxHashMap<HotKey, Hot>,
+}
+
+/// Keys whose accumulators a group aggregate holds decoded, at most:
+/// past it, what is dirty goes to the store and the map starts over.
+pub const HOT_KEYS: usize = 16_384;
+
+/// A key of the hot map: key group (2 bytes) and the key's encoding,
+/// inline up to 30 bytes (a word's fits).
+type HotKey = smallvec::SmallVec<[u8; 32]>;
+
+#[derive(Debug)]
+struct Hot {
+    acc: Option<Accumulators>,
+    /// Changed since it was last written into the store.
+    dirty: bool,
+}
+
+/// The hot map's key of the context's current key.
+fn hot_key(ctx: &Context) -> HotKey {
+    let mut k = HotKey::new();
+    k.extend_from_slice(&(ctx.key_group() as u16).to_be_bytes());
+    k.extend_from_slice(ctx.key());
+    k
 }
 
 impl GroupAggregate {
@@ -383,7 +415,26 @@ impl GroupAggregate {
             now: Vec::new(),
             changed: rustc_hash::FxHashMap::default(),
             scratch: Vec::new(),
+            hot: rustc_hash::FxHashMap::default(),
         }
+    }
+
+    /// Writes every dirty accumulator of the hot map into the store (and
+    /// with `clear`, empties the map). The context's current key is set
+    /// to each in turn: the caller sets its own again if it needs it.
+    fn flush_hot(&mut self, ctx: &mut Context, clear: bool) -> Result<()> {
+        for (k, h) in self.hot.iter_mut().filter(|(_, h)| h.dirty) {
+            ctx.set_key(u32::from(u16::from_be_bytes([k[0], k[1]])), &k[2..]);
+            match &h.acc {
+                Some(acc) => ctx.put(Self::ACC, acc)?,
+                None => ctx.delete(Self::ACC)?,
+            }
+            h.dirty = false;
+        }
+        if clear {
+            self.hot.clear();
+        }
+        Ok(())
     }
 
     /// On checkpoint: notes that the current key changed, with its result
@@ -416,6 +467,8 @@ impl GroupAggregate {
     /// Emits the current result of every key changed since the last
     /// emission, in key order, against the result it had before.
     fn emit_changed(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
+        // The current results are read from the store.
+        self.flush_hot(ctx, false)?;
         let mut changed: Vec<(Vec<u8>, Option<Vec<Value>>)> = self.changed.drain().collect();
         changed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let ts = crate::time::NO_TIMESTAMP;
@@ -488,6 +541,11 @@ impl Operator for GroupAggregate {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
+        if self.hot.len() >= HOT_KEYS {
+            let (kg, key) = (ctx.key_group(), ctx.key().to_vec());
+            self.flush_hot(ctx, true)?;
+            ctx.set_key(kg, &key);
+        }
         let retract = !r.row.kind.is_addition();
         // The results before this row are needed to retract them, to see
         // whether they changed, to remember them for the checkpoint, or
@@ -495,46 +553,58 @@ impl Operator for GroupAggregate {
         // is emitted whatever it changed into a sink without retractions.
         let need_was =
             retract || self.emit != AggregateEmit::EveryRow || ctx.update_before_needed();
-        let (aggs, was, row) = (&self.aggs, &mut self.was, &r.row);
-        // Read, apply and write back with one cache lookup.
-        let step = ctx.update(Self::ACC, &mut self.acc, |existed, acc| {
-            was.clear();
-            if existed {
+        let Self {
+            aggs,
+            was,
+            now,
+            hot,
+            ..
+        } = self;
+        let hot = match hot.entry(hot_key(ctx)) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut acc = Accumulators::new(aggs);
+                let existed = ctx.get_into(Self::ACC, &mut acc)?;
+                v.insert(Hot {
+                    acc: existed.then_some(acc),
+                    dirty: false,
+                })
+            }
+        };
+        was.clear();
+        let existed = match &hot.acc {
+            Some(acc) => {
                 if need_was {
                     acc.results(aggs, was);
                 }
-            } else if retract {
-                // Flink does the same: a retraction of what is not there
-                // (state expired, or never added) changes nothing.
-                return Ok((Write::Keep, None));
-            } else {
-                acc.reset(aggs);
+                true
             }
-            acc.apply(aggs, row, retract)?;
-            Ok(if acc.rows <= 0 {
-                (Write::Delete, Some((existed, true)))
-            } else {
-                (Write::Put, Some((existed, false)))
-            })
-        })?;
-        let Some((existed, deleted)) = step else {
-            return Ok(());
+            // Flink does the same: a retraction of what is not there
+            // (state expired, or never added) changes nothing.
+            None if retract => return Ok(()),
+            None => false,
         };
-        let ts = r.timestamp;
+        let acc = hot.acc.get_or_insert_with(|| Accumulators::new(aggs));
+        acc.apply(aggs, &r.row, retract)
+            .map_err(|e| ctx.failure(e))?;
+        hot.dirty = true;
+        let deleted = acc.rows <= 0;
+        now.clear();
         if deleted {
-            if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
-                return self.note_changed(ctx, existed, out);
-            }
+            hot.acc = None;
+        } else {
+            acc.results(aggs, now);
+        }
+        let ts = r.timestamp;
+        if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
+            return self.note_changed(ctx, existed, out);
+        }
+        if deleted {
             if existed {
                 out.emit(self.row(&r.row, &self.was, RowKind::Delete), ts);
             }
             return Ok(());
         }
-        if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
-            return self.note_changed(ctx, existed, out);
-        }
-        self.now.clear();
-        self.acc.results(&self.aggs, &mut self.now);
         if !existed {
             out.emit(self.row_from(r.row, RowKind::Insert), ts);
             return Ok(());
@@ -553,18 +623,25 @@ impl Operator for GroupAggregate {
 
     fn before_snapshot(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
         if self.changed.is_empty() {
-            return Ok(());
+            // Every snapshot follows this: it sees what the map holds.
+            return self.flush_hot(ctx, false);
         }
         self.emit_changed(ctx, out)
     }
 
     /// The key's current results by aggregate name (`{"count": 3}`).
     fn query(&mut self, ctx: &mut Context) -> Result<Queried> {
-        if !ctx.get_into(Self::ACC, &mut self.acc)? {
-            return Ok(Queried::Value(None));
-        }
         self.now.clear();
-        self.acc.results(&self.aggs, &mut self.now);
+        match self.hot.get(&hot_key(ctx)) {
+            Some(Hot { acc: None, .. }) => return Ok(Queried::Value(None)),
+            Some(Hot { acc: Some(acc), .. }) => acc.results(&self.aggs, &mut self.now),
+            None => {
+                if !ctx.get_into(Self::ACC, &mut self.acc)? {
+                    return Ok(Queried::Value(None));
+                }
+                self.acc.results(&self.aggs, &mut self.now);
+            }
+        }
         Ok(Queried::Value(Some(serde_json::Value::Object(
             self.aggs
                 .iter()
@@ -662,6 +739,68 @@ mod tests {
             .record(0, row(RowKind::Delete, "b", 1), 5)
             .unwrap()
             .is_empty());
+    }
+
+    /// The store's value of `key` (a one-string-column key).
+    fn stored(h: &mut Harness<GroupAggregate>, key: &str) -> Option<i64> {
+        let mut k = Vec::new();
+        crate::dataflow::codec::encode_key(&Row::insert(vec![key.into()]), &[0], &mut k);
+        h.ctx
+            .set_key(crate::state::key_groups::key_group(&k, 128), &k);
+        h.ctx
+            .get::<Accumulators>(GroupAggregate::ACC)
+            .unwrap()
+            .map(|a| a.rows())
+    }
+
+    #[test]
+    fn hot_accumulators_reach_the_store_before_each_snapshot_and_past_the_limit() {
+        let mut h = Harness::keyed(
+            GroupAggregate::new(vec![Agg::count("n")], vec![0]),
+            GroupAggregate::tables(),
+            vec![0],
+        );
+        for _ in 0..3 {
+            h.record(0, row(RowKind::Insert, "a", 1), 1).unwrap();
+        }
+        h.record(0, row(RowKind::Insert, "b", 1), 1).unwrap();
+        // Held decoded: the store has not seen an update yet, a live
+        // query has.
+        assert_eq!(stored(&mut h, "a"), None);
+        h.record(0, row(RowKind::Insert, "a", 1), 1).unwrap();
+        assert_eq!(
+            h.op.query(&mut h.ctx).unwrap(),
+            Queried::Value(Some(serde_json::json!({"n": 4})))
+        );
+        assert!(h.before_snapshot().unwrap().is_empty());
+        assert_eq!(stored(&mut h, "a"), Some(4));
+        assert_eq!(stored(&mut h, "b"), Some(1));
+        // A key retracted to nothing is deleted from the store too.
+        h.record(0, row(RowKind::Delete, "b", 1), 2).unwrap();
+        h.before_snapshot().unwrap();
+        assert_eq!(stored(&mut h, "b"), None);
+        // Past HOT_KEYS keys, the map goes to the store and starts over;
+        // the counts go on from the store.
+        for i in 0..HOT_KEYS + 10 {
+            h.record(0, row(RowKind::Insert, &format!("k{i}"), 1), 3)
+                .unwrap();
+        }
+        assert_eq!(stored(&mut h, "k0"), Some(1));
+        assert_eq!(stored(&mut h, "a"), Some(4));
+        let got = h.record(0, row(RowKind::Insert, "k0", 1), 4).unwrap();
+        assert_eq!(
+            got.last().map(|(r, _)| r.values.clone()),
+            Some(vec!["k0".into(), 2.into()])
+        );
+        // A new operator over the same store (a restore) sees what was
+        // written before the snapshot.
+        h.before_snapshot().unwrap();
+        h.op = GroupAggregate::new(vec![Agg::count("n")], vec![0]);
+        let got = h.record(0, row(RowKind::Insert, "a", 1), 5).unwrap();
+        assert_eq!(
+            got.last().map(|(r, _)| r.values.clone()),
+            Some(vec!["a".into(), 5.into()])
+        );
     }
 
     #[test]
