@@ -256,6 +256,12 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
     cc
 }
 
+/// How long a fetch position out of range waits for the group to say
+/// whether this instance was fenced (two heartbeats at the broker's default
+/// `group.consumer.heartbeat.interval.ms` of 5 s) before it is reported as
+/// records deleted under the instance.
+const FENCING_VERDICT: Duration = Duration::from_secs(10);
+
 /// A writer id unique to this process attempt.
 pub(crate) fn writer_id() -> String {
     // 128 random bits: a pid and a clock collide across containers (pid 1
@@ -420,6 +426,22 @@ pub fn poll_loop<I: GroupWork>(
                     // each partition at its committed offset again, and one
                     // whose records retention deleted starts at its first
                     // offset with a warning naming it and a metric.
+                    //
+                    // An instance paused past its session (a zombie) meets
+                    // this too: the task's new owner committed past its
+                    // position and trimmed the repartition topic below it.
+                    // The group says so at its next heartbeat; that verdict
+                    // is the one to report (the attempt ends either way,
+                    // so what is polled meanwhile is dropped).
+                    drop(inst);
+                    let deadline = Instant::now() + FENCING_VERDICT;
+                    while Instant::now() < deadline {
+                        let _ = consumer.poll(Duration::from_millis(100));
+                        if let Some(fenced) = instance.lock().expect("instance lock").take_failed()
+                        {
+                            return Err(fenced);
+                        }
+                    }
                     return Err(WeirError::Task {
                         task: "group consumer".into(),
                         reason: format!(
