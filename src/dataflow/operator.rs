@@ -308,6 +308,13 @@ impl Context {
         self.watermark = watermark;
     }
 
+    /// Entries the state store's cache holds at most (`state.cache_entries`;
+    /// 0 without a store): what an operator may hold of its own state in
+    /// memory besides.
+    pub fn cache_limit(&self) -> usize {
+        self.store.as_ref().map_or(0, KeyedStore::cache_limit)
+    }
+
     pub(crate) fn store_mut(&mut self) -> Option<&mut KeyedStore> {
         self.store.as_mut()
     }

@@ -176,6 +176,11 @@ impl KeyedStore {
         Self::from_backend(uid, tables, backend, cache_limit)
     }
 
+    /// Entries the write-back cache holds at most (`state.cache_entries`).
+    pub fn cache_limit(&self) -> usize {
+        self.cache_limit
+    }
+
     /// The watermarks saved per key group in `range` ([`WATERMARK_TABLE`]).
     pub(crate) fn saved_watermarks(&mut self, range: (u32, u32)) -> Result<FxHashMap<u32, i64>> {
         let mut out = FxHashMap::default();

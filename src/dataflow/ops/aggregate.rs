@@ -370,14 +370,12 @@ pub struct GroupAggregate {
     /// and the key's encoding; None: deleted. What is `dirty` is written
     /// into the store before every snapshot (`before_snapshot`, which
     /// every snapshot follows in both modes) and before the map is cleared
-    /// at [`HOT_KEYS`]; a live query reads the map first. A restore starts
-    /// with a new operator, so the map never outlives its store's state.
+    /// at the store's cache size (`state.cache_entries`: a smaller map
+    /// thrashes on a working set the cache holds, and costs more than it
+    /// saves); a live query reads the map first. A restore starts with a
+    /// new operator, so the map never outlives its store's state.
     hot: rustc_hash::FxHashMap<HotKey, Hot>,
 }
-
-/// Keys whose accumulators a group aggregate holds decoded, at most:
-/// past it, what is dirty goes to the store and the map starts over.
-pub const HOT_KEYS: usize = 16_384;
 
 /// A key of the hot map: key group (2 bytes) and the key's encoding,
 /// inline up to 30 bytes (a word's fits).
@@ -541,7 +539,7 @@ impl Operator for GroupAggregate {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
-        if self.hot.len() >= HOT_KEYS {
+        if self.hot.len() >= ctx.cache_limit() {
             let (kg, key) = (ctx.key_group(), ctx.key().to_vec());
             self.flush_hot(ctx, true)?;
             ctx.set_key(kg, &key);
@@ -779,9 +777,9 @@ mod tests {
         h.record(0, row(RowKind::Delete, "b", 1), 2).unwrap();
         h.before_snapshot().unwrap();
         assert_eq!(stored(&mut h, "b"), None);
-        // Past HOT_KEYS keys, the map goes to the store and starts over;
-        // the counts go on from the store.
-        for i in 0..HOT_KEYS + 10 {
+        // Past the store's cache size, the map goes to the store and starts
+        // over; the counts go on from the store.
+        for i in 0..h.ctx.cache_limit() + 10 {
             h.record(0, row(RowKind::Insert, &format!("k{i}"), 1), 3)
                 .unwrap();
         }
