@@ -44,11 +44,8 @@ pub fn graph(c: &Config) -> Result<Graph> {
     let topics: Vec<&str> = c.source.topics.iter().map(String::as_str).collect();
     // Late records go to the dead-letter topic as they were read: the
     // record travels with its rows, only then.
-    let late_to = c.pipeline.window().and_then(|w| match w.on_late {
-        LatePolicy::DeadLetter => c.source.dead_letter_topic.clone(),
-        LatePolicy::Drop => None,
-    });
-    let keep_record = keeps_records(c);
+    let late_to = late_topic(c);
+    let keep_record = late_to.is_some();
     let with_record = |mut fields: Vec<(&str, DataType)>| {
         if keep_record {
             fields.push(("record", DataType::Bytes));
@@ -183,20 +180,20 @@ fn source(
             .kafka_time(et.max_out_of_orderness)
             .idle_timeout(et.idle_timeout);
     }
-    if keeps_records(c) {
+    if late_topic(c).is_some() {
         // Late records' dead letters name the record they came from.
         s = s.with_origin("origin");
     }
     s
 }
 
-/// Whether late records go to the dead-letter topic: then each row
-/// carries its record as read (`record`) and its origin (`origin`).
-fn keeps_records(c: &Config) -> bool {
-    c.pipeline
-        .window()
-        .is_some_and(|w| w.on_late == LatePolicy::DeadLetter)
-        && c.source.dead_letter_topic.is_some()
+/// Where late records go, if anywhere but dropped: then each row carries
+/// its record as read (`record`) and its origin (`origin`).
+fn late_topic(c: &Config) -> Option<String> {
+    c.pipeline.window().and_then(|w| match w.on_late {
+        LatePolicy::DeadLetter => c.source.dead_letter_topic.clone(),
+        LatePolicy::Drop => None,
+    })
 }
 
 /// The aggregate of the value column (1), named by its function, as the

@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::Offset;
 use serde::Serialize;
 
 use crate::checkpoint::metadata::{
@@ -29,14 +29,10 @@ use crate::checkpoint::metadata::{
 use crate::checkpoint::SnapshotFile;
 use crate::config::Config;
 use crate::error::{Result, WeirError};
-use crate::kafka::{self, REQUEST_TIMEOUT};
-use crate::scale::checkpoints;
-use crate::scale::manifest::{self, TaskManifest, EMPTY_START};
+use crate::kafka;
+use crate::scale::manifest::{self, TaskManifest, EMPTY_START, MARKERS};
 use crate::scale::storage::SharedStorage;
-
-/// The folder of the tasks' committed markers in storage
-/// ([`manifest::committed_marker`]).
-const MARKERS: &str = "committed";
+use crate::scale::{checkpoints, repartition};
 
 /// One task's committed checkpoint, as `weir checkpoints show` lists it.
 #[derive(Debug, Clone, Serialize)]
@@ -122,19 +118,32 @@ pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint
         tasks: Vec::new(),
         empty: Vec::new(),
     };
+    // A TOML pipeline's configuration names its input topics (a job
+    // graph's does not: no input offsets are shown for it).
+    let inputs = if config.source.topics.is_empty() {
+        Vec::new()
+    } else {
+        kafka::topic_partitions(&consumer, &config.source.topics)?
+    };
+    let mut partitions = inputs.clone();
+    for (stage, tasks) in &stages {
+        let topic = repartition::topic_of(&config.job.name, stage);
+        partitions.extend(tasks.iter().map(|t| (topic.clone(), *t as i32)));
+    }
+    let committed = committed_offsets(&consumer, config, &partitions)?;
     let mut operators: BTreeMap<String, OperatorInfo> = BTreeMap::new();
     let mut handles = Vec::new();
     let mut max_parallelism = config.job.max_parallelism;
     for (stage, tasks) in &stages {
-        let topic = format!("{}.{stage}.repartition", config.job.name);
-        let committed = committed_offsets(&consumer, &group, &topic, tasks)?;
-        for (&task, at) in tasks.iter().zip(committed) {
+        let topic = repartition::topic_of(&config.job.name, stage);
+        for &task in tasks {
             let label = format!("stage {stage} task {task}");
-            let Some((offset, pointer)) = at else {
+            let Some((offset, pointer)) = committed.get(&(topic.clone(), task as i32)) else {
                 out.empty.push(label);
                 continue;
             };
-            let Some(key) = manifest::parse_pointer(&pointer) else {
+            let (offset, key) = (*offset, manifest::parse_pointer(pointer));
+            let Some(key) = key else {
                 if pointer == EMPTY_START {
                     out.empty.push(label);
                     continue;
@@ -199,7 +208,18 @@ pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint
             }
         )));
     }
-    let source_offsets = input_offsets(config, &consumer, &group)?;
+    let source_offsets = inputs
+        .into_iter()
+        .filter_map(|(topic, partition)| {
+            let (offset, _) = committed.get(&(topic.clone(), partition))?;
+            Some(PartitionOffset {
+                topic,
+                partition,
+                offset: *offset,
+                max_timestamp: None,
+            })
+        })
+        .collect();
     let meta = CheckpointMetadata {
         format_version: FORMAT_VERSION,
         job: config.job.name.clone(),
@@ -240,36 +260,32 @@ fn committed_stages(storage: &SharedStorage) -> Result<BTreeMap<String, BTreeSet
     Ok(out)
 }
 
-/// The group's committed offset and its metadata for each task's
-/// partition of `topic`, in the order of `tasks`; None where there is none.
+/// The group's committed offset and its metadata of each of
+/// `partitions` that has one, in one request that waits, as an instance
+/// does, for a transaction still open on them.
 fn committed_offsets(
     consumer: &BaseConsumer,
-    group: &str,
-    topic: &str,
-    tasks: &BTreeSet<u32>,
-) -> Result<Vec<Option<(i64, String)>>> {
-    let what = || format!("consumer group {group:?}'s committed offsets of {topic}");
-    let mut tpl = TopicPartitionList::new();
-    for t in tasks {
-        tpl.add_partition(topic, *t as i32);
+    config: &Config,
+    partitions: &[(String, i32)],
+) -> Result<BTreeMap<(String, i32), (i64, String)>> {
+    let (_, got) = crate::scale::engine::committed_offsets(consumer, config, partitions)?;
+    let mut out = BTreeMap::new();
+    for e in got.elements() {
+        let tp = (e.topic().to_string(), e.partition());
+        e.error().map_err(|err| {
+            WeirError::kafka(
+                format!(
+                    "read the committed offset of {}/{} for consumer group {:?}",
+                    tp.0, tp.1, config.kafka.group_id
+                ),
+                err,
+            )
+        })?;
+        if let Offset::Offset(o) = e.offset() {
+            out.insert(tp, (o, e.metadata().to_string()));
+        }
     }
-    let got = consumer
-        .committed_offsets(tpl, REQUEST_TIMEOUT)
-        .map_err(|e| WeirError::kafka(what(), e))?;
-    tasks
-        .iter()
-        .map(|t| {
-            let e = got
-                .find_partition(topic, *t as i32)
-                .ok_or_else(|| WeirError::Recovery(format!("{}: no answer for {t}", what())))?;
-            e.error()
-                .map_err(|err| WeirError::kafka(format!("{} (partition {t})", what()), err))?;
-            Ok(match e.offset() {
-                Offset::Offset(o) => Some((o, e.metadata().to_string())),
-                _ => None,
-            })
-        })
-        .collect()
+    Ok(out)
 }
 
 /// The state handles of one downloaded task: one RocksDB per keyed node,
@@ -307,40 +323,4 @@ fn task_handles(
             }
         })
         .collect()
-}
-
-/// The group's committed offsets of a TOML pipeline's input partitions
-/// (a job graph's configuration does not name its topics: none).
-fn input_offsets(
-    config: &Config,
-    consumer: &BaseConsumer,
-    group: &str,
-) -> Result<Vec<PartitionOffset>> {
-    if config.source.topics.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut tpl = TopicPartitionList::new();
-    for (topic, partition) in kafka::topic_partitions(consumer, &config.source.topics)? {
-        tpl.add_partition(&topic, partition);
-    }
-    let got = consumer
-        .committed_offsets(tpl, REQUEST_TIMEOUT)
-        .map_err(|e| {
-            WeirError::kafka(
-                format!("consumer group {group:?}'s committed offsets of the input"),
-                e,
-            )
-        })?;
-    let mut out = Vec::new();
-    for e in got.elements() {
-        if let Offset::Offset(offset) = e.offset() {
-            out.push(PartitionOffset {
-                topic: e.topic().to_string(),
-                partition: e.partition(),
-                offset,
-                max_timestamp: None,
-            });
-        }
-    }
-    Ok(out)
 }

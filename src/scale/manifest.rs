@@ -44,9 +44,15 @@ pub fn task_prefix(task: u32) -> String {
     format!("tasks/{task:04}")
 }
 
+/// The folder of a job graph's task checkpoints in storage.
+pub const STAGES: &str = "stages";
+
+/// The folder of the tasks' committed markers ([`committed_marker`]).
+pub const MARKERS: &str = "committed";
+
 /// The folder of task `task` of a job graph's stage headed by `stage`.
 pub fn stage_task_prefix(stage: &str, task: u32) -> String {
-    format!("stages/{stage}/{task:04}")
+    format!("{STAGES}/{stage}/{task:04}")
 }
 
 /// The marker a task writes after its first commit (of each incarnation):
@@ -55,7 +61,7 @@ pub fn stage_task_prefix(stage: &str, task: u32) -> String {
 /// folder, which garbage collection owns. The body is the first pointer
 /// it committed, for a reader.
 pub fn committed_marker(stage: &str, task: u32) -> String {
-    format!("committed/{stage}/{task:04}")
+    format!("{MARKERS}/{stage}/{task:04}")
 }
 
 /// One file of a task checkpoint.

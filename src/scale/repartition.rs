@@ -18,7 +18,12 @@ use crate::kafka::{self, REQUEST_TIMEOUT};
 
 /// `<job>.<operator uid>.repartition`
 pub fn topic_name(c: &Config) -> String {
-    format!("{}.{}.repartition", c.job.name, c.keyed_uid())
+    topic_of(&c.job.name, &c.keyed_uid())
+}
+
+/// The repartition topic of job `job`'s stage headed by `uid`.
+pub fn topic_of(job: &str, uid: &str) -> String {
+    format!("{job}.{uid}.repartition")
 }
 
 pub(crate) fn admin(c: &Config) -> Result<AdminClient<DefaultClientContext>> {

@@ -196,10 +196,9 @@ pub struct GraphInstance {
     storage: SharedStorage,
     writer: String,
     seq: u64,
-    epoch: u64,
-    /// `epoch` as the repartition exchanges read it: each writes its
-    /// shape first in every epoch (`exchange::RepartitionOut`).
-    epochs: Arc<std::sync::atomic::AtomicU64>,
+    /// Epochs committed; the repartition exchanges read it too: each
+    /// writes its shape first in every epoch (`exchange::RepartitionOut`).
+    epoch: Arc<std::sync::atomic::AtomicU64>,
     incarnations: u64,
     inputs: BTreeMap<(String, i32), InputPartition>,
     /// One chain per source (stateless: shared by its partitions), and the
@@ -443,8 +442,7 @@ fn run_attempt(
         storage: SharedStorage::open(config)?,
         writer,
         seq: 0,
-        epoch: 0,
-        epochs: Arc::default(),
+        epoch: Arc::default(),
         incarnations: 0,
         inputs: BTreeMap::new(),
         source_chains: Vec::new(),
@@ -570,7 +568,7 @@ impl GraphInstance {
                             max_parallelism: self.config.job.max_parallelism,
                             tasks: self.config.scale.tasks,
                         },
-                        self.epochs.clone(),
+                        self.epoch.clone(),
                     ),
                     cols.clone(),
                 ));
@@ -1570,7 +1568,7 @@ impl GraphInstance {
                     .commits_refused_in_a_row = 0;
                 self.metrics.transactions_committed.inc();
                 self.metrics.checkpoint_completed(
-                    self.epoch,
+                    self.epoch.load(std::sync::atomic::Ordering::Relaxed),
                     started.elapsed().as_secs_f64(),
                     self.uploaded_bytes,
                 );
@@ -1744,8 +1742,7 @@ impl EpochWork for GraphInstance {
     }
 
     fn committed(&mut self, offsets: &CommitOffsets) {
-        self.epoch += 1;
-        self.epochs
+        self.epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.dirty = false;
         self.last_commit = Instant::now();

@@ -117,7 +117,7 @@ impl GroupPlan {
                 }
             }
             stages.push(StagePlan {
-                topic: format!("{job}.{}.repartition", graph.nodes[entry.head].uid),
+                topic: crate::scale::repartition::topic_of(job, &graph.nodes[entry.head].uid),
                 inputs: graph.inputs(entry.head).count(),
                 entry: entry.clone(),
                 writers: writers.into_iter().collect(),

@@ -31,13 +31,8 @@ use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Graph, NodeBody};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, REQUEST_TIMEOUT};
-use crate::scale::manifest::EMPTY_START;
+use crate::scale::manifest::{EMPTY_START, MARKERS, STAGES};
 use crate::scale::storage::SharedStorage;
-
-/// The folders of a job graph's task checkpoints and of the tasks'
-/// committed markers in storage (`crate::scale::manifest`).
-const STAGES: &str = "stages";
-const MARKERS: &str = "committed";
 
 /// What a reset did.
 #[derive(Debug, Clone, PartialEq, Eq)]
