@@ -315,3 +315,114 @@ fn a_transaction_timeout_below_interval_plus_checkpoint_timeout_is_refused_at_st
         assert!(err.contains("20500 ms"), "{cmd}: {err}");
     }
 }
+
+/// Group mode's late checkpoints (issue #18, hole 4) rest on the
+/// producer's journal: a transaction renewed (aborted and begun again with
+/// the same records), suspended and resumed, then committed, holds each of
+/// its records exactly once and in order per partition, as an independent
+/// read_committed reader sees them; headers and keys come through; a
+/// transaction aborted after a renewal leaves nothing visible.
+#[test]
+fn a_renewed_transaction_commits_each_record_once_in_order() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use weir::kafka::producer::{ProduceBatch, SinkProducer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair("renew", 2);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config = weir::config::Config::load(&spec.write()).unwrap();
+    let producer = SinkProducer::create(&config, tokio_util::sync::CancellationToken::new())
+        .unwrap()
+        .with_journal();
+    let group: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", weir_testkit::bootstrap())
+        .set("group.id", weir_testkit::unique("renew"))
+        .create()
+        .unwrap();
+    let metadata = group.group_metadata().expect("group metadata");
+    let none = rdkafka::TopicPartitionList::new();
+    let batch_of = |from: usize, to: usize| {
+        let mut b = ProduceBatch::default();
+        for i in from..to {
+            b.push(format!("k{}", i % 7).as_bytes(), format!("{i}").as_bytes());
+        }
+        b
+    };
+
+    producer.begin_transaction().unwrap();
+    producer.send_batch(&output, &mut batch_of(0, 100)).unwrap();
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "weir.test",
+        value: Some("h"),
+    });
+    producer
+        .send(&output, Some(b"k1"), Some(b"100"), Some(headers), None)
+        .unwrap();
+    assert!(producer.journal_bytes() > 0);
+    producer.renew_transaction().unwrap();
+    producer
+        .send_batch(&output, &mut batch_of(101, 150))
+        .unwrap();
+    producer.suspend_transaction().unwrap();
+    producer.resume_transaction().unwrap();
+    producer.renew_transaction().unwrap();
+    producer
+        .send_batch(&output, &mut batch_of(150, 200))
+        .unwrap();
+    producer.commit_transaction(&none, &metadata).unwrap();
+    assert_eq!(producer.journal_bytes(), 0, "a commit empties the journal");
+
+    // Aborted after a renewal: none of it is ever visible.
+    producer.begin_transaction().unwrap();
+    producer
+        .send_batch(&output, &mut batch_of(1000, 1100))
+        .unwrap();
+    producer.renew_transaction().unwrap();
+    producer.abort_transaction().unwrap();
+    producer.begin_transaction().unwrap();
+    producer
+        .send(&output, Some(b"end"), Some(b"end"), None, None)
+        .unwrap();
+    producer.commit_transaction(&none, &metadata).unwrap();
+
+    let records = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |r| r.iter().any(|r| r.value.as_deref() == Some("end")),
+    );
+    let values: Vec<usize> = records
+        .iter()
+        .filter_map(|r| r.value.as_deref()?.parse().ok())
+        .collect();
+    let mut sorted = values.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (0..200).collect::<Vec<_>>(),
+        "each committed record once, none aborted"
+    );
+    // In order per key (one key's records share a partition).
+    let mut last: HashMap<String, usize> = HashMap::new();
+    for r in &records {
+        let (Some(k), Some(Ok(v))) = (&r.key, r.value.as_deref().map(str::parse::<usize>)) else {
+            continue;
+        };
+        if let Some(prev) = last.insert(k.clone(), v) {
+            assert!(prev < v, "key {k}: {v} after {prev}");
+        }
+    }
+    let with_header = records
+        .iter()
+        .find(|r| r.value.as_deref() == Some("100"))
+        .unwrap();
+    assert_eq!(
+        with_header.headers.get("weir.test").map(String::as_str),
+        Some("h")
+    );
+}

@@ -94,6 +94,9 @@ struct Cluster {
     /// unless set), and `[kafka.properties]` lines they get besides.
     s3_endpoint: Option<String>,
     properties: String,
+    /// `scale.tasks` and `transaction.timeout.ms`.
+    tasks: u32,
+    transaction_timeout_ms: u32,
     running: BTreeMap<usize, WeirProcess>,
 }
 
@@ -112,6 +115,8 @@ impl Cluster {
             start: "earliest",
             s3_endpoint: None,
             properties: String::new(),
+            tasks: TASKS,
+            transaction_timeout_ms: 30_000,
             running: BTreeMap::new(),
         }
     }
@@ -125,9 +130,11 @@ impl Cluster {
         spec.interval = self.interval.clone();
         spec.start = self.start.into();
         spec.extra = format!(
-            "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
-             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}{}",
+            "\n[scale]\nmode = \"group\"\ntasks = {}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"{}\"\n{}{}",
+            self.tasks,
             self.protocol,
+            self.transaction_timeout_ms,
             self.properties,
             self.storage
                 .extra(self.s3_endpoint.as_deref().unwrap_or(&s3_endpoint()))
@@ -236,11 +243,19 @@ impl Cluster {
     /// Waits until the committed output holds every expected pair, then
     /// checks it is exactly that.
     fn assert_exact(&self, expected: &HashMap<String, u64>) -> Vec<OutRecord> {
+        self.assert_exact_within(expected, Duration::from_secs(240))
+    }
+
+    fn assert_exact_within(
+        &self,
+        expected: &HashMap<String, u64>,
+        within: Duration,
+    ) -> Vec<OutRecord> {
         let total: u64 = expected.values().sum();
         let records = read_topic(
             &self.output,
             Isolation::Committed,
-            Duration::from_secs(240),
+            within,
             Duration::from_secs(3),
             |r| r.len() as u64 >= total,
         );
@@ -1425,6 +1440,121 @@ fn a_download_longer_than_the_poll_interval_keeps_the_membership() {
         "{}",
         log_tail(&log)
     );
+    c.assert_alive();
+    c.stop(1);
+}
+
+/// Issue #18, hole 4: an epoch is bounded in time, however long its
+/// checkpoint takes to upload. One task holds 1 GiB of state (16,384
+/// distinct words of 64 KiB of random letters, which LZ4 cannot shrink),
+/// loaded through a fast link to S3; transactions time out after 10 s,
+/// checkpoints after 5 s, one every second. Then the link's uploads are
+/// slowed to 20 MiB/s and a compaction of the whole store (a failpoint)
+/// rewrites it into new SST files, 1 GiB to upload again (about 50 s),
+/// while a feed goes on. The instance declines
+/// the checkpoints that are not on storage in time, keeps their output in
+/// its transaction and renews that before it times out: it is never
+/// fenced and never restarts, and the output is exact. A new instance on
+/// an empty machine then restores the checkpoint committed after the
+/// compaction and counts on exactly.
+#[test]
+fn a_checkpoint_upload_longer_than_the_transaction_timeout_loses_nothing() {
+    let (_keep, base) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&base, Storage::s3());
+    c.tasks = 1;
+    c.interval = "1s".into();
+    c.timeout = "5s".into();
+    c.transaction_timeout_ms = 10_000;
+    let endpoint = s3_endpoint();
+    let slow = weir_testkit::Throttle::uploads(
+        endpoint.trim_start_matches("http://").trim_end_matches('/'),
+        1 << 30,
+    );
+    c.s3_endpoint = Some(slow.url());
+    let trigger = base.join("compact-now");
+    let failpoints = format!("group-compact-after-commit=return({})", trigger.display());
+    c.start_with(0, &[("FAILPOINTS", failpoints.as_str())]);
+
+    const WORD: usize = 64 << 10;
+    let pool: Vec<u8> = (0..1 << 20).map(|_| b'a' + rng.below(26) as u8).collect();
+    let big: Vec<String> = (0..16_384)
+        .map(|i| {
+            let mut w = format!("w{i:05}");
+            let at = rng.below((pool.len() - WORD) as u64) as usize;
+            w.push_str(std::str::from_utf8(&pool[at..at + WORD - w.len()]).unwrap());
+            w
+        })
+        .collect();
+    let mut expected: HashMap<String, u64> = big.iter().map(|w| (w.clone(), 1)).collect();
+    produce(&c.input, 4, &big);
+    c.assert_exact_within(&expected, Duration::from_secs(900));
+
+    // The next commit is followed by a compaction of the whole store; a
+    // feed goes on while its files upload through the slow link.
+    slow.set_rate(20 << 20);
+    std::fs::write(&trigger, b"").unwrap();
+    let lines = more_lines(&mut rng, 3_000, 2_000, &mut expected);
+    let feeder = feed(&c.input, lines, 50, Duration::from_secs(1));
+    let started = Instant::now();
+    while trigger.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no compaction:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    feeder.join().unwrap();
+    c.assert_exact_within(&expected, Duration::from_secs(900));
+    let log = std::fs::read_to_string(base.join("i0/weir.log")).unwrap();
+    let compacted = log
+        .lines()
+        .find(|l| l.contains("store compacted whole"))
+        .unwrap_or_else(|| panic!("no compaction logged:\n{}", log_tail(&log)));
+    let after = &log[log.find(compacted).unwrap()..];
+    let declined = after.matches("checkpoint declined").count();
+    let renewed = after.matches("transaction renewed").count();
+    eprintln!(
+        "after the compaction: {declined} checkpoints declined, {renewed} transactions renewed"
+    );
+    // The compaction's upload alone outlasts the transaction timeout
+    // several times over (a renewal every 8 s): the case is real. A
+    // checkpoint declined once is not tried again until its files are
+    // stored.
+    assert!(declined >= 1 && renewed >= 3, "{}", log_tail(after));
+    assert!(
+        !log.contains("fenced") && !log.contains("instance attempt failed"),
+        "{}",
+        log_tail(&log)
+    );
+    c.assert_alive();
+    let w = c.running.get_mut(&0).unwrap();
+    let addr = w.admin_addr(Duration::from_secs(30));
+    let (_, metrics) = http(&addr, "GET", "/metrics", None);
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    assert!(value("weir_group_checkpoints_declined_total") >= 1.0);
+    assert!(value("weir_group_transactions_renewed_total") >= 3.0);
+    assert_eq!(value("weir_restarts_total"), 0.0);
+    c.stop(0);
+
+    // A new machine: the checkpoint written after the compaction is
+    // downloaded (at full speed) and the counts go on from it.
+    c.s3_endpoint = None;
+    c.start(1);
+    let again: Vec<String> = big.iter().step_by(64).cloned().collect();
+    for w in &again {
+        *expected.get_mut(w).unwrap() += 1;
+    }
+    let last = more_lines(&mut rng, 200, 2_000, &mut expected);
+    produce(&c.input, 4, &again);
+    produce(&c.input, 4, &last);
+    c.assert_exact_within(&expected, Duration::from_secs(600));
     c.assert_alive();
     c.stop(1);
 }

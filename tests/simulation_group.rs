@@ -19,8 +19,11 @@
 //! new incarnation fences it), commits that fail, commits whose ack is lost
 //! after they applied, crashes after the manifests are written and before
 //! the commit, rebalances that race a commit (the member's generation is
-//! stale when it commits), and pauses past the session timeout (a zombie
-//! that resumes and commits or polls). Invariants checked:
+//! stale when it commits), pauses past the session timeout (a zombie
+//! that resumes and commits or polls), and checkpoints declined because
+//! their uploads are late (the epoch goes on, its output waits in the
+//! transaction, which is renewed when it could not wait for another
+//! checkpoint). Invariants checked:
 //! - a member only ever commits partitions the group assigned to it;
 //! - every committed pointer names a manifest of that task at that offset;
 //! - every input record crosses the repartition topic exactly once;
@@ -35,7 +38,7 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use weir::runtime::commit::{CommitOffsets, CommitPoint};
+use weir::runtime::commit::{CommitOffsets, CommitPoint, TransactionBudget};
 use weir::scale::epoch::{
     commit_before_revocation, restore_point, run_epoch, Committed, EpochWork, Membership,
     RestorePoint,
@@ -65,7 +68,16 @@ struct Faults {
     crash_before_commit: u64,
     racing_rebalance: u64,
     pause: u64,
+    decline: u64,
 }
+
+/// The budget every incarnation's epochs run under; the fake clock moves
+/// 100 ms per step, so that some declined epochs renew and some do not.
+const BUDGET: TransactionBudget = TransactionBudget {
+    transaction_timeout: Duration::from_secs(10),
+    interval: Duration::from_secs(1),
+    checkpoint_timeout: Duration::from_secs(2),
+};
 
 fn partitions() -> Vec<Partition> {
     (0..INPUTS)
@@ -101,6 +113,8 @@ struct Manifest {
 struct Txn {
     repartition: Vec<(i32, String)>,
     output: Vec<(String, u64)>,
+    /// The fake clock when it began.
+    began: u64,
 }
 
 /// An in-memory Kafka (the group coordinator, the topics, transactions)
@@ -130,6 +144,10 @@ struct Broker {
     /// commits of zombies (unknown members, fenced producers).
     refused: u32,
     zombie_commits: u32,
+    declined: u32,
+    renewed: u32,
+    /// Steps of 100 ms.
+    clock: u64,
 }
 
 impl Broker {
@@ -213,7 +231,14 @@ impl CommitPoint for FakeTxn {
             !b.open.contains_key(&self.member.0),
             "begin with a transaction open"
         );
-        b.open.insert(self.member.0, Txn::default());
+        let began = b.clock;
+        b.open.insert(
+            self.member.0,
+            Txn {
+                began,
+                ..Txn::default()
+            },
+        );
         Ok(())
     }
 
@@ -282,7 +307,26 @@ impl CommitPoint for FakeTxn {
     }
 
     fn transaction_age(&self) -> Option<Duration> {
-        None
+        let b = self.broker.lock().unwrap();
+        let txn = b.open.get(&self.member.0)?;
+        Some(Duration::from_millis(100 * (b.clock - txn.began)))
+    }
+
+    /// As the producer's journal does: the open transaction aborted and a
+    /// new one begun holding the same output.
+    fn renew(&self) -> Result<()> {
+        let mut b = self.broker.lock().unwrap();
+        if b.producer_epoch[&self.member.0] != self.epoch {
+            return Err(failure("producer fenced"));
+        }
+        let txn = b
+            .open
+            .remove(&self.member.0)
+            .ok_or_else(|| failure("no open transaction"))?;
+        let began = b.clock;
+        b.open.insert(self.member.0, Txn { began, ..txn });
+        b.renewed += 1;
+        Ok(())
     }
 }
 
@@ -314,6 +358,7 @@ struct Inst {
     /// Faults armed for the next epoch.
     crash_before_commit: bool,
     racing_rebalance: bool,
+    decline: bool,
 }
 
 /// The membership an epoch is checked against (the real code passes the
@@ -338,8 +383,14 @@ impl Membership for View {
 }
 
 impl EpochWork for Inst {
-    fn prepare(&mut self) -> Result<CommitOffsets> {
+    fn prepare(&mut self) -> Result<Option<CommitOffsets>> {
         let mut b = self.broker.lock().unwrap();
+        if std::mem::take(&mut self.decline) {
+            // The snapshots' files were not on storage in time: no
+            // manifest, nothing committed; the epoch goes on.
+            b.declined += 1;
+            return Ok(None);
+        }
         let mut offsets = CommitOffsets::default();
         for (p, next) in &self.inputs {
             offsets.insert(INPUT, *p, *next, String::new());
@@ -370,7 +421,7 @@ impl EpochWork for Inst {
             // move). Its partitions stay its own; its commit is stale.
             b.generation += 1;
         }
-        Ok(offsets)
+        Ok(Some(offsets))
     }
 
     fn committed(&mut self, _offsets: &CommitOffsets) {
@@ -404,8 +455,10 @@ impl Inst {
         }
     }
 
-    /// The epoch, as `GraphInstance::commit` runs it.
-    fn commit_epoch(&mut self) -> Result<()> {
+    /// The epoch, as `GraphInstance::commit` runs it; `forced` by a
+    /// revocation, which cannot let its partitions go with their output
+    /// still in the open transaction: a declined checkpoint fails it.
+    fn commit_epoch(&mut self, forced: bool) -> Result<()> {
         if !self.dirty {
             return Ok(());
         }
@@ -415,8 +468,12 @@ impl Inst {
         let view = self.view();
         let commit = self.commit.clone();
         let instance = format!("instance-{}", self.member.0);
-        match run_epoch(self, &view, &*commit, &instance)?.0 {
+        match run_epoch(self, &view, &*commit, &instance, &BUDGET)?.0 {
             Committed::Yes | Committed::Refused(_) => Ok(()),
+            Committed::Declined { .. } if forced => Err(failure(
+                "checkpoint declined while the partitions are taken away",
+            )),
+            Committed::Declined { .. } => Ok(()),
         }
     }
 
@@ -444,7 +501,7 @@ impl Inst {
             self.lost = true;
             let instance = format!("instance-{}", self.member.0);
             let failed = commit_before_revocation(true, &instance, self.assigned.len(), || {
-                self.commit_epoch()
+                self.commit_epoch(true)
             });
             assert!(failed.is_some(), "a lost assignment must end the attempt");
             return Err(Died);
@@ -456,8 +513,10 @@ impl Inst {
         if releasing {
             if !revoke.is_empty() {
                 let instance = format!("instance-{}", self.member.0);
-                if commit_before_revocation(false, &instance, revoke.len(), || self.commit_epoch())
-                    .is_some()
+                if commit_before_revocation(false, &instance, revoke.len(), || {
+                    self.commit_epoch(true)
+                })
+                .is_some()
                 {
                     return Err(Died);
                 }
@@ -661,6 +720,7 @@ impl Sim {
             resumed: false,
             crash_before_commit: false,
             racing_rebalance: false,
+            decline: false,
         });
     }
 
@@ -675,6 +735,7 @@ impl Sim {
     }
 
     fn step(&mut self, faults_on: bool) {
+        self.broker.lock().unwrap().clock += 1;
         let i = self.rng.below(INSTANCES as u64) as usize;
         let f = self.faults;
         // Sessions of dead and paused members expire now and then.
@@ -726,6 +787,7 @@ impl Sim {
         let ack_lost = faults_on && self.chance(f.commit_ack_lost);
         let crash_before = faults_on && self.chance(f.crash_before_commit);
         let racing = faults_on && self.chance(f.racing_rebalance);
+        let decline = faults_on && self.chance(f.decline);
         let inst = self.running[i].as_mut().expect("running");
         let outcome = match action {
             // A zombie that resumed may commit before it polls.
@@ -737,7 +799,8 @@ impl Sim {
                 }
                 inst.crash_before_commit = crash_before;
                 inst.racing_rebalance = racing;
-                let r = inst.commit_epoch().map_err(|_| Died);
+                inst.decline = decline;
+                let r = inst.commit_epoch(false).map_err(|_| Died);
                 let mut b = self.broker.lock().unwrap();
                 b.fail_next_commit = false;
                 b.lose_next_ack = false;
@@ -821,6 +884,7 @@ fn group_epochs_hold_under_hundreds_of_seeded_fault_schedules() {
         crash_before_commit: 0,
         racing_rebalance: 0,
         pause: 0,
+        decline: 0,
     };
     let mixes = [
         ("no faults", none),
@@ -849,6 +913,13 @@ fn group_epochs_hold_under_hundreds_of_seeded_fault_schedules() {
         ),
         ("zombies", Faults { pause: 4, ..none }),
         (
+            "late uploads",
+            Faults {
+                decline: 400,
+                ..none
+            },
+        ),
+        (
             "everything",
             Faults {
                 crash: 2,
@@ -857,12 +928,13 @@ fn group_epochs_hold_under_hundreds_of_seeded_fault_schedules() {
                 crash_before_commit: 10,
                 racing_rebalance: 50,
                 pause: 2,
+                decline: 100,
             },
         ),
     ];
     let mut schedules = 0;
     for (name, faults) in mixes {
-        let (mut restarts, mut refused, mut zombies) = (0, 0, 0);
+        let (mut restarts, mut refused, mut zombies, mut declined, mut renewed) = (0, 0, 0, 0, 0);
         for seed in 0..SEEDS {
             let mut sim = Sim::new(seed * 7919 + 1, 40, faults);
             sim.run(3_000);
@@ -873,16 +945,23 @@ fn group_epochs_hold_under_hundreds_of_seeded_fault_schedules() {
             let b = sim.broker.lock().unwrap();
             refused += b.refused;
             zombies += b.zombie_commits;
+            declined += b.declined;
+            renewed += b.renewed;
         }
         println!(
             "{name}: {SEEDS} schedules, {restarts} incarnations ended, {refused} commits refused in a \
-             rebalance, {zombies} zombie commits refused"
+             rebalance, {zombies} zombie commits refused, {declined} checkpoints declined, \
+             {renewed} transactions renewed"
         );
         // Each mix explores what it injects.
         match name {
             "crashes" | "commit faults" => assert!(restarts > 50, "{name}: {restarts}"),
             "raced rebalances" => assert!(refused > 50, "{name}: {refused}"),
             "zombies" => assert!(zombies > 5, "{name}: {zombies}"),
+            "late uploads" => assert!(
+                declined > 1000 && renewed > 100,
+                "{name}: {declined} declined, {renewed} renewed"
+            ),
             _ => {}
         }
     }

@@ -14,7 +14,7 @@
 //! dirty entries go into each snapshot's changes file and reach RocksDB
 //! in write-back batches, never one put per update.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rocksdb::WriteBatch;
 use rustc_hash::FxHashMap;
@@ -444,6 +444,23 @@ impl KeyedStore {
             self.cache.clear();
         }
         Ok(())
+    }
+
+    /// The SST files of the store's RocksDB now: the folder they are in,
+    /// and each one's name and size (`StateBackend::live_sst_files`).
+    pub fn live_sst_files(&self) -> Result<(PathBuf, Vec<(String, u64)>)> {
+        Ok((
+            self.backend.dir().to_path_buf(),
+            self.backend.live_sst_files()?,
+        ))
+    }
+
+    /// Everything written back, then every SST file rewritten
+    /// (`StateBackend::compact_all`).
+    pub fn compact(&mut self) -> Result<()> {
+        self.write_back()?;
+        self.timers.write_back(&self.backend)?;
+        self.backend.compact_all()
     }
 
     /// Group mode: snapshots are SST files only, each uploaded once (see

@@ -160,6 +160,91 @@ impl ProduceBatch {
         let (k, kl, _, _) = self.records[i];
         &self.data[k..k + kl]
     }
+
+    fn value(&self, i: usize) -> &[u8] {
+        let (_, _, v, vl) = self.records[i];
+        &self.data[v..v + vl]
+    }
+
+    /// Bytes of keys and values held.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// What a transactional producer enqueued in its open transaction, kept
+/// (with [`SinkProducer::with_journal`]) so that the transaction can be
+/// renewed: aborted and begun again holding the same records, in the same
+/// order per partition ([`SinkProducer::renew_transaction`]). A group-mode
+/// instance whose checkpoint is not on storage in time (a slow upload)
+/// cannot commit its epoch's output yet, and must not hold the transaction
+/// past `transaction.timeout.ms` either: it renews it and goes on.
+#[derive(Default)]
+struct Journal {
+    entries: Vec<Entry>,
+    bytes: usize,
+}
+
+enum Entry {
+    Batch {
+        topic: String,
+        partition: i32,
+        batch: ProduceBatch,
+    },
+    One {
+        topic: String,
+        key: Option<Vec<u8>>,
+        value: Option<Vec<u8>>,
+        headers: Option<OwnedHeaders>,
+        timestamp: Option<i64>,
+    },
+}
+
+impl Journal {
+    /// The records of `batch` less those at `refused` (sorted), appended to
+    /// the last entry when it is for the same topic and partition.
+    fn push_batch(&mut self, topic: &str, partition: i32, batch: &ProduceBatch, refused: &[usize]) {
+        let same = matches!(self.entries.last(),
+            Some(Entry::Batch { topic: t, partition: p, .. }) if t == topic && *p == partition);
+        if !same {
+            self.entries.push(Entry::Batch {
+                topic: topic.to_string(),
+                partition,
+                batch: ProduceBatch::default(),
+            });
+        }
+        let Some(Entry::Batch { batch: to, .. }) = self.entries.last_mut() else {
+            unreachable!("a batch entry was just pushed")
+        };
+        let before = to.bytes();
+        for i in (0..batch.len()).filter(|i| refused.binary_search(i).is_err()) {
+            to.push(batch.key(i), batch.value(i));
+        }
+        self.bytes += to.bytes() - before;
+    }
+
+    fn push_one(
+        &mut self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: Option<OwnedHeaders>,
+        timestamp: Option<i64>,
+    ) {
+        self.bytes += key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
+        self.entries.push(Entry::One {
+            topic: topic.to_string(),
+            key: key.map(<[u8]>::to_vec),
+            value: value.map(<[u8]>::to_vec),
+            headers,
+            timestamp,
+        });
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
 }
 
 /// What became of a batch: how many records were enqueued, and the keys
@@ -193,6 +278,8 @@ pub struct SinkProducer {
     /// When the open transaction began (exactly-once).
     txn_started: Mutex<Option<Instant>>,
     cancel: CancellationToken,
+    /// Kept only by producers made [`SinkProducer::with_journal`].
+    journal: Option<Mutex<Journal>>,
 }
 
 impl SinkProducer {
@@ -212,6 +299,7 @@ impl SinkProducer {
             transactional_id,
             txn_started: Mutex::new(None),
             cancel,
+            journal: None,
         };
         if p.transactional_id.is_some() {
             p.inner
@@ -223,6 +311,102 @@ impl SinkProducer {
 
     pub fn is_transactional(&self) -> bool {
         self.transactional_id.is_some()
+    }
+
+    /// Keeps a copy of what each transaction holds, so that it can be
+    /// renewed ([`SinkProducer::renew_transaction`]); a transactional
+    /// producer only. Costs a copy of every record's key and value.
+    pub fn with_journal(mut self) -> Self {
+        if self.is_transactional() {
+            self.journal = Some(Mutex::new(Journal::default()));
+        }
+        self
+    }
+
+    /// Bytes of keys and values the open transaction holds (0 without a
+    /// journal).
+    pub fn journal_bytes(&self) -> usize {
+        self.journal
+            .as_ref()
+            .map_or(0, |j| j.lock().expect("journal lock").bytes)
+    }
+
+    /// Aborts the open transaction and begins a new one holding the same
+    /// records, so that what it holds can wait for its commit longer than
+    /// `transaction.timeout.ms` allows one transaction to stay open.
+    /// Nothing of the aborted one is ever visible to a read_committed
+    /// reader. Requires the journal.
+    pub fn renew_transaction(&self) -> Result<()> {
+        self.suspend_transaction()?;
+        self.resume_transaction()
+    }
+
+    /// Aborts the open transaction but keeps its journal, for
+    /// [`SinkProducer::resume_transaction`]: work that may outlast the
+    /// transaction's timeout (a restore) runs with none open. Nothing may
+    /// be sent in between. Requires the journal.
+    pub fn suspend_transaction(&self) -> Result<()> {
+        if self.journal.is_none() {
+            return Err(WeirError::Task {
+                task: "sink".into(),
+                reason: "suspending a transaction needs the producer's journal".into(),
+            });
+        }
+        let aborted = self
+            .inner
+            .abort_transaction(Duration::from_secs(10))
+            .map_err(|e| self.txn_error("abort_transaction (suspend)", e));
+        *self.txn_started.lock().expect("txn lock") = None;
+        aborted
+    }
+
+    /// Begins a transaction and sends into it what the journal holds.
+    pub fn resume_transaction(&self) -> Result<()> {
+        let Some(journal) = &self.journal else {
+            return Err(WeirError::Task {
+                task: "sink".into(),
+                reason: "resuming a transaction needs the producer's journal".into(),
+            });
+        };
+        let entries = {
+            let mut j = journal.lock().expect("journal lock");
+            j.bytes = 0;
+            std::mem::take(&mut j.entries)
+        };
+        self.begin_transaction()?;
+        for entry in entries {
+            match entry {
+                Entry::Batch {
+                    topic,
+                    partition,
+                    mut batch,
+                } => {
+                    let sent = self
+                        .send_batch_to(&topic, partition, &mut batch)
+                        .map_err(|e| e.into_error(&topic))?;
+                    if !sent.too_large.is_empty() {
+                        return Err(WeirError::Task {
+                            task: "sink".into(),
+                            reason: format!(
+                                "{} records to {topic:?} accepted before were refused as too \
+                                 large when the transaction was renewed",
+                                sent.too_large.len()
+                            ),
+                        });
+                    }
+                }
+                Entry::One {
+                    topic,
+                    key,
+                    value,
+                    headers,
+                    timestamp,
+                } => self
+                    .send(&topic, key.as_deref(), value.as_deref(), headers, timestamp)
+                    .map_err(|e| e.into_error(&topic))?,
+            }
+        }
+        Ok(())
     }
 
     /// How long the open transaction has been open.
@@ -243,6 +427,7 @@ impl SinkProducer {
         headers: Option<OwnedHeaders>,
         timestamp: Option<i64>,
     ) -> std::result::Result<(), SendError> {
+        let kept = self.journal.as_ref().map(|_| headers.clone());
         let mut record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic);
         record.key = key;
         record.payload = value;
@@ -250,7 +435,15 @@ impl SinkProducer {
         record.timestamp = timestamp;
         loop {
             match self.inner.send(record) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    if let (Some(journal), Some(headers)) = (&self.journal, kept) {
+                        journal
+                            .lock()
+                            .expect("journal lock")
+                            .push_one(topic, key, value, headers, timestamp);
+                    }
+                    return Ok(());
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     if self.cancel.is_cancelled() {
                         return Err(SendError::Cancelled);
@@ -343,6 +536,8 @@ impl SinkProducer {
             })
             .collect();
         let mut out = BatchSent::default();
+        // Indices refused for their size: not in the transaction.
+        let mut refused = Vec::new();
         let mut from = 0;
         while from < n {
             // SAFETY: `messages[from..]` points into `batch.data`, which
@@ -368,6 +563,7 @@ impl SinkProducer {
                     RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE => {
                         out.too_large
                             .push((batch.key(i).to_vec(), m.key_len + m.len));
+                        refused.push(i);
                     }
                     code => {
                         self.check()?;
@@ -386,6 +582,12 @@ impl SinkProducer {
                 m.err = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR;
             }
             from = i;
+        }
+        if let Some(journal) = &self.journal {
+            journal
+                .lock()
+                .expect("journal lock")
+                .push_batch(topic, partition, batch, &refused);
         }
         batch.clear();
         Ok(out)
@@ -448,6 +650,9 @@ impl SinkProducer {
     }
 
     pub fn abort_transaction(&self) -> Result<()> {
+        if let Some(journal) = &self.journal {
+            journal.lock().expect("journal lock").clear();
+        }
         let result = self
             .inner
             .abort_transaction(Duration::from_secs(10))
@@ -475,6 +680,9 @@ impl SinkProducer {
             p.inner.commit_transaction(TXN_TIMEOUT)
         })?;
         *self.txn_started.lock().expect("txn lock") = None;
+        if let Some(journal) = &self.journal {
+            journal.lock().expect("journal lock").clear();
+        }
         Ok(())
     }
 

@@ -56,6 +56,14 @@ pub struct Metrics {
     /// Group mode: epoch commits the group refused (a rebalance raced
     /// them); each one's epoch is redone.
     pub commits_refused: IntCounter,
+    /// Group mode: epochs whose checkpoint was not on storage in time
+    /// (`checkpoint.timeout`, or what the transaction timeout leaves): their
+    /// output waits for a later epoch's checkpoint, nothing is redone.
+    pub checkpoints_declined: IntCounter,
+    /// Group mode: open transactions aborted and begun again with the same
+    /// output, so that a late checkpoint never outlives
+    /// `transaction.timeout.ms`.
+    pub transactions_renewed: IntCounter,
     /// Windows open (not yet fired and expired) per keyed subtask.
     pub open_windows: IntGaugeVec,
 }
@@ -91,6 +99,18 @@ impl Metrics {
             commits_refused: IntCounter::new(
                 "weir_group_commits_refused_total",
                 "Group mode: epoch commits the consumer group refused (each epoch is redone)",
+            )
+            .expect("metric"),
+            checkpoints_declined: IntCounter::new(
+                "weir_group_checkpoints_declined_total",
+                "Group mode: epochs whose checkpoint upload did not finish in time (their output \
+                 waits for a later epoch)",
+            )
+            .expect("metric"),
+            transactions_renewed: IntCounter::new(
+                "weir_group_transactions_renewed_total",
+                "Group mode: open transactions aborted and begun again with the same output while \
+                 a checkpoint upload was late",
             )
             .expect("metric"),
             records_deleted_unread: IntCounterVec::new(
@@ -221,6 +241,10 @@ impl Metrics {
         r.register(Box::new(m.records_deleted_unread.clone()))
             .expect("register");
         r.register(Box::new(m.commits_refused.clone()))
+            .expect("register");
+        r.register(Box::new(m.checkpoints_declined.clone()))
+            .expect("register");
+        r.register(Box::new(m.transactions_renewed.clone()))
             .expect("register");
         r.register(Box::new(m.consumer_lag.clone()))
             .expect("register");

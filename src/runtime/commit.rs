@@ -96,6 +96,17 @@ pub trait CommitPoint: Send + Sync {
     fn abort(&self) -> Result<()>;
     /// How long the open transaction has been open.
     fn transaction_age(&self) -> Option<Duration>;
+    /// Aborts the open transaction and begins another holding the same
+    /// output, so that an epoch whose checkpoint is late can wait for it
+    /// longer than one transaction may stay open. Group mode only (its
+    /// producer keeps a journal); single mode never needs it, since its
+    /// snapshots are local.
+    fn renew(&self) -> Result<()> {
+        Err(WeirError::Task {
+            task: "commit".into(),
+            reason: "this commit point cannot renew its transaction".into(),
+        })
+    }
 }
 
 /// The Kafka commit point: the sink producer's transaction, committed with
@@ -180,6 +191,10 @@ impl CommitPoint for KafkaCommitPoint {
     fn transaction_age(&self) -> Option<Duration> {
         self.producer.transaction_age()
     }
+
+    fn renew(&self) -> Result<()> {
+        self.producer.renew_transaction()
+    }
 }
 
 /// The rule that keeps every transaction inside `transaction.timeout.ms`:
@@ -218,6 +233,13 @@ impl TransactionBudget {
     /// (wait for the next trigger, the checkpoint, the commit).
     pub fn allows_another_checkpoint(&self, age: Duration) -> bool {
         age + self.interval + self.checkpoint_timeout + self.margin() < self.transaction_timeout
+    }
+
+    /// Whether a transaction of `age` must be renewed now (group mode,
+    /// while a late checkpoint uploads): twice the commit's margin before
+    /// its timeout, time to abort it and send its output again.
+    pub fn must_renew(&self, age: Duration) -> bool {
+        age + 2 * self.margin() >= self.transaction_timeout
     }
 
     /// The latest moment, from now, at which a checkpoint triggered now must

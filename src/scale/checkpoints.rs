@@ -1,6 +1,6 @@
 //! Task checkpoints on shared storage, as every group-mode instance takes
-//! and restores them (the built-in pipeline's and a job graph's): upload
-//! what storage lacks, load and check a manifest, restore from a local
+//! and restores them (uploads run on the instance's uploader thread,
+//! `engine::group::uploader`): load and check a manifest, restore from a local
 //! copy by hard links or by download, collect what no retained checkpoint
 //! reaches. `label` names the task in errors ("task 3", "stage counts task 3").
 
@@ -12,50 +12,10 @@ use tracing::warn;
 
 use super::manifest::{self, ManifestFile, TaskManifest};
 use super::storage::SharedStorage;
-use crate::checkpoint::SnapshotFile;
 use crate::error::{Result, WeirError};
 
 /// The file in a local task snapshot naming the manifest it was uploaded as.
 pub const LOCAL_POINTER: &str = "WEIR-MANIFEST-KEY";
-
-/// Uploads the files of the snapshot in `target` that storage lacks (an
-/// SST file already uploaded under this writer is referenced again) and
-/// returns the manifest's file list.
-#[allow(clippy::too_many_arguments)]
-pub fn upload(
-    storage: &SharedStorage,
-    prefix: &str,
-    writer: &str,
-    seq: u64,
-    target: &Path,
-    files: &[SnapshotFile],
-    uploaded: &mut HashMap<String, ManifestFile>,
-    uploaded_bytes: &mut u64,
-) -> Result<Vec<ManifestFile>> {
-    let mut out = Vec::with_capacity(files.len());
-    for f in files {
-        if let Some(known) = uploaded.get(&f.name) {
-            if known.size_bytes == f.size_bytes {
-                out.push(known.clone());
-                continue;
-            }
-        }
-        let key = manifest::file_key(prefix, writer, seq, &f.name);
-        let (size_bytes, crc32) = storage.put_file(&key, &target.join(&f.name))?;
-        let mf = ManifestFile {
-            name: f.name.clone(),
-            key,
-            size_bytes,
-            crc32,
-        };
-        *uploaded_bytes += mf.size_bytes;
-        if f.name.ends_with(".sst") {
-            uploaded.insert(f.name.clone(), mf.clone());
-        }
-        out.push(mf);
-    }
-    Ok(out)
-}
 
 /// `cached` (a task's upload cache, as a restore by hard links found it in
 /// the manifest) less the files storage no longer holds under `prefix`:

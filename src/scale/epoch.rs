@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 
 use super::manifest;
 use crate::error::{Result, WeirError};
-use crate::runtime::commit::{CommitOffsets, CommitPoint};
+use crate::runtime::commit::{CommitOffsets, CommitPoint, TransactionBudget};
 
 /// What an instance knows of its membership in the group.
 pub trait Membership {
@@ -39,8 +39,12 @@ pub trait EpochWork {
     /// Ends the epoch: everything gathered is written into the open
     /// transaction, each changed task is snapshotted and its manifest is
     /// durable on storage. Returns every owned partition's next offset
-    /// (input partitions) or next offset and manifest pointer (tasks).
-    fn prepare(&mut self) -> Result<CommitOffsets>;
+    /// (input partitions) or next offset and manifest pointer (tasks);
+    /// None when the snapshots' files were not on storage in time: the
+    /// checkpoint is declined, and the epoch goes on (what it wrote stays
+    /// in the open transaction, its positions and state are kept, and a
+    /// later epoch's checkpoint covers it).
+    fn prepare(&mut self) -> Result<Option<CommitOffsets>>;
     /// The epoch committed: what `prepare` returned is now the committed
     /// checkpoint of each partition.
     fn committed(&mut self, offsets: &CommitOffsets);
@@ -54,6 +58,11 @@ pub trait EpochWork {
 pub enum Committed {
     /// Committed, and the next transaction begun.
     Yes,
+    /// The checkpoint was not ready in time: nothing was committed and
+    /// nothing is redone; the output waits in the open transaction,
+    /// `renewed` (aborted and begun again with the same output) when it
+    /// could not live through another checkpoint.
+    Declined { renewed: bool },
     /// The group refused it in a rebalance (the work migrated; nothing is
     /// wrong): the epoch was aborted and the instance resumes from what the
     /// group committed.
@@ -61,15 +70,25 @@ pub enum Committed {
 }
 
 /// One epoch's end: prepare, commit, and on a refusal abort and rewind.
-/// Err for a zombie (a lost assignment, a fenced member or producer) or any
-/// other failure: the attempt ends and its transaction is aborted.
+/// A declined checkpoint renews the transaction when `budget` says it
+/// cannot wait for another one. Err for a zombie (a lost assignment, a
+/// fenced member or producer) or any other failure: the attempt ends and
+/// its transaction is aborted.
 pub fn run_epoch(
     work: &mut impl EpochWork,
     membership: &impl Membership,
     commit: &dyn CommitPoint,
     instance: &str,
+    budget: &TransactionBudget,
 ) -> Result<(Committed, CommitOffsets)> {
-    let offsets = work.prepare()?;
+    let Some(offsets) = work.prepare()? else {
+        let age = commit.transaction_age().unwrap_or_default();
+        let renewed = !budget.allows_another_checkpoint(age);
+        if renewed {
+            commit.renew()?;
+        }
+        return Ok((Committed::Declined { renewed }, CommitOffsets::default()));
+    };
     crate::crash_point!("group-before-commit");
     match commit_epoch(membership, commit, instance, &offsets)? {
         Committed::Yes => {
@@ -87,6 +106,8 @@ pub fn run_epoch(
             work.rewind();
             Ok((Committed::Refused(cause), offsets))
         }
+        // `commit_epoch` commits or is refused; declining is `prepare`'s.
+        declined @ Committed::Declined { .. } => Ok((declined, offsets)),
     }
 }
 

@@ -179,6 +179,44 @@ impl StateBackend {
         &self.db
     }
 
+    /// Rewrites every SST file of every column family into new ones (a
+    /// full compaction, the bottommost level included), after flushing the
+    /// memtables: what a large compaction does to a checkpoint's upload,
+    /// on demand (tests of group mode's late checkpoints).
+    pub fn compact_all(&self) -> Result<()> {
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        for family in FAMILIES {
+            let cf = self.cf(family);
+            self.db
+                .flush_cf(cf)
+                .map_err(|e| WeirError::state(format!("flush {}", self.path.display()), e))?;
+            self.db
+                .compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &opts);
+        }
+        Ok(())
+    }
+
+    /// The SST files RocksDB holds now, by name (in [`Self::dir`]) and
+    /// size. Only installed files are live: each is complete and never
+    /// changes again.
+    pub fn live_sst_files(&self) -> Result<Vec<(String, u64)>> {
+        let files = self
+            .db
+            .live_files()
+            .map_err(|e| WeirError::state(format!("live files of {}", self.path.display()), e))?;
+        Ok(files
+            .into_iter()
+            .map(|f| (f.name.trim_start_matches('/').to_string(), f.size as u64))
+            .filter(|(name, _)| name.ends_with(".sst"))
+            .collect())
+    }
+
+    /// The folder RocksDB keeps its files in.
+    pub fn dir(&self) -> &Path {
+        &self.path
+    }
+
     /// A column family of this instance (one of [`FAMILIES`]).
     pub fn cf(&self, name: &str) -> &ColumnFamily {
         cf(&self.db, name)

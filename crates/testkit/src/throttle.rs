@@ -1,8 +1,9 @@
-//! A TCP proxy that forwards to one upstream and limits what comes back
-//! from it to a rate shared by every connection through it: a slow
-//! download link to storage (an S3 endpoint at a few hundred kilobytes a
-//! second) for tests of what weir does while a restore takes long. What the
-//! client sends (uploads, requests) goes through at full speed.
+//! A TCP proxy that forwards to one upstream and limits one direction to a
+//! rate shared by every connection through it: a slow download link to
+//! storage (an S3 endpoint at a few hundred kilobytes a second) for tests
+//! of what weir does while a restore takes long, or a slow upload link for
+//! tests of checkpoints that take longer than a transaction may stay open.
+//! The other direction goes through at full speed.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -16,6 +17,7 @@ pub struct Throttle {
     /// `127.0.0.1:<port>` to connect to instead of the upstream.
     pub addr: String,
     stop: Arc<AtomicBool>,
+    budget: Arc<Mutex<Budget>>,
 }
 
 /// Bytes let through so far, one budget for every connection's answers.
@@ -50,6 +52,16 @@ impl Throttle {
     /// Forwards connections to `upstream` (`host:port`), its answers at
     /// `bytes_per_sec`.
     pub fn downloads(upstream: &str, bytes_per_sec: u64) -> Throttle {
+        Self::start(upstream, bytes_per_sec, false)
+    }
+
+    /// Forwards connections to `upstream` (`host:port`), what the clients
+    /// send (requests, uploaded bodies) at `bytes_per_sec`.
+    pub fn uploads(upstream: &str, bytes_per_sec: u64) -> Throttle {
+        Self::start(upstream, bytes_per_sec, true)
+    }
+
+    fn start(upstream: &str, bytes_per_sec: u64, uploads: bool) -> Throttle {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the throttle's port");
         let addr = listener.local_addr().unwrap().to_string();
         listener.set_nonblocking(true).unwrap();
@@ -61,6 +73,7 @@ impl Throttle {
         }));
         let upstream = upstream.to_string();
         let stopping = stop.clone();
+        let shared = budget.clone();
         std::thread::spawn(move || {
             while !stopping.load(Ordering::Relaxed) {
                 match listener.accept() {
@@ -71,9 +84,13 @@ impl Throttle {
                         };
                         let (up_from, up_to) =
                             (client.try_clone().unwrap(), server.try_clone().unwrap());
-                        std::thread::spawn(move || pipe(up_from, up_to, None));
-                        let budget = budget.clone();
-                        std::thread::spawn(move || pipe(server, client, Some(&budget)));
+                        let (up, down) = if uploads {
+                            (Some(budget.clone()), None)
+                        } else {
+                            (None, Some(budget.clone()))
+                        };
+                        std::thread::spawn(move || pipe(up_from, up_to, up.as_deref()));
+                        std::thread::spawn(move || pipe(server, client, down.as_deref()));
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(10))
@@ -82,7 +99,19 @@ impl Throttle {
                 }
             }
         });
-        Throttle { addr, stop }
+        Throttle {
+            addr,
+            stop,
+            budget: shared,
+        }
+    }
+
+    /// Changes the rate for every connection from now on.
+    pub fn set_rate(&self, bytes_per_sec: u64) {
+        let mut b = self.budget.lock().unwrap();
+        b.rate = bytes_per_sec;
+        b.started = Instant::now();
+        b.sent = 0;
     }
 
     /// `http://<addr>`, for an endpoint setting.

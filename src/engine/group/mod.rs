@@ -35,6 +35,7 @@ mod housekeeper;
 pub mod marks;
 pub mod plan;
 pub mod reset;
+mod uploader;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -66,7 +67,7 @@ use crate::error::{Result, WeirError};
 use crate::kafka::producer::SinkProducer;
 use crate::kafka::{self, REQUEST_TIMEOUT};
 use crate::observe::metrics::Metrics;
-use crate::runtime::commit::{CommitOffsets, CommitPoint, KafkaCommitPoint};
+use crate::runtime::commit::{CommitOffsets, CommitPoint, KafkaCommitPoint, TransactionBudget};
 use crate::runtime::gate::EpochGate;
 use crate::runtime::output::Output;
 use crate::runtime::query::{QueryFailure, StateQuery};
@@ -88,6 +89,21 @@ use crate::time::MIN_WATERMARK;
 
 /// How often storage is garbage-collected and the repartition topics trimmed.
 const HOUSEKEEPING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most output (keys and values) an instance holds in its transaction
+/// while its checkpoint uploads are late: past it, the instance reads no
+/// more input until the checkpoint is on storage, renewing the transaction
+/// meanwhile (`GraphInstance::wait_for_uploads`).
+const JOURNAL_LIMIT: usize = 256 << 20;
+
+/// How often the stores of changed tasks are looked at for SST files that
+/// RocksDB wrote since (flushes, compactions): those are queued for upload
+/// at once, not at the epoch's end (`GraphInstance::upload_new_files`).
+const EAGER_UPLOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A task's folder of hard links to SST files queued for upload before
+/// their snapshot (RocksDB may delete a file before its upload is done).
+const STAGING: &str = "staging";
 
 type Consumer_ = BaseConsumer<GroupContext<GraphInstance>>;
 
@@ -121,7 +137,10 @@ struct GraphTask {
     /// The manifest of the last checkpoint taken, and of the last committed.
     pointer: Option<String>,
     committed: Option<String>,
+    /// SST files on storage under this incarnation's writer, by name, and
+    /// those queued for upload or being uploaded (name: object key, size).
     uploaded: HashMap<String, ManifestFile>,
+    uploading: HashMap<String, (String, u64)>,
     /// Names this incarnation's objects (see `scale::engine`).
     writer: String,
     changed: bool,
@@ -135,7 +154,77 @@ struct GraphTask {
     marked: bool,
 }
 
+/// A task's snapshot of this epoch, its files on their way to storage.
+struct Staged {
+    key: (usize, u32),
+    next: i64,
+    seq: u64,
+    target: PathBuf,
+    /// Each file's name and the object it is (or will be) stored as.
+    files: Vec<(String, String)>,
+}
+
+/// What a task's epoch end gives the commit.
+enum TaskCheckpoint {
+    /// Nothing changed: its offset, with the pointer it had.
+    Unchanged(i64, String),
+    Staged(Staged),
+}
+
 impl GraphTask {
+    /// Moves the uploads the uploader finished into the task's cache of
+    /// stored files; forgets those that failed or were cancelled (a later
+    /// snapshot that needs them queues them again).
+    fn harvest(&mut self, uploader: &mut uploader::Uploader, bytes: &mut u64) {
+        let uploaded = &mut self.uploaded;
+        self.uploading.retain(|name, (key, _)| {
+            match uploader.take(key) {
+                Some(Ok((size_bytes, crc32))) => {
+                    *bytes += size_bytes;
+                    uploaded.insert(
+                        name.clone(),
+                        ManifestFile {
+                            name: name.clone(),
+                            key: key.clone(),
+                            size_bytes,
+                            crc32,
+                        },
+                    );
+                    false
+                }
+                Some(Err(e)) => {
+                    warn!(file = %name, error = %e.report(), "a checkpoint file's upload failed; queued again when a snapshot needs it");
+                    false
+                }
+                None => uploader.is_in_flight(key),
+            }
+        });
+    }
+
+    /// Removes the staging links of files no longer uploading (stored, or
+    /// failed and dropped).
+    fn clean_staging(&self) {
+        let staging = self.dir.join(STAGING);
+        let Ok(uids) = fs::read_dir(&staging) else {
+            return;
+        };
+        for uid in uids.flatten() {
+            let Ok(files) = fs::read_dir(uid.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let name = format!(
+                    "{}/{}",
+                    uid.file_name().to_string_lossy(),
+                    f.file_name().to_string_lossy()
+                );
+                if !self.uploading.contains_key(&name) {
+                    let _ = fs::remove_file(f.path());
+                }
+            }
+        }
+    }
+
     fn push_batch(&mut self) -> Result<()> {
         if self.batch.is_empty() {
             return Ok(());
@@ -191,9 +280,19 @@ pub struct GraphInstance {
     producer: Arc<SinkProducer>,
     /// The producer's transaction as the epoch's commit point.
     commit: Arc<KafkaCommitPoint>,
-    /// Bytes uploaded by the epoch being prepared.
+    /// Bytes uploaded since the last commit.
     uploaded_bytes: u64,
     storage: SharedStorage,
+    /// Streams the tasks' snapshot files to storage off this thread.
+    uploader: uploader::Uploader,
+    /// The last epoch's checkpoint was declined (its files were not on
+    /// storage in time) and its output waits in the open transaction: no
+    /// new checkpoint starts until the uploader is idle.
+    behind: bool,
+    last_eager_upload: Instant,
+    /// The epoch being committed must commit now (a revocation, the stop).
+    forcing: bool,
+    budget: TransactionBudget,
     writer: String,
     seq: u64,
     /// Epochs committed; the repartition exchanges read it too: each
@@ -353,7 +452,9 @@ fn run_attempt(
     let cancel = CancellationToken::new();
     // Fences this instance's previous incarnation and aborts its open
     // transaction, so the offsets read below are final.
-    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
+    // With a journal: a transaction whose checkpoint is late is renewed
+    // (`GraphInstance::renew`), never held past its timeout.
+    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?.with_journal());
     let commit = Arc::new(KafkaCommitPoint::for_instance(producer.clone()));
     commit.begin()?;
     let meta = kafka::create_consumer(config)?;
@@ -440,6 +541,11 @@ fn run_attempt(
         commit: commit.clone(),
         uploaded_bytes: 0,
         storage: SharedStorage::open(config)?,
+        uploader: uploader::Uploader::start(config)?,
+        behind: false,
+        last_eager_upload: Instant::now(),
+        forcing: false,
+        budget: TransactionBudget::from_config(config),
         writer,
         seq: 0,
         epoch: Arc::default(),
@@ -653,8 +759,9 @@ impl GraphInstance {
     fn on_revoke(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
         if !self.abandoned && self.failed.is_none() {
             let instance = self.config.instance().to_string();
-            self.failed =
-                commit_before_revocation(lost, &instance, tpl.count(), || self.commit(consumer));
+            self.failed = commit_before_revocation(lost, &instance, tpl.count(), || {
+                self.commit(consumer, true)
+            });
         }
         for e in tpl.elements() {
             let tp = (e.topic().to_string(), e.partition());
@@ -1089,6 +1196,11 @@ impl GraphInstance {
         let dir = self.task_dir(stage, id);
         let snapshots = dir.join("snapshots");
         fs::create_dir_all(&snapshots).map_err(|e| WeirError::io(&snapshots, e))?;
+        // Links an earlier incarnation queued: its uploads are gone.
+        let staging = dir.join(STAGING);
+        if staging.exists() {
+            fs::remove_dir_all(&staging).map_err(|e| WeirError::io(&staging, e))?;
+        }
         let keyed: Vec<(NodeId, String, Vec<crate::dataflow::state::TableSpec>)> = self.plan.stages
             [stage]
             .entry
@@ -1270,6 +1382,7 @@ impl GraphInstance {
             committed: pointer.clone(),
             pointer,
             uploaded,
+            uploading: HashMap::new(),
             writer: format!("{}-{}", self.writer, self.incarnations),
             changed: false,
             dir,
@@ -1530,20 +1643,55 @@ impl GraphInstance {
     }
 
     /// The epoch's checkpoint and commit (`scale::epoch::run_epoch` over
-    /// this instance's [`EpochWork`]), when anything changed.
-    fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
+    /// this instance's [`EpochWork`]), when anything changed. While a
+    /// declined checkpoint's files are still uploading, no new one starts
+    /// (it would only wait for the same files) unless `forced` (a
+    /// revocation, the stop): the open transaction is renewed when it
+    /// nears its timeout instead.
+    fn commit(&mut self, consumer: &Consumer_, forced: bool) -> Result<()> {
         // Housekeeping after this call covers only what it commits:
         // nothing, if it commits nothing (a stop with an empty epoch).
         self.collectable.clear();
         if !self.dirty {
             return Ok(());
         }
+        if self.behind
+            && !forced
+            && !self.uploader.idle()
+            && self.producer.journal_bytes() < JOURNAL_LIMIT
+        {
+            if self.renewal_due() {
+                self.renew()?;
+            }
+            return Ok(());
+        }
         let started = Instant::now();
         self.commit.set_group(consumer.group_metadata());
         let commit = self.commit.clone();
         let instance = self.config.instance().to_string();
-        let (outcome, offsets) = run_epoch(self, consumer, &*commit, &instance)?;
+        self.forcing = forced;
+        let budget = self.budget;
+        let (outcome, offsets) = run_epoch(self, consumer, &*commit, &instance, &budget)?;
         match outcome {
+            Committed::Declined { renewed } => {
+                self.metrics.checkpoints_declined.inc();
+                if renewed {
+                    self.metrics.transactions_renewed.inc();
+                }
+                if forced {
+                    return Err(WeirError::Task {
+                        task: "checkpoint".into(),
+                        reason: format!(
+                            "the epoch's checkpoint files were not on storage within \
+                             checkpoint.timeout ({:?}) and the partitions are being taken away or \
+                             the instance is stopping: nothing of the epoch is committed, its \
+                             partitions resume from their last committed checkpoint",
+                            self.config.checkpoint.timeout
+                        ),
+                    });
+                }
+                self.behind = true;
+            }
             Committed::Refused(_) => {
                 self.metrics.transactions_aborted.inc();
                 self.metrics.commits_refused.inc();
@@ -1578,6 +1726,7 @@ impl GraphInstance {
                     took_ms = started.elapsed().as_millis() as u64,
                     "epoch committed"
                 );
+                self.uploaded_bytes = 0;
                 if self.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
                     self.housekeeping(false);
                 }
@@ -1586,22 +1735,144 @@ impl GraphInstance {
         Ok(())
     }
 
-    /// Ends the task's epoch; snapshots and uploads it if it changed.
-    /// Returns its offset and pointer, if it has an offset to commit.
-    fn checkpoint_task(
-        &mut self,
-        task: &mut GraphTask,
-        uploaded_bytes: &mut u64,
-    ) -> Result<Option<(i64, String)>> {
+    /// Whether the open transaction must be renewed now to stay inside
+    /// `transaction.timeout.ms` (while a late checkpoint uploads).
+    fn renewal_due(&self) -> bool {
+        self.commit
+            .transaction_age()
+            .is_some_and(|age| self.budget.must_renew(age))
+    }
+
+    /// Aborts the open transaction and begins another with the same
+    /// output (the producer's journal).
+    fn renew(&mut self) -> Result<()> {
+        let started = Instant::now();
+        let bytes = self.producer.journal_bytes();
+        self.commit.renew()?;
+        self.metrics.transactions_renewed.inc();
+        info!(
+            bytes,
+            took_ms = started.elapsed().as_millis() as u64,
+            "transaction renewed: its output waits for a checkpoint still uploading"
+        );
+        Ok(())
+    }
+
+    /// Tests: every store compacted whole right after a commit, once, when
+    /// the file the failpoint names exists (it is removed): a large
+    /// compaction's files for the next checkpoints to upload. (RocksDB
+    /// compacts on its own threads; this one runs on the poll thread,
+    /// between two epochs, with nothing in the open transaction.)
+    #[cfg(feature = "failpoints")]
+    fn compact_on_request(&mut self) {
+        let requested = fail::eval("group-compact-after-commit", |path| {
+            path.is_some_and(|p| fs::remove_file(p).is_ok())
+        })
+        .unwrap_or(false);
+        if !requested {
+            return;
+        }
+        for task in self.tasks.values_mut() {
+            for slot in &mut task.chain.slots {
+                let SlotBody::Operator { ctx, .. } = &mut slot.body else {
+                    continue;
+                };
+                let Some(store) = ctx.store_mut() else {
+                    continue;
+                };
+                let started = Instant::now();
+                match store.compact() {
+                    Ok(()) => info!(
+                        task = task.id,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "store compacted whole (failpoint)"
+                    ),
+                    Err(e) => warn!(task = task.id, error = %e.report(), "compaction failed"),
+                }
+            }
+            // Its next snapshot has the new files.
+            task.changed = true;
+        }
+    }
+
+    /// Queues for upload the SST files RocksDB wrote since the last look
+    /// in the stores of tasks that changed, each through a hard link in
+    /// the task's staging folder: a snapshot that includes them finds them
+    /// stored or on their way. Best effort: a failure is logged, and the
+    /// snapshot queues what is missing.
+    fn upload_new_files(&mut self) {
+        self.last_eager_upload = Instant::now();
+        let prefixes: Vec<((usize, u32), String)> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.changed)
+            .map(|(k, _)| (*k, manifest::stage_task_prefix(self.head_uid(k.0), k.1)))
+            .collect();
+        for (key, prefix) in prefixes {
+            let task = self.tasks.get_mut(&key).expect("listed");
+            let staging = task.dir.join(STAGING);
+            for slot in &mut task.chain.slots {
+                let SlotBody::Operator { ctx, .. } = &mut slot.body else {
+                    continue;
+                };
+                let Some(store) = ctx.store_mut() else {
+                    continue;
+                };
+                let (db, live) = match store.live_sst_files() {
+                    Ok(l) => l,
+                    Err(e) => {
+                        warn!(task = key.1, error = %e.report(), "listing a store's files failed");
+                        continue;
+                    }
+                };
+                for (file, size) in live {
+                    let name = format!("{}/{file}", slot.uid);
+                    if task
+                        .uploaded
+                        .get(&name)
+                        .is_some_and(|m| m.size_bytes == size)
+                        || task.uploading.contains_key(&name)
+                    {
+                        continue;
+                    }
+                    let link = staging.join(&name);
+                    let linked = link
+                        .parent()
+                        .map_or(Ok(()), fs::create_dir_all)
+                        .and_then(|()| match fs::hard_link(db.join(&file), &link) {
+                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                            r => r,
+                        });
+                    match linked {
+                        Ok(()) => {
+                            let k = manifest::file_key(&prefix, &task.writer, 0, &name);
+                            self.uploader.submit(&k, link);
+                            task.uploading.insert(name, (k, size));
+                        }
+                        // Compacted away since it was listed.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            warn!(task = key.1, file = %name, error = %e, "linking a file for upload failed")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the task's epoch; snapshots it if it changed and queues the
+    /// files storage lacks for upload. None: no offset to commit.
+    fn stage_task(&mut self, task: &mut GraphTask) -> Result<Option<TaskCheckpoint>> {
         task.chain.end_epoch()?;
         let Some(next) = task.next else {
             return Ok(None);
         };
         if !task.changed {
             if let Some(p) = &task.pointer {
-                return Ok(Some((next, p.clone())));
+                return Ok(Some(TaskCheckpoint::Unchanged(next, p.clone())));
             }
         }
+        task.harvest(&mut self.uploader, &mut self.uploaded_bytes);
         self.seq += 1;
         let seq = self.seq;
         let target = task
@@ -1629,19 +1900,140 @@ impl GraphInstance {
                 ..f
             }));
         }
+        let prefix = manifest::stage_task_prefix(self.head_uid(task.stage), task.id);
+        let mut staged = Vec::with_capacity(files.len());
+        for f in files {
+            let sst = f.name.ends_with(".sst");
+            let stored = task
+                .uploaded
+                .get(&f.name)
+                .filter(|m| sst && m.size_bytes == f.size_bytes)
+                .map(|m| m.key.clone());
+            let queued = task
+                .uploading
+                .get(&f.name)
+                .filter(|(_, size)| sst && *size == f.size_bytes)
+                .map(|(key, _)| key.clone());
+            let key = match stored.or(queued) {
+                Some(key) => key,
+                None => {
+                    let key = manifest::file_key(&prefix, &task.writer, seq, &f.name);
+                    self.uploader.submit(&key, target.join(&f.name));
+                    if sst {
+                        task.uploading
+                            .insert(f.name.clone(), (key.clone(), f.size_bytes));
+                    }
+                    key
+                }
+            };
+            staged.push((f.name, key));
+        }
+        Ok(Some(TaskCheckpoint::Staged(Staged {
+            key: (task.stage, task.id),
+            next,
+            seq,
+            target,
+            files: staged,
+        })))
+    }
+
+    /// Waits for the uploads of `keys`, as long as the epoch may last: at
+    /// most `checkpoint.timeout`, and no longer than the open transaction
+    /// can wait for its commit. Whether all are done. With more output
+    /// held than [`JOURNAL_LIMIT`] it waits on until they are (no more
+    /// input is read meanwhile), and `forced` up to `checkpoint.timeout` in
+    /// all, renewing the transaction whenever it nears its timeout.
+    fn wait_for_uploads(&mut self, keys: &[String], forced: bool) -> Result<bool> {
+        let started = Instant::now();
+        let age = self.commit.transaction_age().unwrap_or_default();
+        if self
+            .uploader
+            .wait(keys, started + self.budget.ack_deadline(age))
+        {
+            return Ok(true);
+        }
+        let timeout = self.config.checkpoint.timeout;
+        let held = self.producer.journal_bytes();
+        if forced {
+            if started.elapsed() >= timeout {
+                return Ok(false);
+            }
+        } else if held < JOURNAL_LIMIT {
+            return Ok(false);
+        } else {
+            warn!(
+                held_bytes = held,
+                "the output held for a late checkpoint reached its bound: reading no more input \
+                 until the checkpoint is on storage"
+            );
+        }
+        loop {
+            let age = self.commit.transaction_age().unwrap_or_default();
+            let renewal = self
+                .budget
+                .transaction_timeout
+                .saturating_sub(age + 2 * self.budget.margin());
+            let mut until = Instant::now() + renewal;
+            if forced {
+                until = until.min(started + timeout);
+            }
+            if self.uploader.wait(keys, until) {
+                return Ok(true);
+            }
+            if forced && started.elapsed() >= timeout {
+                return Ok(false);
+            }
+            if self.renewal_due() {
+                self.renew()?;
+            }
+        }
+    }
+
+    /// Writes the manifest of a task whose files are all on storage;
+    /// returns its offset and pointer.
+    fn finish_task(&mut self, staged: Staged) -> Result<(i64, String)> {
+        let mut task = self.tasks.remove(&staged.key).expect("a staged task");
+        let result = self.write_task_manifest(&mut task, staged);
+        self.tasks.insert((task.stage, task.id), task);
+        result
+    }
+
+    fn write_task_manifest(
+        &mut self,
+        task: &mut GraphTask,
+        staged: Staged,
+    ) -> Result<(i64, String)> {
+        task.harvest(&mut self.uploader, &mut self.uploaded_bytes);
+        let mut files = Vec::with_capacity(staged.files.len());
+        for (name, key) in staged.files {
+            if let Some(m) = task.uploaded.get(&name).filter(|m| m.key == key) {
+                files.push(m.clone());
+                continue;
+            }
+            match self.uploader.take(&key) {
+                Some(Ok((size_bytes, crc32))) => {
+                    self.uploaded_bytes += size_bytes;
+                    files.push(ManifestFile {
+                        name,
+                        key,
+                        size_bytes,
+                        crc32,
+                    });
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(WeirError::Task {
+                        task: format!("stage {} task {}", task.stage, task.id),
+                        reason: format!(
+                            "the upload of {name} (object {key}) was lost before its manifest \
+                             was written"
+                        ),
+                    })
+                }
+            }
+        }
         let c = &self.config;
         let head = self.head_uid(task.stage).to_string();
-        let prefix = manifest::stage_task_prefix(&head, task.id);
-        let files = checkpoints::upload(
-            &self.storage,
-            &prefix,
-            &task.writer,
-            seq,
-            &target,
-            &files,
-            &mut task.uploaded,
-            uploaded_bytes,
-        )?;
         let m = TaskManifest {
             format: manifest::FORMAT,
             job: c.job.name.clone(),
@@ -1652,9 +2044,9 @@ impl GraphInstance {
             max_parallelism: c.job.max_parallelism,
             instance: c.instance().to_string(),
             writer: task.writer.clone(),
-            seq,
+            seq: staged.seq,
             created_ms: crate::observe::now_ms(),
-            offset: next,
+            offset: staged.next,
             files,
             graph: Some(GraphTaskState {
                 stage: head,
@@ -1663,9 +2055,9 @@ impl GraphInstance {
                 operators: self.stage_operators[task.stage].clone(),
             }),
         };
-        let key = checkpoints::write_manifest(&self.storage, &m, &target)?;
+        let key = checkpoints::write_manifest(&self.storage, &m, &staged.target)?;
         task.pointer = Some(key.clone());
-        Ok(Some((next, key)))
+        Ok((staged.next, key))
     }
 
     /// Garbage collection of owned tasks' storage and trimming of their
@@ -1710,8 +2102,9 @@ impl GraphInstance {
 /// The epoch's end on this instance's input partitions and tasks.
 impl EpochWork for GraphInstance {
     /// Marks out, every chain's epoch ended, each changed task
-    /// snapshotted and uploaded with its manifest.
-    fn prepare(&mut self) -> Result<CommitOffsets> {
+    /// snapshotted and uploaded with its manifest; None when the uploads
+    /// did not finish in time (the epoch is declined).
+    fn prepare(&mut self) -> Result<Option<CommitOffsets>> {
         self.push_batches()?;
         self.send_source_marks()?;
         for c in &mut self.source_chains {
@@ -1727,24 +2120,59 @@ impl EpochWork for GraphInstance {
             }
         }
         let keys: Vec<(usize, u32)> = self.tasks.keys().copied().collect();
-        let mut uploaded_bytes = 0u64;
+        let mut staged = Vec::new();
         for key in keys {
             let mut task = self.tasks.remove(&key).expect("task listed");
-            let result = self.checkpoint_task(&mut task, &mut uploaded_bytes);
+            let result = self.stage_task(&mut task);
             self.tasks.insert(key, task);
-            if let Some((next, pointer)) = result? {
-                let topic = &self.plan.stages[key.0].topic;
-                offsets.insert(topic, key.1 as i32, next, manifest::pointer(&pointer));
+            match result? {
+                None => {}
+                Some(TaskCheckpoint::Unchanged(next, pointer)) => {
+                    let topic = &self.plan.stages[key.0].topic;
+                    offsets.insert(topic, key.1 as i32, next, manifest::pointer(&pointer));
+                }
+                Some(TaskCheckpoint::Staged(s)) => staged.push(s),
             }
         }
-        self.uploaded_bytes = uploaded_bytes;
-        Ok(offsets)
+        let waiting: Vec<String> = staged
+            .iter()
+            .flat_map(|s| s.files.iter().map(|(_, key)| key.clone()))
+            .collect();
+        let forced = self.forcing;
+        if !self.wait_for_uploads(&waiting, forced)? {
+            let late: Vec<&String> = waiting
+                .iter()
+                .filter(|k| self.uploader.is_in_flight(k))
+                .collect();
+            warn!(
+                files = late.len(),
+                first = ?late.first(),
+                timeout_ms = self.config.checkpoint.timeout.as_millis() as u64,
+                "checkpoint declined: its files are still uploading; the epoch's output waits \
+                 for a later checkpoint (the uploads go on)"
+            );
+            return Ok(None);
+        }
+        for s in staged {
+            let key = s.key;
+            let (next, pointer) = self.finish_task(s)?;
+            let topic = &self.plan.stages[key.0].topic;
+            offsets.insert(topic, key.1 as i32, next, manifest::pointer(&pointer));
+        }
+        Ok(Some(offsets))
     }
 
     fn committed(&mut self, offsets: &CommitOffsets) {
         self.epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.dirty = false;
+        self.behind = false;
+        for task in self.tasks.values_mut() {
+            task.harvest(&mut self.uploader, &mut self.uploaded_bytes);
+            task.clean_staging();
+        }
+        // Files of declined checkpoints that this one did not need.
+        self.uploader.forget_finished();
         self.last_commit = Instant::now();
         let stage_of_topic = &self.stage_of_topic;
         self.collectable = offsets
@@ -1770,12 +2198,17 @@ impl EpochWork for GraphInstance {
             );
         }
         self.publish_ownership();
+        #[cfg(feature = "failpoints")]
+        self.compact_on_request();
     }
 
     /// Every partition back to its committed offset and state, without
     /// leaving the group.
     fn rewind(&mut self) {
-        // What the chains gathered belonged to the aborted epoch.
+        // What the chains gathered belonged to the aborted epoch, and so
+        // did what is uploading.
+        self.uploader.cancel();
+        self.behind = false;
         self.build_source_chains();
         // Closes each RocksDB before its restore opens the same folder.
         let tasks = std::mem::take(&mut self.tasks);
@@ -1821,16 +2254,31 @@ impl GroupWork for GraphInstance {
         if self.last_marks.elapsed() >= WATERMARK_INTERVAL {
             self.poll_source_marks();
         }
-        self.dirty && self.last_commit.elapsed() >= self.config.checkpoint.interval
+        if self.last_eager_upload.elapsed() >= EAGER_UPLOAD_INTERVAL {
+            self.upload_new_files();
+        }
+        if !self.dirty {
+            return false;
+        }
+        if self.behind {
+            // A declined checkpoint's files are uploading: the next one
+            // starts once they are on storage, or now when the output held
+            // reached its bound (its wait then blocks until they are);
+            // meanwhile the transaction is renewed before it times out.
+            return self.uploader.idle()
+                || self.renewal_due()
+                || self.producer.journal_bytes() >= JOURNAL_LIMIT;
+        }
+        self.last_commit.elapsed() >= self.config.checkpoint.interval
     }
     fn commit(&mut self, consumer: &Consumer_) -> Result<()> {
-        GraphInstance::commit(self, consumer)
+        GraphInstance::commit(self, consumer, false)
     }
     fn commit_to_stop(&mut self, consumer: &Consumer_) -> Result<()> {
         if !self.tasks.is_empty() || !self.inputs.is_empty() {
             self.dirty = true;
         }
-        GraphInstance::commit(self, consumer)
+        GraphInstance::commit(self, consumer, true)
     }
     fn housekeeping(&mut self, stopping: bool) {
         GraphInstance::housekeeping(self, stopping)
@@ -1847,8 +2295,20 @@ impl GroupWork for GraphInstance {
     fn activatable(&mut self) -> Result<bool> {
         GraphInstance::activatable(self)
     }
+    /// The open epoch was committed just before (`poll_loop`); if its
+    /// checkpoint was declined instead, its output waits in a suspended
+    /// transaction while the restores run, so that they cannot outlast the
+    /// transaction's timeout, and is sent again into a new one after.
     fn activate(&mut self, consumer: &Consumer_) -> Result<Vec<(String, i32)>> {
-        GraphInstance::activate(self, consumer)
+        let suspend = self.dirty;
+        if suspend {
+            self.producer.suspend_transaction()?;
+        }
+        let activated = GraphInstance::activate(self, consumer);
+        if suspend {
+            self.producer.resume_transaction()?;
+        }
+        activated
     }
     fn answer_queries(&mut self) {
         let c = self.config.clone();
