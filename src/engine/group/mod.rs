@@ -780,6 +780,9 @@ impl GraphInstance {
                 Some(stage) => {
                     if let Some(task) = self.tasks.remove(&(*stage, tp.1 as u32)) {
                         task.chain.forget_gauges();
+                        // Its queued uploads are another owner's business
+                        // now; the links would keep their files on disk.
+                        let _ = fs::remove_dir_all(task.dir.join(STAGING));
                     }
                 }
                 None => {
@@ -2251,10 +2254,12 @@ impl GroupWork for GraphInstance {
         self.flush()
     }
     fn due(&mut self) -> bool {
-        if self.last_marks.elapsed() >= WATERMARK_INTERVAL {
+        // One clock read per turn of the loop.
+        let now = Instant::now();
+        if now.duration_since(self.last_marks) >= WATERMARK_INTERVAL {
             self.poll_source_marks();
         }
-        if self.last_eager_upload.elapsed() >= EAGER_UPLOAD_INTERVAL {
+        if now.duration_since(self.last_eager_upload) >= EAGER_UPLOAD_INTERVAL {
             self.upload_new_files();
         }
         if !self.dirty {
