@@ -1445,16 +1445,17 @@ fn a_download_longer_than_the_poll_interval_keeps_the_membership() {
 }
 
 /// Issue #18, hole 4: an epoch is bounded in time, however long its
-/// checkpoint takes to upload. One task holds 1 GiB of state (16,384
+/// checkpoint takes to upload. One task holds over 1 GB of state (18,000
 /// distinct words of 64 KiB of random letters, which LZ4 cannot shrink),
 /// loaded through a fast link to S3; transactions time out after 10 s,
 /// checkpoints after 5 s, one every second. Then the link's uploads are
 /// slowed to 20 MiB/s and a compaction of the whole store (a failpoint)
-/// rewrites it into new SST files, 1 GiB to upload again (about 50 s),
-/// while a feed goes on. The instance declines
-/// the checkpoints that are not on storage in time, keeps their output in
-/// its transaction and renews that before it times out: it is never
-/// fenced and never restarts, and the output is exact. A new instance on
+/// rewrites it into new SST files, queued for upload as RocksDB installs
+/// them: over 1 GB to upload again (about a minute), while a feed goes
+/// on. The instance declines the checkpoints that are not on storage in
+/// time, keeps their output in its transaction and renews that before it
+/// times out: it is never fenced and never restarts, and the output is
+/// exact. A new instance on
 /// an empty machine then restores the checkpoint committed after the
 /// compaction and counts on exactly.
 #[test]
@@ -1474,11 +1475,17 @@ fn a_checkpoint_upload_longer_than_the_transaction_timeout_loses_nothing() {
     c.s3_endpoint = Some(slow.url());
     let trigger = base.join("compact-now");
     let failpoints = format!("group-compact-after-commit=return({})", trigger.display());
-    c.start_with(0, &[("FAILPOINTS", failpoints.as_str())]);
+    c.start_with(
+        0,
+        &[
+            ("FAILPOINTS", failpoints.as_str()),
+            ("RUST_LOG", "info,weir::engine::group=debug"),
+        ],
+    );
 
     const WORD: usize = 64 << 10;
     let pool: Vec<u8> = (0..1 << 20).map(|_| b'a' + rng.below(26) as u8).collect();
-    let big: Vec<String> = (0..16_384)
+    let big: Vec<String> = (0..18_000)
         .map(|i| {
             let mut w = format!("w{i:05}");
             let at = rng.below((pool.len() - WORD) as u64) as usize;
@@ -1513,6 +1520,20 @@ fn a_checkpoint_upload_longer_than_the_transaction_timeout_loses_nothing() {
         .find(|l| l.contains("store compacted whole"))
         .unwrap_or_else(|| panic!("no compaction logged:\n{}", log_tail(&log)));
     let after = &log[log.find(compacted).unwrap()..];
+    // The compaction's files were queued for upload as RocksDB installed
+    // them, before any snapshot.
+    let queued = after
+        .lines()
+        .find(|l| l.contains("new SST files queued for upload before their checkpoint"))
+        .unwrap_or_else(|| panic!("no eager upload after the compaction:\n{}", log_tail(after)));
+    let queued_bytes: u64 = queued
+        .split("bytes=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes= in {queued}"));
+    // At least 1 GB of state, as stored.
+    assert!(queued_bytes >= 1_000_000_000, "{queued}");
     let declined = after.matches("checkpoint declined").count();
     let renewed = after.matches("transaction renewed").count();
     eprintln!(

@@ -1796,6 +1796,8 @@ impl GraphInstance {
             // Its next snapshot has the new files.
             task.changed = true;
         }
+        // As the next look would, within a second.
+        self.upload_new_files();
     }
 
     /// Queues for upload the SST files RocksDB wrote since the last look
@@ -1814,6 +1816,7 @@ impl GraphInstance {
         for (key, prefix) in prefixes {
             let task = self.tasks.get_mut(&key).expect("listed");
             let staging = task.dir.join(STAGING);
+            let (mut queued, mut queued_bytes) = (0usize, 0u64);
             for slot in &mut task.chain.slots {
                 let SlotBody::Operator { ctx, .. } = &mut slot.body else {
                     continue;
@@ -1851,6 +1854,8 @@ impl GraphInstance {
                             let k = manifest::file_key(&prefix, &task.writer, 0, &name);
                             self.uploader.submit(&k, link);
                             task.uploading.insert(name, (k, size));
+                            queued += 1;
+                            queued_bytes += size;
                         }
                         // Compacted away since it was listed.
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1859,6 +1864,15 @@ impl GraphInstance {
                         }
                     }
                 }
+            }
+            if queued > 0 {
+                debug!(
+                    stage = key.0,
+                    task = key.1,
+                    files = queued,
+                    bytes = queued_bytes,
+                    "new SST files queued for upload before their checkpoint"
+                );
             }
         }
     }
