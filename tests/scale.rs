@@ -1537,7 +1537,8 @@ fn a_checkpoint_upload_longer_than_the_transaction_timeout_loses_nothing() {
     let declined = after.matches("checkpoint declined").count();
     let renewed = after.matches("transaction renewed").count();
     eprintln!(
-        "after the compaction: {declined} checkpoints declined, {renewed} transactions renewed"
+        "after the compaction: {queued_bytes} bytes queued for upload before a snapshot, \
+         {declined} checkpoints declined, {renewed} transactions renewed"
     );
     // The compaction's upload alone outlasts the transaction timeout
     // several times over (a renewal every 8 s): the case is real. A
