@@ -1680,6 +1680,10 @@ impl GraphInstance {
                 self.metrics.checkpoints_declined.inc();
                 if renewed {
                     self.metrics.transactions_renewed.inc();
+                    info!(
+                        bytes = self.producer.journal_bytes(),
+                        "transaction renewed: its output waits for a checkpoint still uploading"
+                    );
                 }
                 if forced {
                     return Err(WeirError::Task {
