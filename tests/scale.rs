@@ -1424,13 +1424,7 @@ fn a_download_longer_than_the_poll_interval_keeps_the_membership() {
     let took: Vec<u64> = log
         .lines()
         .filter(|l| l.contains("checkpoint ready locally") && l.contains("downloaded"))
-        .map(|l| {
-            l.split("took_ms=")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("no took_ms= in {l}"))
-        })
+        .map(|l| log_field(l, "took_ms"))
         .collect();
     assert_eq!(took.len(), TASKS as usize, "{}", log_tail(&log));
     // The downloads together outlast the poll interval: the case is real.
@@ -1526,12 +1520,7 @@ fn a_checkpoint_upload_longer_than_the_transaction_timeout_loses_nothing() {
         .lines()
         .find(|l| l.contains("new SST files queued for upload before their checkpoint"))
         .unwrap_or_else(|| panic!("no eager upload after the compaction:\n{}", log_tail(after)));
-    let queued_bytes: u64 = queued
-        .split("bytes=")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no bytes= in {queued}"));
+    let queued_bytes = log_field(queued, "bytes");
     // At least 1 GB of state, as stored.
     assert!(queued_bytes >= 1_000_000_000, "{queued}");
     let declined = after.matches("checkpoint declined").count();
@@ -1579,6 +1568,15 @@ fn a_checkpoint_upload_longer_than_the_transaction_timeout_loses_nothing() {
     c.assert_exact_within(&expected, Duration::from_secs(600));
     c.assert_alive();
     c.stop(1);
+}
+
+/// The number a log line gives as `name=<n>`.
+fn log_field(line: &str, name: &str) -> u64 {
+    line.split(&format!(" {name}="))
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {line}"))
 }
 
 /// Runs `weir <args>`: exit code, stdout, stderr.

@@ -331,6 +331,14 @@ impl SinkProducer {
             .map_or(0, |j| j.lock().expect("journal lock").bytes)
     }
 
+    /// The journal, which `what` needs.
+    fn journal(&self, what: &str) -> Result<&Mutex<Journal>> {
+        self.journal.as_ref().ok_or_else(|| WeirError::Task {
+            task: "sink".into(),
+            reason: format!("{what} needs the producer's journal"),
+        })
+    }
+
     /// Aborts the open transaction and begins a new one holding the same
     /// records, so that what it holds can wait for its commit longer than
     /// `transaction.timeout.ms` allows one transaction to stay open.
@@ -346,12 +354,7 @@ impl SinkProducer {
     /// transaction's timeout (a restore) runs with none open. Nothing may
     /// be sent in between. Requires the journal.
     pub fn suspend_transaction(&self) -> Result<()> {
-        if self.journal.is_none() {
-            return Err(WeirError::Task {
-                task: "sink".into(),
-                reason: "suspending a transaction needs the producer's journal".into(),
-            });
-        }
+        self.journal("suspending a transaction")?;
         let aborted = self
             .inner
             .abort_transaction(Duration::from_secs(10))
@@ -362,12 +365,7 @@ impl SinkProducer {
 
     /// Begins a transaction and sends into it what the journal holds.
     pub fn resume_transaction(&self) -> Result<()> {
-        let Some(journal) = &self.journal else {
-            return Err(WeirError::Task {
-                task: "sink".into(),
-                reason: "resuming a transaction needs the producer's journal".into(),
-            });
-        };
+        let journal = self.journal("resuming a transaction")?;
         let entries = {
             let mut j = journal.lock().expect("journal lock");
             j.bytes = 0;

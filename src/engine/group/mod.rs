@@ -1658,11 +1658,7 @@ impl GraphInstance {
         if !self.dirty {
             return Ok(());
         }
-        if self.behind
-            && !forced
-            && !self.uploader.idle()
-            && self.producer.journal_bytes() < JOURNAL_LIMIT
-        {
+        if !forced && self.waiting_for_uploads() {
             if self.renewal_due() {
                 self.renew()?;
             }
@@ -1679,11 +1675,8 @@ impl GraphInstance {
             Committed::Declined { renewed } => {
                 self.metrics.checkpoints_declined.inc();
                 if renewed {
-                    self.metrics.transactions_renewed.inc();
-                    info!(
-                        bytes = self.producer.journal_bytes(),
-                        "transaction renewed: its output waits for a checkpoint still uploading"
-                    );
+                    // `run_epoch` renewed it; how long that took is not known here.
+                    self.note_renewal(None);
                 }
                 if forced {
                     return Err(WeirError::Task {
@@ -1754,15 +1747,27 @@ impl GraphInstance {
     /// output (the producer's journal).
     fn renew(&mut self) -> Result<()> {
         let started = Instant::now();
-        let bytes = self.producer.journal_bytes();
         self.commit.renew()?;
+        self.note_renewal(Some(started.elapsed()));
+        Ok(())
+    }
+
+    /// Counts and logs a renewal (this instance's, or `run_epoch`'s when
+    /// it declined a checkpoint), and how long it took when known.
+    fn note_renewal(&self, took: Option<std::time::Duration>) {
         self.metrics.transactions_renewed.inc();
         info!(
-            bytes,
-            took_ms = started.elapsed().as_millis() as u64,
+            bytes = self.producer.journal_bytes(),
+            took_ms = ?took.map(|t| t.as_millis() as u64),
             "transaction renewed: its output waits for a checkpoint still uploading"
         );
-        Ok(())
+    }
+
+    /// A declined checkpoint's files are still uploading and the output
+    /// held is below its bound: no new checkpoint starts yet (it would
+    /// only wait for the same files).
+    fn waiting_for_uploads(&mut self) -> bool {
+        self.behind && !self.uploader.idle() && self.producer.journal_bytes() < JOURNAL_LIMIT
     }
 
     /// Tests: every store compacted whole right after a commit, once, when
@@ -2288,9 +2293,7 @@ impl GroupWork for GraphInstance {
             // starts once they are on storage, or now when the output held
             // reached its bound (its wait then blocks until they are);
             // meanwhile the transaction is renewed before it times out.
-            return self.uploader.idle()
-                || self.renewal_due()
-                || self.producer.journal_bytes() >= JOURNAL_LIMIT;
+            return !self.waiting_for_uploads() || self.renewal_due();
         }
         self.last_commit.elapsed() >= self.config.checkpoint.interval
     }

@@ -109,13 +109,7 @@ impl Uploader {
         if jobs.send(job).is_ok() {
             self.in_flight.insert(key.to_string());
         } else {
-            self.finished.insert(
-                key.to_string(),
-                Err(WeirError::Task {
-                    task: "uploader".into(),
-                    reason: "the uploader thread is gone".into(),
-                }),
-            );
+            self.finished.insert(key.to_string(), gone());
         }
     }
 
@@ -150,13 +144,7 @@ impl Uploader {
                 Err(RecvTimeoutError::Disconnected) => {
                     for k in keys {
                         if self.in_flight.remove(k) {
-                            self.finished.insert(
-                                k.clone(),
-                                Err(WeirError::Task {
-                                    task: "uploader".into(),
-                                    reason: "the uploader thread is gone".into(),
-                                }),
-                            );
+                            self.finished.insert(k.clone(), gone());
                         }
                     }
                     return true;
@@ -195,6 +183,14 @@ impl Uploader {
     pub fn forget_finished(&mut self) {
         self.finished.clear();
     }
+}
+
+/// The outcome of an upload the thread can no longer report.
+fn gone() -> Outcome {
+    Err(WeirError::Task {
+        task: "uploader".into(),
+        reason: "the uploader thread is gone".into(),
+    })
 }
 
 impl Drop for Uploader {
