@@ -146,6 +146,9 @@ pub struct KeyedStore {
     cache: FxHashMap<Bytes, Cached>,
     dirty: usize,
     cache_limit: usize,
+    /// The size of the last snapshot's changes file: the next one's buffer
+    /// starts at it.
+    changes_bytes: usize,
 }
 
 impl KeyedStore {
@@ -224,6 +227,7 @@ impl KeyedStore {
             cache: FxHashMap::default(),
             dirty: 0,
             cache_limit: cache_limit.max(1),
+            changes_bytes: 0,
         })
     }
 
@@ -484,12 +488,13 @@ impl KeyedStore {
             self.timers.write_back(&self.backend)?;
         }
         let mut snapshot = self.backend.snapshot(target)?;
-        let mut out = ChangesWriter::new();
+        let mut out = ChangesWriter::with_capacity(self.changes_bytes);
         for (k, c) in self.cache.iter().filter(|(_, c)| c.dirty) {
             out.entry(changes::VALUES, k, c.value.as_deref());
         }
         self.timers.collect_dirty(&mut out);
         let size = out.write(target)?;
+        self.changes_bytes = size as usize;
         snapshot.files.push(SnapshotFile {
             name: changes::FILE.into(),
             size_bytes: size,

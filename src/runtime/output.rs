@@ -65,6 +65,9 @@ pub struct Output {
     held: Vec<Held>,
     /// Records in `held`.
     held_records: usize,
+    /// A held batch's buffers once sent, for the next epoch's held output
+    /// (grown to an epoch's size, they are not grown again each time).
+    spare: ProduceBatch,
 }
 
 impl Output {
@@ -94,6 +97,7 @@ impl Output {
             cancel,
             buf: Vec::with_capacity(128),
             batch: ProduceBatch::default(),
+            spare: ProduceBatch::default(),
             awaiting: None,
             held: Vec::new(),
             held_records: 0,
@@ -136,7 +140,7 @@ impl Output {
             if let Some(Held::Results(batch)) = self.held.last_mut() {
                 batch.push(key, &self.buf);
             } else {
-                let mut batch = ProduceBatch::default();
+                let mut batch = std::mem::take(&mut self.spare);
                 batch.push(key, &self.buf);
                 self.held.push(Held::Results(batch));
             }
@@ -241,7 +245,15 @@ impl Output {
                 self.awaiting = None;
                 self.held_records = 0;
                 for held in std::mem::take(&mut self.held) {
-                    self.produce(held)?;
+                    match held {
+                        Held::Results(mut batch) => {
+                            crate::crash_point!("mid-transaction-produce");
+                            self.send_results(&mut batch)?;
+                            batch.clear();
+                            self.spare = batch;
+                        }
+                        other => self.produce(other)?,
+                    }
                 }
             }
         }

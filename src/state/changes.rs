@@ -49,10 +49,15 @@ impl Default for ChangesWriter {
 
 impl ChangesWriter {
     pub fn new() -> Self {
-        Self {
-            buf: MAGIC.to_vec(),
-            entries: 0,
-        }
+        Self::with_capacity(0)
+    }
+
+    /// Room for `bytes` (a store's last changes file, so that one of the
+    /// same size is not grown by doubling, copied each time).
+    pub fn with_capacity(bytes: usize) -> Self {
+        let mut buf = Vec::with_capacity(bytes.max(MAGIC.len()));
+        buf.extend_from_slice(MAGIC);
+        Self { buf, entries: 0 }
     }
 
     /// A put (`Some`) or a delete (`None`) of `key` in `family`.

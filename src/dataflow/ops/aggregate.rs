@@ -9,7 +9,7 @@
 //! is retracted.
 
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
-use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record};
+use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record, RecordKey};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
@@ -366,34 +366,29 @@ pub struct GroupAggregate {
     scratch: Vec<u8>,
     /// The accumulators of the keys updated lately, held decoded, so that
     /// a hot key's update decodes and encodes nothing (the state store
-    /// holds values as bytes of their codec). By key group (big endian)
-    /// and the key's encoding; None: deleted. What is `dirty` is written
-    /// into the store before every snapshot (`before_snapshot`, which
-    /// every snapshot follows in both modes) and before the map is cleared
-    /// at the store's cache size (`state.cache_entries`: a smaller map
-    /// thrashes on a working set the cache holds, and costs more than it
-    /// saves); a live query reads the map first. A restore starts with a
-    /// new operator, so the map never outlives its store's state.
-    hot: rustc_hash::FxHashMap<HotKey, Hot>,
+    /// holds values as bytes of their codec). By the key's encoding, looked
+    /// up as a slice (a hit builds no key); the key group, which follows
+    /// from the key, is kept beside the accumulators. None: deleted. What
+    /// is `dirty` is written into the store before every snapshot
+    /// (`before_snapshot`, which every snapshot follows in both modes) and
+    /// before the map is cleared at the store's cache size
+    /// (`state.cache_entries`: a smaller map thrashes on a working set the
+    /// cache holds, and costs more than it saves); a live query reads the
+    /// map first. A restore starts with a new operator, so the map never
+    /// outlives its store's state.
+    hot: HotMap,
 }
 
-/// A key of the hot map: key group (2 bytes) and the key's encoding,
-/// inline up to 30 bytes (a word's fits).
-type HotKey = smallvec::SmallVec<[u8; 32]>;
+/// The hot map: by the key's encoding (inline up to 24 bytes, a word's).
+/// hashbrown's, for its raw entries (a lookup by a borrowed key).
+type HotMap = hashbrown::HashMap<RecordKey, Hot, rustc_hash::FxBuildHasher>;
 
 #[derive(Debug)]
 struct Hot {
+    key_group: u32,
     acc: Option<Accumulators>,
     /// Changed since it was last written into the store.
     dirty: bool,
-}
-
-/// The hot map's key of the context's current key.
-fn hot_key(ctx: &Context) -> HotKey {
-    let mut k = HotKey::new();
-    k.extend_from_slice(&(ctx.key_group() as u16).to_be_bytes());
-    k.extend_from_slice(ctx.key());
-    k
 }
 
 impl GroupAggregate {
@@ -413,7 +408,7 @@ impl GroupAggregate {
             now: Vec::new(),
             changed: rustc_hash::FxHashMap::default(),
             scratch: Vec::new(),
-            hot: rustc_hash::FxHashMap::default(),
+            hot: HotMap::default(),
         }
     }
 
@@ -422,7 +417,7 @@ impl GroupAggregate {
     /// to each in turn: the caller sets its own again if it needs it.
     fn flush_hot(&mut self, ctx: &mut Context, clear: bool) -> Result<()> {
         for (k, h) in self.hot.iter_mut().filter(|(_, h)| h.dirty) {
-            ctx.set_key(u32::from(u16::from_be_bytes([k[0], k[1]])), &k[2..]);
+            ctx.set_key(h.key_group, k);
             match &h.acc {
                 Some(acc) => ctx.put(Self::ACC, acc)?,
                 None => ctx.delete(Self::ACC)?,
@@ -514,21 +509,36 @@ impl GroupAggregate {
     /// As [`Self::row`] with the current results, moving the key columns
     /// out of `input` (whose buffer it reuses when the key leads the row).
     fn row_from(&self, input: Row, kind: RowKind) -> Row {
-        let mut values = input.values;
-        if self.key.iter().enumerate().all(|(i, c)| i == *c) {
-            values.truncate(self.key.len());
-        } else {
-            let mut taken = Vec::with_capacity(self.key.len() + self.now.len());
-            taken.extend(
-                self.key
-                    .iter()
-                    .map(|c| std::mem::replace(&mut values[*c], Value::Null)),
-            );
-            values = taken;
-        }
+        let mut values = key_columns(&self.key, input, self.now.len());
         values.extend_from_slice(&self.now);
         Row::new(kind, values)
     }
+}
+
+/// The key columns of `input`, moved out of it: its own buffer, truncated,
+/// when the key leads the row (a word count's), else a new one with room
+/// for `results` more values.
+fn key_columns(key: &[usize], input: Row, results: usize) -> Vec<Value> {
+    let mut values = input.values;
+    if key.iter().enumerate().all(|(i, c)| i == *c) {
+        values.truncate(key.len());
+        values
+    } else {
+        let mut taken = Vec::with_capacity(key.len() + results);
+        taken.extend(
+            key.iter()
+                .map(|c| std::mem::replace(&mut values[*c], Value::Null)),
+        );
+        taken
+    }
+}
+
+/// The output row of `input`'s key with `acc`'s results, written into it
+/// directly (no copy of the results through a buffer).
+fn output_row(key: &[usize], input: Row, acc: &Accumulators, aggs: &[Agg], kind: RowKind) -> Row {
+    let mut values = key_columns(key, input, aggs.len());
+    acc.results(aggs, &mut values);
+    Row::new(kind, values)
 }
 
 impl Operator for GroupAggregate {
@@ -558,15 +568,19 @@ impl Operator for GroupAggregate {
             hot,
             ..
         } = self;
-        let hot = match hot.entry(hot_key(ctx)) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
+        // A raw entry borrows the key only to find it: a miss reads the
+        // store through `ctx` and builds the map's key; a hit builds none.
+        let hot = match hot.raw_entry_mut().from_key(ctx.key()) {
+            hashbrown::hash_map::RawEntryMut::Occupied(o) => o.into_mut(),
+            hashbrown::hash_map::RawEntryMut::Vacant(v) => {
                 let mut acc = Accumulators::new(aggs);
                 let existed = ctx.get_into(Self::ACC, &mut acc)?;
-                v.insert(Hot {
+                let hot = Hot {
+                    key_group: ctx.key_group(),
                     acc: existed.then_some(acc),
                     dirty: false,
-                })
+                };
+                v.insert(RecordKey::from_slice(ctx.key()), hot).1
             }
         };
         was.clear();
@@ -586,37 +600,49 @@ impl Operator for GroupAggregate {
         acc.apply(aggs, &r.row, retract)
             .map_err(|e| ctx.failure(e))?;
         hot.dirty = true;
-        let deleted = acc.rows <= 0;
-        now.clear();
-        if deleted {
-            hot.acc = None;
-        } else {
-            acc.results(aggs, now);
-        }
         let ts = r.timestamp;
-        if matches!(self.emit, AggregateEmit::OnCheckpoint { .. }) {
-            return self.note_changed(ctx, existed, out);
-        }
-        if deleted {
+        if acc.rows <= 0 {
+            hot.acc = None;
+            if let AggregateEmit::OnCheckpoint { .. } = self.emit {
+                return self.note_changed(ctx, existed, out);
+            }
             if existed {
                 out.emit(self.row(&r.row, &self.was, RowKind::Delete), ts);
             }
             return Ok(());
         }
-        if !existed {
-            out.emit(self.row_from(r.row, RowKind::Insert), ts);
-            return Ok(());
+        match self.emit {
+            AggregateEmit::OnCheckpoint { .. } => self.note_changed(ctx, existed, out),
+            // The common path: the results go straight into the output row
+            // (the input's buffer), with nothing to compare them against.
+            AggregateEmit::EveryRow if !need_was => {
+                let kind = if existed {
+                    RowKind::UpdateAfter
+                } else {
+                    RowKind::Insert
+                };
+                out.emit(output_row(&self.key, r.row, acc, aggs, kind), ts);
+                Ok(())
+            }
+            _ => {
+                now.clear();
+                acc.results(aggs, now);
+                if !existed {
+                    out.emit(self.row_from(r.row, RowKind::Insert), ts);
+                    return Ok(());
+                }
+                if self.emit == AggregateEmit::OnChange && self.was == self.now {
+                    return Ok(());
+                }
+                // Consumers that replace a key's row (upsert sinks) have no
+                // use for the old one.
+                if ctx.update_before_needed() {
+                    out.emit(self.row(&r.row, &self.was, RowKind::UpdateBefore), ts);
+                }
+                out.emit(self.row_from(r.row, RowKind::UpdateAfter), ts);
+                Ok(())
+            }
         }
-        if self.emit == AggregateEmit::OnChange && self.was == self.now {
-            return Ok(());
-        }
-        // Consumers that replace a key's row (upsert sinks) have no use for
-        // the old one.
-        if ctx.update_before_needed() {
-            out.emit(self.row(&r.row, &self.was, RowKind::UpdateBefore), ts);
-        }
-        out.emit(self.row_from(r.row, RowKind::UpdateAfter), ts);
-        Ok(())
     }
 
     fn before_snapshot(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
@@ -630,7 +656,7 @@ impl Operator for GroupAggregate {
     /// The key's current results by aggregate name (`{"count": 3}`).
     fn query(&mut self, ctx: &mut Context) -> Result<Queried> {
         self.now.clear();
-        match self.hot.get(&hot_key(ctx)) {
+        match self.hot.get(ctx.key()) {
             Some(Hot { acc: None, .. }) => return Ok(Queried::Value(None)),
             Some(Hot { acc: Some(acc), .. }) => acc.results(&self.aggs, &mut self.now),
             None => {
