@@ -93,11 +93,17 @@ struct Part {
 
 /// Everything kept per key (or per key and window): the rows counted, and
 /// one part per aggregate. Stored as a list of values.
+///
+/// One part is held inline (a count's, a sum's): a hot key's accumulators
+/// then sit in the hot map's slot, and its update reads no second
+/// allocation (a cache miss per record at 100,000 keys, by `perf`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Accumulators {
     rows: i64,
-    parts: Vec<Part>,
+    parts: Parts,
 }
+
+type Parts = smallvec::SmallVec<[Part; 1]>;
 
 /// Zigzag: small negative counts (retractions) stay short as varints.
 fn zigzag(v: i64) -> u64 {
@@ -127,7 +133,7 @@ impl StateCodec for Accumulators {
     fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
         let mut acc = Self {
             rows: 0,
-            parts: Vec::new(),
+            parts: Parts::new(),
         };
         acc.decode_into(bytes)?;
         Ok(acc)
@@ -231,7 +237,7 @@ impl Accumulators {
     pub(crate) fn new(aggs: &[Agg]) -> Self {
         let mut acc = Self {
             rows: 0,
-            parts: Vec::with_capacity(aggs.len()),
+            parts: Parts::with_capacity(aggs.len()),
         };
         acc.reset(aggs);
         acc
@@ -689,7 +695,7 @@ mod tests {
     fn accumulators_round_trip_reuse_their_parts_and_refuse_garbage() {
         let acc = Accumulators {
             rows: -3,
-            parts: vec![
+            parts: smallvec::smallvec![
                 Part {
                     n: 2,
                     value: Value::Null,
