@@ -354,19 +354,19 @@ fn a_full_checkpoint_volume_fails_checkpoints_then_restarts_and_output_is_exact(
     // Where the log stood before the volume began to fill: a checkpoint can
     // fail while the filler is still writing, and that failure counts.
     let at_fill = w.log_text().len();
-    let records_at_fill = source_records_in(&addr);
     let filler = Filler::start(&volume.path.join("filler"));
+    let records_at_fill = source_records_in(&addr);
     eprintln!(
         "volume filled with {} bytes",
         filler.bytes.load(Ordering::SeqCst)
     );
-    let failed_lines = |w: &WeirProcess| -> Vec<String> {
-        w.log_text()[at_fill..]
-            .lines()
+    let failed_in = |log: &str| -> Vec<String> {
+        log.lines()
             .filter(|l| l.contains("checkpoint failed"))
             .map(str::to_string)
             .collect()
     };
+    let failed_lines = |w: &WeirProcess| failed_in(&w.log_text()[at_fill..]);
     assert!(
         wait_until(Duration::from_secs(30), || failed_lines(&w).len() >= 2),
         "no two failed checkpoints after the volume filled up:\n{}",
@@ -400,14 +400,10 @@ fn a_full_checkpoint_volume_fails_checkpoints_then_restarts_and_output_is_exact(
         "no restart after tolerable_failures = 2:\n{}",
         tail(&w.log_text())
     );
-    let before_restart: Vec<String> = {
+    let before_restart = {
         let log = &w.log_text()[at_fill..];
         let restart = log.find("restarting from the last checkpoint").unwrap();
-        log[..restart]
-            .lines()
-            .filter(|l| l.contains("checkpoint failed"))
-            .map(str::to_string)
-            .collect()
+        failed_in(&log[..restart])
     };
     assert!(
         before_restart.len() > 2
