@@ -17,3 +17,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "setup.sh: cargo not found; install Rust with rustup" >&2; exit 1; }
+# DuckDB, the independent engine the SQL tests check weir's results
+# against (tests/sql/reference.py), in a virtualenv of its own: Debian's
+# Python refuses a system-wide pip install.
+sql_venv=${WEIR_SQL_VENV:-$HOME/.cache/weir/sql-venv}
+duckdb_requirement="duckdb==2.0.1"
+if [ "$(cat "$sql_venv/.complete" 2>/dev/null)" != "$duckdb_requirement" ]; then
+  echo "setup.sh: installing $duckdb_requirement into $sql_venv" >&2
+  python3 -m venv "$sql_venv"
+  "$sql_venv/bin/pip" install --quiet --disable-pip-version-check "$duckdb_requirement"
+  echo "$duckdb_requirement" > "$sql_venv/.complete"
+fi

@@ -41,6 +41,7 @@ pub mod pipelines;
 pub mod runtime;
 pub mod scale;
 pub mod service;
+pub mod sql;
 pub mod state;
 pub mod time;
 pub mod window;

@@ -34,6 +34,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { config } => match load(&config) {
             Ok(c) => {
+                if let Err(code) = sql_problems(&c) {
+                    return code;
+                }
                 println!("{}: ok", config.display());
                 if c.is_group() {
                     println!(
@@ -49,6 +52,31 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Explain { config } => {
+            let c = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            if c.sql.is_some() {
+                return match weir::sql::plan(&c) {
+                    Ok(plan) => {
+                        print!("{}", plan.describe());
+                        ExitCode::SUCCESS
+                    }
+                    Err(_) => sql_problems(&c).err().unwrap_or(ExitCode::from(2)),
+                };
+            }
+            match weir::pipelines::graph(&c) {
+                Ok(graph) => {
+                    print!("{}", graph.describe());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}", e.report());
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Checkpoints {
             command: CheckpointsCommand::List { config },
         } => {
@@ -117,6 +145,24 @@ fn main() -> ExitCode {
             };
             weir::service::init_logging(cli.log_format, config.log.level.as_deref());
             run(config, restore_from.map(|p| cli::absolute(&p)))
+        }
+    }
+}
+
+/// A SQL job's statements planned: every problem printed with its line,
+/// column and text, and exit 2; Ok for a job without SQL.
+fn sql_problems(c: &Config) -> Result<(), ExitCode> {
+    let Some(sql) = &c.sql else {
+        return Ok(());
+    };
+    match weir::sql::plan(c) {
+        Ok(_) => Ok(()),
+        Err(errors) => {
+            eprintln!("{} problem(s) in the job's SQL:", errors.len());
+            for e in &errors {
+                eprintln!("{}", e.render(&sql.origin, &sql.text));
+            }
+            Err(ExitCode::from(2))
         }
     }
 }

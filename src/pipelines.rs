@@ -36,6 +36,17 @@ pub const SINK_UID: &str = "sink";
 
 /// The job graph of `c`'s `[source]`, `[pipeline]` and `[sink]`.
 pub fn graph(c: &Config) -> Result<Graph> {
+    if let Some(sql) = &c.sql {
+        return crate::sql::plan(c).map(|p| p.graph).map_err(|errors| {
+            crate::error::WeirError::Graph {
+                job: c.job.name.clone(),
+                problems: errors
+                    .iter()
+                    .map(|e| e.render(&sql.origin, &sql.text))
+                    .collect(),
+            }
+        });
+    }
     let job = JobBuilder::new(&c.job.name);
     let event_time =
         c.source.event_time.as_ref().map(|et| {

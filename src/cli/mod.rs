@@ -56,6 +56,12 @@ pub enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the job's graph: operators, keys, edges, state tables, and
+    /// what each sink receives (append-only or upsert by which key).
+    Explain {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Inspect the job's checkpoints.
     Checkpoints {
         #[command(subcommand)]

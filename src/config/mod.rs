@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 mod sections;
+mod sql;
 mod validate;
 
 pub use sections::*;
@@ -33,6 +34,9 @@ pub struct Config {
     pub admin: AdminConfig,
     pub log: LogConfig,
     pub scale: ScaleConfig,
+    /// `[sources.*]`, `[sinks.*]` and `[pipeline] sql`: a job in SQL
+    /// (then `source`, `pipeline` and `sink` hold stand-ins).
+    pub sql: Option<SqlJob>,
 }
 
 /// One problem in a configuration, with the key it is about.
@@ -82,6 +86,8 @@ const SECTIONS: &[&str] = &[
     "admin",
     "log",
     "scale",
+    "sources",
+    "sinks",
 ];
 
 impl Config {
@@ -199,6 +205,11 @@ impl Config {
                     .or_insert_with(|| serde_json::json!("(graph sink)"));
             }
         }
+        let sql = if graph {
+            None
+        } else {
+            sql::sql_job(file, &mut tree, &mut problems)
+        };
         let job = section::<JobConfig>(&tree, "job", &mut problems);
         let kafka = section::<KafkaConfig>(&tree, "kafka", &mut problems);
         let checkpoint = section::<CheckpointConfig>(&tree, "checkpoint", &mut problems);
@@ -240,6 +251,7 @@ impl Config {
             admin,
             log,
             scale,
+            sql,
         };
         // A pipeline section that did not parse was replaced by a stand-in
         // so the other sections are still checked; what validation says

@@ -471,6 +471,9 @@ pub(crate) mod defaults {
         crate::time::timestamp::TimestampFormat::EpochMillis
     }
     use std::time::Duration;
+    pub fn sql_format() -> super::RecordFormat {
+        super::RecordFormat::Json
+    }
     pub fn parallelism() -> u32 {
         1
     }
@@ -534,3 +537,75 @@ pub(crate) const RESERVED_PROPERTIES: &[&str] = &[
 
 /// The uid of the source operator.
 pub const SOURCE_UID: &str = "kafka-source";
+
+/// `[sources.NAME]` of a SQL job: a table read from Kafka topics.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlSourceConfig {
+    pub topics: Vec<String>,
+    /// `json` (columns by field name) or `text` (one VARCHAR column `line`).
+    #[serde(default = "defaults::sql_format")]
+    pub format: RecordFormat,
+    /// A SQL column list: `name TYPE, ...`, computed columns `name AS
+    /// expr`, and `WATERMARK FOR col AS col - INTERVAL '..' SECOND`.
+    pub schema: Option<String>,
+    #[serde(default)]
+    pub start: StartPosition,
+    #[serde(default)]
+    pub on_bad_record: BadRecordPolicy,
+    pub dead_letter_topic: Option<String>,
+    /// A partition without records for this long stops holding the
+    /// watermark back.
+    #[serde(with = "humantime_serde", default)]
+    pub idle_timeout: Option<Duration>,
+}
+
+/// `[sinks.NAME]` of a SQL job: a topic an `INSERT INTO NAME` writes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlSinkConfig {
+    pub topic: String,
+    #[serde(default)]
+    pub format: SqlSinkFormat,
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// Kafka key columns; default: the result's unique key (its GROUP BY
+    /// columns), else none.
+    pub key: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SqlSinkFormat {
+    #[default]
+    Json,
+}
+
+/// `[pipeline]` of a SQL job: the statements, and what applies to every
+/// windowed aggregate in them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlPipelineConfig {
+    pub sql: Option<String>,
+    pub sql_file: Option<std::path::PathBuf>,
+    /// How long after its end a window still takes late records.
+    #[serde(with = "humantime_serde", default)]
+    pub allowed_lateness: Duration,
+    /// Records no window takes any more: dropped (counted) or written to
+    /// the dead-letter topic of the window's source.
+    #[serde(default)]
+    pub on_late: LatePolicy,
+}
+
+/// A SQL job: its tables, its sinks and its statements (the text is read
+/// from `sql_file` when the configuration loads).
+#[derive(Debug, Clone)]
+pub struct SqlJob {
+    pub sources: std::collections::BTreeMap<String, SqlSourceConfig>,
+    pub sinks: std::collections::BTreeMap<String, SqlSinkConfig>,
+    pub pipeline: SqlPipelineConfig,
+    /// The statements.
+    pub text: String,
+    /// Where they came from, for error messages: `pipeline.sql` or the file.
+    pub origin: String,
+}

@@ -1,0 +1,191 @@
+//! A SQL job's sections: `[sources.NAME]`, `[sinks.NAME]` and
+//! `[pipeline] sql` (or `sql_file`). The planner (`crate::sql`) reads them;
+//! here they are parsed, checked key by key, and the built-in pipeline's
+//! sections replaced by stand-ins.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::sections::*;
+use super::{parse_section, ConfigProblem};
+
+/// A SQL job's sections (`[sources.*]`, `[sinks.*]`, `[pipeline] sql` or
+/// `sql_file`), or None for a built-in pipeline. A SQL job's `[source]`,
+/// `[pipeline]` and `[sink]` become stand-ins that pass validation: the
+/// planner reads the SQL sections. `[sink]` may still give the
+/// transactional id's prefix and the instance; `delivery` comes from the
+/// sinks, which must agree (every exactly-once sink of a job commits in the
+/// job's one transaction per checkpoint).
+pub(super) fn sql_job(
+    file: &Path,
+    tree: &mut BTreeMap<String, serde_json::Value>,
+    problems: &mut Vec<ConfigProblem>,
+) -> Option<SqlJob> {
+    let pipeline = tree.get("pipeline").and_then(|p| p.as_object());
+    let has_sql = pipeline.is_some_and(|p| p.contains_key("sql") || p.contains_key("sql_file"));
+    if !has_sql && !tree.contains_key("sources") && !tree.contains_key("sinks") {
+        return None;
+    }
+    let mut problem = |key: &str, message: String| {
+        problems.push(ConfigProblem {
+            key: key.into(),
+            message,
+        })
+    };
+    if !has_sql {
+        problem(
+            "pipeline.sql",
+            "[sources.*] and [sinks.*] describe a SQL job: give its statements in \
+             [pipeline] sql (or sql_file)"
+                .into(),
+        );
+    }
+    if tree.contains_key("source") {
+        problem(
+            "source",
+            "a SQL job reads the tables in [sources.NAME]; remove [source]".into(),
+        );
+    }
+    if pipeline.is_some_and(|p| p.contains_key("kind")) {
+        problem(
+            "pipeline.kind",
+            "a SQL job computes what its [pipeline] sql says; remove kind".into(),
+        );
+    }
+    let mut named = |section: &str| -> Vec<(String, serde_json::Value)> {
+        match tree.get(section) {
+            None => Vec::new(),
+            Some(serde_json::Value::Object(m)) => {
+                m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
+            Some(_) => {
+                problems.push(ConfigProblem {
+                    key: section.into(),
+                    message: format!("expected tables [{section}.NAME]"),
+                });
+                Vec::new()
+            }
+        }
+    };
+    let source_values = named("sources");
+    let sink_values = named("sinks");
+    let mut sources = BTreeMap::new();
+    for (name, v) in source_values {
+        if let Some(s) = parse_section::<SqlSourceConfig>(&v, &format!("sources.{name}"), problems)
+        {
+            sources.insert(name, s);
+        }
+    }
+    let mut sinks = BTreeMap::new();
+    for (name, v) in sink_values {
+        if let Some(s) = parse_section::<SqlSinkConfig>(&v, &format!("sinks.{name}"), problems) {
+            sinks.insert(name, s);
+        }
+    }
+    let mut problem = |key: &str, message: String| {
+        problems.push(ConfigProblem {
+            key: key.into(),
+            message,
+        })
+    };
+    if sources.is_empty() {
+        problem(
+            "sources",
+            "a SQL job needs at least one [sources.NAME] table".into(),
+        );
+    }
+    if sinks.is_empty() {
+        problem("sinks", "a SQL job needs at least one [sinks.NAME]".into());
+    }
+    for (name, s) in &sources {
+        if s.format == RecordFormat::Json && s.schema.is_none() {
+            problem(
+                &format!("sources.{name}.schema"),
+                "a JSON source needs its columns: schema = \"name TYPE, ...\"".into(),
+            );
+        }
+        if s.on_bad_record == BadRecordPolicy::DeadLetter && s.dead_letter_topic.is_none() {
+            problem(
+                &format!("sources.{name}.dead_letter_topic"),
+                "on_bad_record = \"dead-letter\" needs a dead_letter_topic".into(),
+            );
+        }
+    }
+    let delivery = sinks
+        .values()
+        .map(|s| s.delivery)
+        .next()
+        .unwrap_or_default();
+    for (name, s) in &sinks {
+        if s.delivery != delivery {
+            problem(
+                &format!("sinks.{name}.delivery"),
+                format!(
+                    "every sink of a job has one delivery (the job commits its sinks in one \
+                     transaction); the first sink says {delivery:?}"
+                ),
+            );
+        }
+    }
+    let mut raw_pipeline = tree.get("pipeline").cloned().unwrap_or_default();
+    if let Some(p) = raw_pipeline.as_object_mut() {
+        p.remove("kind");
+    }
+    let pipeline = parse_section::<SqlPipelineConfig>(&raw_pipeline, "pipeline", problems)?;
+    let mut problem = |key: &str, message: String| {
+        problems.push(ConfigProblem {
+            key: key.into(),
+            message,
+        })
+    };
+    let (text, origin) = match (&pipeline.sql, &pipeline.sql_file) {
+        (Some(_), Some(_)) => {
+            problem(
+                "pipeline.sql_file",
+                "give the statements in sql or in sql_file, not both".into(),
+            );
+            return None;
+        }
+        (Some(sql), None) => (sql.clone(), "pipeline.sql".to_string()),
+        (None, Some(path)) => {
+            let path = match file.parent() {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            };
+            match std::fs::read_to_string(&path) {
+                Ok(text) => (text, path.display().to_string()),
+                Err(e) => {
+                    problem(
+                        "pipeline.sql_file",
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                    return None;
+                }
+            }
+        }
+        (None, None) => return None,
+    };
+    // Stand-ins that pass validation; the planner reads the SQL sections.
+    tree.insert(
+        "source".into(),
+        serde_json::json!({"topics": ["(sql sources)"]}),
+    );
+    tree.insert("pipeline".into(), serde_json::json!({"kind": "word-count"}));
+    let sink = tree
+        .entry("sink".into())
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(object) = sink.as_object_mut() {
+        object.insert("topic".into(), serde_json::json!("(sql sinks)"));
+        object.insert(
+            "delivery".into(),
+            serde_json::to_value(delivery).expect("delivery serializes"),
+        );
+    }
+    Some(SqlJob {
+        sources,
+        sinks,
+        pipeline,
+        text,
+        origin,
+    })
+}

@@ -1,0 +1,1090 @@
+//! SQL expressions compiled once, when the job is planned, into closures
+//! over a row's values: no tree is walked per record, each node's types
+//! are settled before the first row, and a constant argument (a regular
+//! expression, a date format) is prepared once.
+//!
+//! Semantics are Flink SQL's where DuckDB agrees with it: NULL in, NULL
+//! out; `AND`/`OR`/`NOT` with three-valued logic; BIGINT arithmetic that
+//! fails on overflow; `/` of integers is integer division; DECIMAL keeps
+//! its scale (`0.908 * price` is `DECIMAL(22, 3)`). An expression that
+//! fails on a value (an overflow, a division by zero, a cast of `'abc'`
+//! to BIGINT) gives Err here; the operator that evaluates it makes that
+//! NULL and counts it (docs/sql.md), so a bad value never stops the job.
+
+use std::sync::Arc;
+
+use sqlparser::ast::{
+    self, BinaryOperator, CastKind, DateTimeField, FunctionArg, FunctionArgExpr, FunctionArguments,
+    UnaryOperator,
+};
+use sqlparser::ast::{Expr as E, Spanned};
+
+use super::functions;
+use super::types::parse_type;
+use super::SqlError;
+use crate::dataflow::expr::compare;
+use crate::dataflow::row::{DataType, Decimal, Value};
+
+/// A compiled expression's type: a data type, the type of an untyped
+/// `NULL`, or an interval (which only adds to or subtracts from a
+/// timestamp).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ty {
+    Null,
+    Interval,
+    Data(DataType),
+}
+
+impl Ty {
+    pub fn data(&self) -> Option<&DataType> {
+        match self {
+            Ty::Data(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The column type a result of this type gets (an untyped NULL: VARCHAR).
+    pub fn column_type(&self) -> DataType {
+        match self {
+            Ty::Data(t) => t.clone(),
+            Ty::Interval => DataType::BigInt,
+            Ty::Null => DataType::String,
+        }
+    }
+}
+
+impl std::fmt::Display for Ty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ty::Null => f.write_str("NULL"),
+            Ty::Interval => f.write_str("INTERVAL"),
+            Ty::Data(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+pub type EvalFn = dyn Fn(&[Value]) -> Result<Value, String> + Send + Sync;
+
+/// What an aggregate call compiles to where aggregates are allowed: the
+/// column of the aggregate's output that holds it.
+pub type AggregateHook<'a> = dyn FnMut(&ast::Function, &E) -> Result<Compiled, SqlError> + 'a;
+
+/// One compiled expression: its function, its type, and its value when
+/// it is a constant.
+#[derive(Clone)]
+pub struct Compiled {
+    pub eval: Arc<EvalFn>,
+    pub ty: Ty,
+    pub constant: Option<Value>,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Compiled({})", self.ty)
+    }
+}
+
+impl Compiled {
+    pub fn constant(v: Value, ty: Ty) -> Self {
+        let c = v.clone();
+        Self {
+            eval: Arc::new(move |_| Ok(c.clone())),
+            ty,
+            constant: Some(v),
+        }
+    }
+
+    pub fn column(i: usize, t: DataType) -> Self {
+        Self {
+            eval: Arc::new(move |row| Ok(row.get(i).cloned().unwrap_or(Value::Null))),
+            ty: Ty::Data(t),
+            constant: None,
+        }
+    }
+
+    fn new(ty: Ty, f: impl Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static) -> Self {
+        Self {
+            eval: Arc::new(f),
+            ty,
+            constant: None,
+        }
+    }
+
+    pub fn data_type(&self) -> Option<&DataType> {
+        self.ty.data()
+    }
+}
+
+/// A column a query can name: its name, the table (or alias) it belongs
+/// to, and its type.
+#[derive(Debug, Clone)]
+pub struct ScopeColumn {
+    pub name: String,
+    pub qualifier: Option<String>,
+    pub ty: DataType,
+}
+
+/// What names mean where an expression is compiled: the input's columns,
+/// and expressions that stand for a computed column (after GROUP BY, a
+/// grouped expression or an aggregate call is a column of the aggregate's
+/// output).
+pub struct Scope<'a> {
+    pub columns: &'a [ScopeColumn],
+    pub substitutions: &'a [(E, Compiled)],
+    /// After GROUP BY: a column that is neither grouped nor aggregated is
+    /// an error with this explanation.
+    pub grouped: bool,
+    /// Aggregate calls met while compiling, for the planner to compute
+    /// (None: aggregates are not allowed here, with the reason).
+    pub aggregates: Option<&'a mut AggregateHook<'a>>,
+    pub no_aggregates_reason: &'a str,
+}
+
+impl<'a> Scope<'a> {
+    pub fn plain(columns: &'a [ScopeColumn]) -> Self {
+        Self {
+            columns,
+            substitutions: &[],
+            grouped: false,
+            aggregates: None,
+            no_aggregates_reason: "aggregate functions belong in a SELECT with GROUP BY (or \
+                                   in its HAVING)",
+        }
+    }
+}
+
+pub fn err(e: &E, message: impl Into<String>) -> SqlError {
+    SqlError::at(e.span(), message)
+}
+
+/// The aggregate functions weir computes.
+pub fn is_aggregate(name: &str) -> bool {
+    matches!(
+        name.to_ascii_uppercase().as_str(),
+        "COUNT" | "SUM" | "MIN" | "MAX" | "AVG"
+    )
+}
+
+pub fn function_name(f: &ast::Function) -> String {
+    f.name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.clone())
+        .unwrap_or_else(|| f.name.to_string())
+}
+
+/// The plain argument expressions of a call (Err for `*`, named
+/// arguments and clauses weir does not take).
+pub fn call_args<'f>(f: &'f ast::Function, whole: &E) -> Result<Vec<&'f E>, SqlError> {
+    match &f.args {
+        FunctionArguments::None => Ok(Vec::new()),
+        FunctionArguments::Subquery(_) => {
+            Err(err(whole, "a subquery as an argument is not supported"))
+        }
+        FunctionArguments::List(list) => {
+            if !list.clauses.is_empty() {
+                return Err(err(
+                    whole,
+                    format!("{} in a function call is not supported", list.clauses[0]),
+                ));
+            }
+            list.args
+                .iter()
+                .map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
+                    FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => {
+                        Err(err(whole, "`*` is an argument only of COUNT(*)"))
+                    }
+                    _ => Err(err(whole, format!("argument {a} is not supported"))),
+                })
+                .collect()
+        }
+    }
+}
+
+/// Compiles `e` in `scope`.
+pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
+    for (s, c) in scope.substitutions {
+        if s == e {
+            return Ok(c.clone());
+        }
+    }
+    match e {
+        E::Nested(inner) => compile(inner, scope),
+        E::Identifier(ident) => column(scope, None, &ident.value, e),
+        E::CompoundIdentifier(parts) => {
+            let names: Vec<&str> = parts.iter().map(|p| p.value.as_str()).collect();
+            compound(scope, &names, e)
+        }
+        E::CompoundFieldAccess { root, access_chain } => {
+            let mut c = compile(root, scope)?;
+            for a in access_chain {
+                match a {
+                    ast::AccessExpr::Dot(E::Identifier(f)) => c = field(c, &f.value, e)?,
+                    _ => return Err(err(e, "only field access with `.name` is supported")),
+                }
+            }
+            Ok(c)
+        }
+        E::Value(v) => literal(&v.value, e),
+        E::TypedString(ts) => {
+            let text = match &ts.value.value {
+                ast::Value::SingleQuotedString(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let t = sql_type(&ts.data_type, e)?;
+            let v = cast_value(Value::String(text), &t).map_err(|m| err(e, m))?;
+            Ok(Compiled::constant(v, Ty::Data(t)))
+        }
+        E::Interval(i) => interval(i, e).map(|ms| Compiled::constant(Value::Int(ms), Ty::Interval)),
+        E::IsNull(a) => {
+            let a = compile(a, scope)?;
+            Ok(unary_bool(a, |v| Ok(Value::Bool(v.is_null()))))
+        }
+        E::IsNotNull(a) => {
+            let a = compile(a, scope)?;
+            Ok(unary_bool(a, |v| Ok(Value::Bool(!v.is_null()))))
+        }
+        E::IsTrue(a) | E::IsNotTrue(a) | E::IsFalse(a) | E::IsNotFalse(a) => {
+            let c = compile(a, scope)?;
+            boolean(&c, a)?;
+            let want = matches!(e, E::IsTrue(_) | E::IsNotFalse(_));
+            let negate = matches!(e, E::IsNotTrue(_) | E::IsNotFalse(_));
+            Ok(unary_bool(c, move |v| {
+                let is = matches!(v, Value::Bool(b) if b == want);
+                Ok(Value::Bool(is != negate))
+            }))
+        }
+        E::UnaryOp { op, expr } => {
+            let a = compile(expr, scope)?;
+            match op {
+                UnaryOperator::Not => {
+                    boolean(&a, expr)?;
+                    Ok(unary_bool(a, |v| {
+                        Ok(match v {
+                            Value::Bool(b) => Value::Bool(!b),
+                            _ => Value::Null,
+                        })
+                    }))
+                }
+                UnaryOperator::Minus => {
+                    let t = numeric_or_interval(&a, expr)?;
+                    let f = a.eval.clone();
+                    fold(Compiled::new(t, move |row| negate(f(row)?)), &a)
+                }
+                UnaryOperator::Plus => {
+                    numeric_or_interval(&a, expr)?;
+                    Ok(a)
+                }
+                _ => Err(err(e, format!("operator {op} is not supported"))),
+            }
+        }
+        E::BinaryOp { left, op, right } => binary(e, left, op, right, scope),
+        E::Between {
+            expr,
+            negated,
+            low,
+            high,
+        } => {
+            let (x, lo, hi) = (
+                compile(expr, scope)?,
+                compile(low, scope)?,
+                compile(high, scope)?,
+            );
+            comparable(&x, &lo, e)?;
+            comparable(&x, &hi, e)?;
+            let (x, lo, hi, negated) = (x.eval, lo.eval, hi.eval, *negated);
+            Ok(Compiled::new(Ty::Data(DataType::Boolean), move |row| {
+                let v = x(row)?;
+                let ge = cmp_bool(&v, &lo(row)?, |o| o.is_ge());
+                let le = cmp_bool(&v, &hi(row)?, |o| o.is_le());
+                let both = and3(ge, le);
+                Ok(match both {
+                    Some(b) => Value::Bool(b != negated),
+                    None => Value::Null,
+                })
+            }))
+        }
+        E::In {
+            expr,
+            target: ast::InTarget::List(list),
+            negated,
+            ..
+        } => {
+            let x = compile(expr, scope)?;
+            let items = list
+                .iter()
+                .map(|i| {
+                    let c = compile(i, scope)?;
+                    comparable(&x, &c, i)?;
+                    Ok(c.eval)
+                })
+                .collect::<Result<Vec<_>, SqlError>>()?;
+            let (x, negated) = (x.eval, *negated);
+            Ok(Compiled::new(Ty::Data(DataType::Boolean), move |row| {
+                let v = x(row)?;
+                if v.is_null() {
+                    return Ok(Value::Null);
+                }
+                let mut saw_null = false;
+                for i in &items {
+                    let w = i(row)?;
+                    if w.is_null() {
+                        saw_null = true;
+                    } else if compare(&v, &w).is_eq() {
+                        return Ok(Value::Bool(!negated));
+                    }
+                }
+                Ok(if saw_null {
+                    Value::Null
+                } else {
+                    Value::Bool(negated)
+                })
+            }))
+        }
+        E::In { .. } | E::Subquery(_) | E::Exists { .. } => {
+            Err(err(e, "subqueries are not supported"))
+        }
+        E::Like {
+            negated,
+            expr,
+            pattern,
+            escape_char,
+            any: false,
+        }
+        | E::ILike {
+            negated,
+            expr,
+            pattern,
+            escape_char,
+            any: false,
+        } => {
+            let insensitive = matches!(e, E::ILike { .. });
+            let x = compile(expr, scope)?;
+            string(&x, expr)?;
+            let p = compile(pattern, scope)?;
+            string(&p, pattern)?;
+            let escape = match escape_char.as_deref() {
+                None => None,
+                Some(E::Value(v)) => match &v.value {
+                    ast::Value::SingleQuotedString(s) if s.chars().count() == 1 => s.chars().next(),
+                    _ => return Err(err(e, "ESCAPE takes one character")),
+                },
+                Some(_) => return Err(err(e, "ESCAPE takes one character")),
+            };
+            functions::like(x, p, *negated, insensitive, escape).map_err(|m| err(pattern, m))
+        }
+        E::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => case(
+            e,
+            operand.as_deref(),
+            conditions,
+            else_result.as_deref(),
+            scope,
+        ),
+        E::Cast {
+            kind,
+            expr,
+            data_type,
+            format: None,
+        } => {
+            let x = compile(expr, scope)?;
+            let t = sql_type(data_type, e)?;
+            let tried = matches!(kind, CastKind::TryCast | CastKind::SafeCast);
+            let f = x.eval.clone();
+            let target = t.clone();
+            fold(
+                Compiled::new(Ty::Data(t), move |row| match cast_value(f(row)?, &target) {
+                    Ok(v) => Ok(v),
+                    Err(_) if tried => Ok(Value::Null),
+                    Err(m) => Err(m),
+                }),
+                &x,
+            )
+        }
+        E::Extract { field, expr, .. } => {
+            let x = compile(expr, scope)?;
+            timestamp(&x, expr)?;
+            let part = extract_part(field, e)?;
+            functions::extract(x, part)
+        }
+        E::Ceil { expr, field } | E::Floor { expr, field } => {
+            if !matches!(
+                field,
+                ast::CeilFloorKind::DateTimeField(DateTimeField::NoDateTime)
+            ) {
+                return Err(err(e, "CEIL/FLOOR to a time unit is not supported"));
+            }
+            let x = compile(expr, scope)?;
+            functions::call(
+                if matches!(e, E::Ceil { .. }) {
+                    "CEIL"
+                } else {
+                    "FLOOR"
+                },
+                vec![x],
+                e,
+            )
+        }
+        E::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            let mut args = vec![compile(expr, scope)?];
+            args.push(match substring_from {
+                Some(f) => compile(f, scope)?,
+                None => Compiled::constant(Value::Int(1), Ty::Data(DataType::BigInt)),
+            });
+            if let Some(f) = substring_for {
+                args.push(compile(f, scope)?);
+            }
+            functions::call("SUBSTRING", args, e)
+        }
+        E::Trim {
+            trim_where,
+            trim_what,
+            expr,
+            trim_characters: None,
+        } => {
+            let x = compile(expr, scope)?;
+            let what = match trim_what {
+                Some(w) => compile(w, scope)?,
+                None => Compiled::constant(Value::from(" "), Ty::Data(DataType::String)),
+            };
+            let side = match trim_where {
+                Some(ast::TrimWhereField::Leading) => "LTRIM",
+                Some(ast::TrimWhereField::Trailing) => "RTRIM",
+                _ => "TRIM",
+            };
+            functions::call(side, vec![x, what], e)
+        }
+        E::Position { expr, r#in } => {
+            let args = vec![compile(expr, scope)?, compile(r#in, scope)?];
+            functions::call("POSITION", args, e)
+        }
+        E::Function(f) => {
+            let name = function_name(f);
+            if is_aggregate(&name) {
+                return match scope.aggregates.as_mut() {
+                    Some(hook) => hook(f, e),
+                    None => Err(err(
+                        e,
+                        format!("{}: {}", name.to_uppercase(), scope.no_aggregates_reason),
+                    )),
+                };
+            }
+            if f.over.is_some() {
+                return Err(err(e, "window functions (OVER) are not supported yet"));
+            }
+            if f.filter.is_some() {
+                return Err(err(e, "FILTER applies only to aggregate functions"));
+            }
+            let args = call_args(f, e)?
+                .into_iter()
+                .map(|a| compile(a, scope))
+                .collect::<Result<Vec<_>, _>>()?;
+            functions::call(&name.to_ascii_uppercase(), args, e)
+        }
+        _ => Err(err(e, format!("the expression `{e}` is not supported"))),
+    }
+}
+
+/// Constant-folds `c` when every input of it (`of`) is constant.
+fn fold(c: Compiled, of: &Compiled) -> Result<Compiled, SqlError> {
+    if of.constant.is_some() {
+        if let Ok(v) = (c.eval)(&[]) {
+            return Ok(Compiled::constant(v, c.ty));
+        }
+    }
+    Ok(c)
+}
+
+fn unary_bool(
+    a: Compiled,
+    f: impl Fn(Value) -> Result<Value, String> + Send + Sync + 'static,
+) -> Compiled {
+    let g = a.eval;
+    Compiled::new(Ty::Data(DataType::Boolean), move |row| f(g(row)?))
+}
+
+fn column(scope: &Scope, qualifier: Option<&str>, name: &str, e: &E) -> Result<Compiled, SqlError> {
+    let matches: Vec<usize> = scope
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.name.eq_ignore_ascii_case(name)
+                && qualifier.is_none_or(|q| {
+                    c.qualifier
+                        .as_deref()
+                        .is_some_and(|cq| cq.eq_ignore_ascii_case(q))
+                })
+        })
+        .map(|(i, _)| i)
+        .collect();
+    match matches.as_slice() {
+        [i] => {
+            if scope.grouped {
+                return Err(err(
+                    e,
+                    format!(
+                        "column {name:?} is neither grouped nor aggregated: add it to GROUP BY \
+                         or use it inside an aggregate function"
+                    ),
+                ));
+            }
+            Ok(Compiled::column(*i, scope.columns[*i].ty.clone()))
+        }
+        [] => {
+            let shown = match qualifier {
+                Some(q) => format!("{q}.{name}"),
+                None => name.to_string(),
+            };
+            let nearest = nearest(name, scope.columns.iter().map(|c| c.name.as_str()));
+            let hint = match nearest {
+                Some(n) => format!("; did you mean {n:?}?"),
+                None => String::new(),
+            };
+            Err(err(e, format!("unknown column {shown:?}{hint}")))
+        }
+        _ => Err(err(
+            e,
+            format!("column {name:?} is ambiguous: qualify it with its table's name or alias"),
+        )),
+    }
+}
+
+/// `t.col`, `col.field`, `t.col.field`...
+fn compound(scope: &Scope, names: &[&str], e: &E) -> Result<Compiled, SqlError> {
+    let qualified = names.len() >= 2
+        && scope.columns.iter().any(|c| {
+            c.qualifier
+                .as_deref()
+                .is_some_and(|q| q.eq_ignore_ascii_case(names[0]))
+        });
+    let (mut c, rest) = if qualified {
+        (column(scope, Some(names[0]), names[1], e)?, &names[2..])
+    } else {
+        (column(scope, None, names[0], e)?, &names[1..])
+    };
+    for f in rest {
+        c = field(c, f, e)?;
+    }
+    Ok(c)
+}
+
+/// A field of a ROW value.
+fn field(c: Compiled, name: &str, e: &E) -> Result<Compiled, SqlError> {
+    let Some(DataType::Struct(fields)) = c.data_type() else {
+        return Err(err(
+            e,
+            format!("{} has no field {name:?}: it is not a ROW", c.ty),
+        ));
+    };
+    let Some(i) = fields
+        .iter()
+        .position(|f| f.name.eq_ignore_ascii_case(name))
+    else {
+        let nearest = nearest(name, fields.iter().map(|f| f.name.as_str()));
+        return Err(err(
+            e,
+            format!(
+                "the ROW has no field {name:?}{}",
+                nearest.map_or(String::new(), |n| format!("; did you mean {n:?}?"))
+            ),
+        ));
+    };
+    let t = fields[i].data_type.clone();
+    let f = c.eval;
+    Ok(Compiled::new(Ty::Data(t), move |row| {
+        Ok(match f(row)? {
+            Value::Struct(mut items) if i < items.len() => items.swap_remove(i),
+            _ => Value::Null,
+        })
+    }))
+}
+
+/// The candidate closest to `name` by edit distance, if close enough to
+/// be a typo.
+pub fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase();
+    candidates
+        .map(|c| (edit_distance(&name, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn literal(v: &ast::Value, e: &E) -> Result<Compiled, SqlError> {
+    Ok(match v {
+        ast::Value::Number(text, _) => {
+            if let Ok(i) = text.parse::<i64>() {
+                Compiled::constant(Value::Int(i), Ty::Data(DataType::BigInt))
+            } else if text.contains(['e', 'E']) {
+                let d: f64 = text.parse().map_err(|_| err(e, "not a number"))?;
+                Compiled::constant(Value::Double(d), Ty::Data(DataType::Double))
+            } else {
+                let scale = text.split_once('.').map_or(0, |(_, f)| f.len());
+                let digits = text.chars().filter(char::is_ascii_digit).count();
+                if scale > 38 || digits > 38 {
+                    return Err(err(e, "a decimal literal has at most 38 digits"));
+                }
+                let d = Decimal::parse(text, scale as u8).map_err(|m| err(e, m))?;
+                Compiled::constant(
+                    Value::Decimal(d),
+                    Ty::Data(DataType::Decimal {
+                        precision: digits.max(scale).max(1) as u8,
+                        scale: scale as u8,
+                    }),
+                )
+            }
+        }
+        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => {
+            Compiled::constant(Value::String(s.clone()), Ty::Data(DataType::String))
+        }
+        ast::Value::Boolean(b) => Compiled::constant(Value::Bool(*b), Ty::Data(DataType::Boolean)),
+        ast::Value::Null => Compiled::constant(Value::Null, Ty::Null),
+        other => return Err(err(e, format!("the literal {other} is not supported"))),
+    })
+}
+
+/// `INTERVAL '4' SECOND`, `INTERVAL '1' MINUTE`, `INTERVAL '2.5' SECOND`,
+/// `INTERVAL '1 02:00:00' DAY TO SECOND` is not: in milliseconds.
+pub fn interval(i: &ast::Interval, e: &E) -> Result<i64, SqlError> {
+    let text = match i.value.as_ref() {
+        E::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => s.clone(),
+            ast::Value::Number(n, _) => n.clone(),
+            _ => return Err(err(e, "an interval's value is a number in quotes")),
+        },
+        _ => return Err(err(e, "an interval's value is a number in quotes")),
+    };
+    if i.last_field.is_some() {
+        return Err(err(
+            e,
+            "intervals with two units (DAY TO SECOND) are not supported",
+        ));
+    }
+    // `INTERVAL '10 seconds'` (no unit after it): the unit is in the text.
+    let (number, unit) = match &i.leading_field {
+        Some(f) => (text.trim().to_string(), unit_ms(f)),
+        None => {
+            let mut parts = text.split_whitespace();
+            let n = parts.next().unwrap_or("").to_string();
+            let u = parts.next().unwrap_or("").to_ascii_lowercase();
+            let ms = match u.trim_end_matches('s') {
+                "millisecond" => Some(1),
+                "second" => Some(1_000),
+                "minute" => Some(60_000),
+                "hour" => Some(3_600_000),
+                "day" => Some(86_400_000),
+                _ => None,
+            };
+            (n, ms)
+        }
+    };
+    let Some(unit) = unit else {
+        return Err(err(
+            e,
+            "an interval's unit is MILLISECOND, SECOND, MINUTE, HOUR or DAY (months and years \
+             have no fixed length)",
+        ));
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| err(e, format!("{number:?} is not a number of units")))?;
+    Ok((n * unit as f64).round() as i64)
+}
+
+fn unit_ms(f: &DateTimeField) -> Option<i64> {
+    Some(match f {
+        DateTimeField::Millisecond | DateTimeField::Milliseconds => 1,
+        DateTimeField::Second | DateTimeField::Seconds => 1_000,
+        DateTimeField::Minute | DateTimeField::Minutes => 60_000,
+        DateTimeField::Hour | DateTimeField::Hours => 3_600_000,
+        DateTimeField::Day | DateTimeField::Days => 86_400_000,
+        _ => return None,
+    })
+}
+
+fn extract_part(f: &DateTimeField, e: &E) -> Result<&'static str, SqlError> {
+    Ok(match f {
+        DateTimeField::Year | DateTimeField::Years => "YEAR",
+        DateTimeField::Month | DateTimeField::Months => "MONTH",
+        DateTimeField::Day | DateTimeField::Days => "DAY",
+        DateTimeField::Hour | DateTimeField::Hours => "HOUR",
+        DateTimeField::Minute | DateTimeField::Minutes => "MINUTE",
+        DateTimeField::Second | DateTimeField::Seconds => "SECOND",
+        DateTimeField::Millisecond | DateTimeField::Milliseconds => "MILLISECOND",
+        DateTimeField::DayOfWeek | DateTimeField::Dow => "DOW",
+        DateTimeField::DayOfYear | DateTimeField::Doy => "DOY",
+        DateTimeField::Epoch => "EPOCH",
+        _ => return Err(err(e, format!("EXTRACT({f} ...) is not supported"))),
+    })
+}
+
+pub fn sql_type(t: &ast::DataType, e: &E) -> Result<DataType, SqlError> {
+    parse_type(&t.to_string()).map_err(|m| err(e, m))
+}
+
+fn numeric(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int | DataType::BigInt | DataType::Double | DataType::Decimal { .. }
+    )
+}
+
+fn numeric_or_interval(c: &Compiled, e: &E) -> Result<Ty, SqlError> {
+    match &c.ty {
+        Ty::Null | Ty::Interval => Ok(c.ty.clone()),
+        Ty::Data(t) if numeric(t) => Ok(c.ty.clone()),
+        t => Err(err(e, format!("{t} is not a number"))),
+    }
+}
+
+pub fn boolean(c: &Compiled, e: &E) -> Result<(), SqlError> {
+    match &c.ty {
+        Ty::Null | Ty::Data(DataType::Boolean) => Ok(()),
+        t => Err(err(e, format!("expected BOOLEAN, found {t}"))),
+    }
+}
+
+fn string(c: &Compiled, e: &E) -> Result<(), SqlError> {
+    match &c.ty {
+        Ty::Null | Ty::Data(DataType::String) => Ok(()),
+        t => Err(err(e, format!("expected VARCHAR, found {t}"))),
+    }
+}
+
+fn timestamp(c: &Compiled, e: &E) -> Result<(), SqlError> {
+    match &c.ty {
+        Ty::Null | Ty::Data(DataType::Timestamp) => Ok(()),
+        t => Err(err(e, format!("expected TIMESTAMP(3), found {t}"))),
+    }
+}
+
+fn comparable(a: &Compiled, b: &Compiled, e: &E) -> Result<(), SqlError> {
+    let ok = match (&a.ty, &b.ty) {
+        (Ty::Null, _) | (_, Ty::Null) => true,
+        (Ty::Data(x), Ty::Data(y)) => x == y || (numeric(x) && numeric(y)),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(err(e, format!("cannot compare {} with {}", a.ty, b.ty)))
+    }
+}
+
+fn negate(v: Value) -> Result<Value, String> {
+    Ok(match v {
+        Value::Int(i) => Value::Int(i.checked_neg().ok_or("BIGINT overflow in negation")?),
+        Value::Double(d) => Value::Double(-d),
+        Value::Decimal(d) => Value::Decimal(Decimal {
+            unscaled: -{ d.unscaled },
+            scale: d.scale,
+        }),
+        other => other,
+    })
+}
+
+fn truth(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        _ => None,
+    }
+}
+
+fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (Some(true), Some(true)) => Some(true),
+        _ => None,
+    }
+}
+
+fn cmp_bool(a: &Value, b: &Value, f: impl Fn(std::cmp::Ordering) -> bool) -> Option<bool> {
+    if a.is_null() || b.is_null() {
+        None
+    } else {
+        Some(f(compare(a, b)))
+    }
+}
+
+/// A string constant compared with a timestamp is read as a timestamp.
+fn coerce_for_compare(a: Compiled, other: &Compiled, e: &E) -> Result<Compiled, SqlError> {
+    if let (Some(Value::String(s)), Some(DataType::Timestamp)) = (&a.constant, other.data_type()) {
+        let ms = crate::dataflow::json::parse_timestamp(s).map_err(|m| err(e, m))?;
+        return Ok(Compiled::constant(
+            Value::Timestamp(ms),
+            Ty::Data(DataType::Timestamp),
+        ));
+    }
+    Ok(a)
+}
+
+fn binary(
+    e: &E,
+    left: &E,
+    op: &BinaryOperator,
+    right: &E,
+    scope: &mut Scope,
+) -> Result<Compiled, SqlError> {
+    let a = compile(left, scope)?;
+    let b = compile(right, scope)?;
+    use BinaryOperator as B;
+    match op {
+        B::And | B::Or => {
+            boolean(&a, left)?;
+            boolean(&b, right)?;
+            let (f, g) = (a.eval.clone(), b.eval.clone());
+            let is_and = *op == B::And;
+            let c = Compiled::new(Ty::Data(DataType::Boolean), move |row| {
+                let x = truth(&f(row)?);
+                // Short cut: FALSE AND _, TRUE OR _.
+                if x == Some(!is_and) {
+                    return Ok(Value::Bool(!is_and));
+                }
+                let y = truth(&g(row)?);
+                let r = if is_and {
+                    and3(x, y)
+                } else {
+                    match (x, y) {
+                        (Some(true), _) | (_, Some(true)) => Some(true),
+                        (Some(false), Some(false)) => Some(false),
+                        _ => None,
+                    }
+                };
+                Ok(r.map_or(Value::Null, Value::Bool))
+            });
+            both_constant(c, &a, &b)
+        }
+        B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
+            let a = coerce_for_compare(a, &b, right)?;
+            let b = coerce_for_compare(b, &a, left)?;
+            comparable(&a, &b, e)?;
+            let test: fn(std::cmp::Ordering) -> bool = match op {
+                B::Eq => |o| o.is_eq(),
+                B::NotEq => |o| o.is_ne(),
+                B::Lt => |o| o.is_lt(),
+                B::LtEq => |o| o.is_le(),
+                B::Gt => |o| o.is_gt(),
+                _ => |o| o.is_ge(),
+            };
+            let (f, g) = (a.eval.clone(), b.eval.clone());
+            let c = Compiled::new(Ty::Data(DataType::Boolean), move |row| {
+                Ok(cmp_bool(&f(row)?, &g(row)?, test).map_or(Value::Null, Value::Bool))
+            });
+            both_constant(c, &a, &b)
+        }
+        B::StringConcat => functions::call("CONCAT_NULL", vec![a, b], e),
+        B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => {
+            let name = match op {
+                B::Plus => "+",
+                B::Minus => "-",
+                B::Multiply => "*",
+                B::Divide => "/",
+                _ => "%",
+            };
+            let c = functions::arithmetic(name, a.clone(), b.clone(), e)?;
+            both_constant(c, &a, &b)
+        }
+        _ => Err(err(e, format!("operator {op} is not supported"))),
+    }
+}
+
+fn both_constant(c: Compiled, a: &Compiled, b: &Compiled) -> Result<Compiled, SqlError> {
+    if a.constant.is_some() && b.constant.is_some() {
+        if let Ok(v) = (c.eval)(&[]) {
+            return Ok(Compiled::constant(v, c.ty));
+        }
+    }
+    Ok(c)
+}
+
+fn case(
+    e: &E,
+    operand: Option<&E>,
+    conditions: &[ast::CaseWhen],
+    else_result: Option<&E>,
+    scope: &mut Scope,
+) -> Result<Compiled, SqlError> {
+    let operand = operand.map(|o| compile(o, scope)).transpose()?;
+    let mut whens = Vec::new();
+    let mut results = Vec::new();
+    for w in conditions {
+        let c = compile(&w.condition, scope)?;
+        match &operand {
+            Some(o) => comparable(o, &c, &w.condition)?,
+            None => boolean(&c, &w.condition)?,
+        }
+        whens.push(c.eval);
+        results.push((compile(&w.result, scope)?, &w.result));
+    }
+    let otherwise = else_result.map(|x| (compile(x, scope), x));
+    let mut all: Vec<(Compiled, &E)> = results;
+    let otherwise = match otherwise {
+        Some((c, x)) => {
+            all.push((c?, x));
+            true
+        }
+        None => false,
+    };
+    let ty = common_type(&all, e)?;
+    let mut branches: Vec<Arc<EvalFn>> = all
+        .into_iter()
+        .map(|(c, _)| coerce_to(c, &ty).eval)
+        .collect();
+    let default = if otherwise { branches.pop() } else { None };
+    let operand = operand.map(|o| o.eval);
+    Ok(Compiled::new(ty, move |row| {
+        let subject = operand.as_ref().map(|o| o(row)).transpose()?;
+        for (when, then) in whens.iter().zip(&branches) {
+            let w = when(row)?;
+            let hit = match &subject {
+                Some(s) => !s.is_null() && !w.is_null() && compare(s, &w).is_eq(),
+                None => truth(&w) == Some(true),
+            };
+            if hit {
+                return then(row);
+            }
+        }
+        match &default {
+            Some(d) => d(row),
+            None => Ok(Value::Null),
+        }
+    }))
+}
+
+/// The type all of `items` fit (numbers widen: INT, BIGINT, DECIMAL, DOUBLE).
+pub fn common_type(items: &[(Compiled, &E)], e: &E) -> Result<Ty, SqlError> {
+    let mut ty = Ty::Null;
+    for (c, x) in items {
+        ty = match (&ty, &c.ty) {
+            (Ty::Null, t) | (t, Ty::Null) => t.clone(),
+            (Ty::Data(a), Ty::Data(b)) if a == b => ty.clone(),
+            (Ty::Data(a), Ty::Data(b)) if numeric(a) && numeric(b) => {
+                Ty::Data(functions::wider(a, b))
+            }
+            (a, b) => {
+                return Err(err(
+                    x,
+                    format!("the branches of {e} have different types: {a} and {b}"),
+                ))
+            }
+        };
+    }
+    Ok(ty)
+}
+
+/// `c` converted to `ty` (a number to a wider number), if it differs.
+pub fn coerce_to(c: Compiled, ty: &Ty) -> Compiled {
+    match (ty, &c.ty) {
+        (Ty::Data(t), Ty::Data(have)) if t != have => {
+            let (f, t2) = (c.eval.clone(), t.clone());
+            Compiled::new(ty.clone(), move |row| cast_value(f(row)?, &t2))
+        }
+        _ => c,
+    }
+}
+
+/// `CAST(v AS t)`.
+pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
+    use DataType as T;
+    if v.is_null() {
+        return Ok(Value::Null);
+    }
+    Ok(match (t, v) {
+        (T::String, v) => Value::String(functions::to_text(&v)),
+        (T::Int | T::BigInt, Value::Int(i)) => {
+            if *t == T::Int && i32::try_from(i).is_err() {
+                return Err(format!("{i} does not fit INT"));
+            }
+            Value::Int(i)
+        }
+        (T::Int | T::BigInt, Value::Double(d)) => {
+            let x = d.trunc();
+            if !x.is_finite() || x.abs() >= 9.2e18 {
+                return Err(format!("{d} does not fit BIGINT"));
+            }
+            Value::Int(x as i64)
+        }
+        (T::Int | T::BigInt, Value::Decimal(d)) => {
+            let p = 10i128.pow(u32::from(d.scale));
+            i64::try_from(d.unscaled / p)
+                .map(Value::Int)
+                .map_err(|_| format!("{d} does not fit BIGINT"))?
+        }
+        (T::Int | T::BigInt, Value::String(s)) => Value::Int(
+            s.trim()
+                .parse()
+                .map_err(|_| format!("{s:?} is not an integer"))?,
+        ),
+        (T::Int | T::BigInt, Value::Bool(b)) => Value::Int(i64::from(b)),
+        (T::Double, v @ (Value::Int(_) | Value::Double(_) | Value::Decimal(_))) => {
+            Value::Double(v.as_f64().expect("a number"))
+        }
+        (T::Double, Value::String(s)) => Value::Double(
+            s.trim()
+                .parse()
+                .map_err(|_| format!("{s:?} is not a number"))?,
+        ),
+        (T::Decimal { precision, scale }, v) => {
+            let d = match v {
+                Value::Int(i) => Decimal {
+                    unscaled: i128::from(i),
+                    scale: 0,
+                },
+                Value::Decimal(d) => d,
+                Value::Double(x) => {
+                    Decimal::parse(&format!("{x:.*}", *scale as usize + 1), *scale)?
+                }
+                Value::String(s) => Decimal::parse(&s, *scale)?,
+                other => return Err(format!("cannot cast {other:?} to {t}")),
+            };
+            let d = functions::rescale_round(d, *scale).ok_or("DECIMAL overflow")?;
+            let limit = 10i128.pow(u32::from(*precision));
+            if d.unscaled.abs() >= limit {
+                return Err(format!("{d} does not fit {t}"));
+            }
+            Value::Decimal(d)
+        }
+        (T::Timestamp, Value::Timestamp(ms)) => Value::Timestamp(ms),
+        (T::Timestamp, Value::String(s)) => {
+            Value::Timestamp(crate::dataflow::json::parse_timestamp(&s)?)
+        }
+        (T::Timestamp, Value::Int(ms)) => Value::Timestamp(ms),
+        (T::Boolean, Value::Bool(b)) => Value::Bool(b),
+        (T::Boolean, Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(format!("{s:?} is not a BOOLEAN")),
+        },
+        (T::Boolean, Value::Int(i)) => Value::Bool(i != 0),
+        (T::Bytes, Value::String(s)) => Value::Bytes(s.into_bytes()),
+        (T::Bytes, Value::Bytes(b)) => Value::Bytes(b),
+        (t, v) => return Err(format!("cannot cast {v:?} to {t}")),
+    })
+}

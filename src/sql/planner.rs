@@ -1,0 +1,1591 @@
+//! SQL statements onto the job graph.
+//!
+//! Each `INSERT INTO sink SELECT ...` becomes a chain of operators from
+//! its sources to its sink; `CREATE VIEW` names a chain that later
+//! statements read (a view read twice is computed once and its rows go
+//! to both). A `SELECT` plans, in order:
+//!
+//! ```text
+//! FROM source | view | TABLE(TUMBLE|HOP|SESSION(...)) | (subquery) [CROSS JOIN UNNEST(...)]
+//!   → WHERE          filter (a compiled predicate)
+//!   → GROUP BY       map (group keys and aggregate arguments), hash(keys),
+//!                    aggregate (running: an updating result) or window
+//!                    aggregate (window TVF: one row per window on close)
+//!   → HAVING         filter (windowed results)
+//!   → SELECT list    map (compiled expressions), named as the SELECT says
+//! ```
+//!
+//! What each relation is, append-only or updating (with its unique key),
+//! is tracked from source to sink, so that a sink gets the mode its rows
+//! need and a construct that cannot take updates is refused by name.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlparser::ast::{
+    self, Expr as E, GroupByExpr, JoinOperator, SelectItem, SetExpr, Spanned, Statement,
+    TableFactor,
+};
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+
+use super::expr::{
+    boolean, call_args, compile, err, function_name, interval, is_aggregate, Compiled, EvalFn,
+    Scope, ScopeColumn, Ty,
+};
+use super::schema::parse_schema;
+use super::{note_eval_error, SqlError};
+use crate::config::{BadRecordPolicy, Config, LatePolicy, RecordFormat, SqlJob};
+use crate::dataflow::graph::RecordDecoder;
+use crate::dataflow::ops::aggregate::{Agg, AggFunction};
+use crate::dataflow::prelude::*;
+use crate::time::NO_TIMESTAMP;
+
+/// A planned job: its graph, and what each sink receives.
+pub struct Plan {
+    pub graph: Graph,
+    /// Per sink: its name, topic, and changelog mode as `weir explain` says it.
+    pub sinks: Vec<(String, String, String)>,
+}
+
+impl Plan {
+    /// The graph and the sinks' modes, for `weir explain`.
+    pub fn describe(&self) -> String {
+        let mut out = self.graph.describe();
+        out.push_str("sinks\n");
+        for (name, topic, mode) in &self.sinks {
+            out.push_str(&format!("  {name} -> topic {topic:?}: {mode}\n"));
+        }
+        out
+    }
+}
+
+/// A relation as planned so far: the stream that carries it and what its
+/// rows are.
+#[derive(Clone)]
+struct Rel {
+    stream: Stream,
+    columns: Vec<ScopeColumn>,
+    /// None: append-only. Some(key): an updating result whose rows are
+    /// unique by these columns (empty: by none the planner can name).
+    updating: Option<Vec<usize>>,
+    /// The event-time column (rows carry its value as their time).
+    time: Option<usize>,
+    /// The source the rows come from, for its dead-letter topic.
+    source: Option<String>,
+}
+
+impl Rel {
+    fn with_qualifier(mut self, q: &str) -> Self {
+        for c in &mut self.columns {
+            c.qualifier = Some(q.to_string());
+        }
+        self
+    }
+}
+
+/// A window table function in FROM.
+struct WindowTvf {
+    spec: WindowSpec,
+}
+
+/// Compiles the SQL job of `config` (which must have one).
+pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
+    let job = config
+        .sql
+        .as_ref()
+        .ok_or_else(|| vec![SqlError::general("the configuration has no [pipeline] sql")])?;
+    let text = blank_table_keywords(&job.text);
+    let statements = Parser::new(&GenericDialect {})
+        .try_with_sql(&text)
+        .and_then(|mut p| p.parse_statements())
+        .map_err(|e| vec![parse_error(&e.to_string())])?;
+    if statements.is_empty() {
+        return Err(vec![SqlError::general("the SQL has no statements")]);
+    }
+    let mut planner = Planner {
+        job: JobBuilder::new(&config.job.name),
+        sql: job,
+        sources: BTreeMap::new(),
+        views: BTreeMap::new(),
+        uids: BTreeMap::new(),
+        errors: Vec::new(),
+        sinks: Vec::new(),
+    };
+    for s in &statements {
+        if let Err(e) = planner.statement(s) {
+            planner.errors.push(e);
+        }
+    }
+    for name in job.sinks.keys() {
+        if !planner.sinks.iter().any(|(n, _, _)| n == name) {
+            planner.errors.push(SqlError::general(format!(
+                "[sinks.{name}] is not written by any INSERT INTO"
+            )));
+        }
+    }
+    if !planner.errors.is_empty() {
+        return Err(planner.errors);
+    }
+    let Planner {
+        job: builder,
+        sinks,
+        ..
+    } = planner;
+    let graph = builder.build().map_err(|e| match e {
+        crate::error::WeirError::Graph { problems, .. } => {
+            problems.into_iter().map(SqlError::general).collect()
+        }
+        other => vec![SqlError::general(other.to_string())],
+    })?;
+    Ok(Plan { graph, sinks })
+}
+
+/// sqlparser's "... at Line: 3, Column: 12" as a located error.
+fn parse_error(message: &str) -> SqlError {
+    let re = regex::Regex::new(r"at Line: (\d+), Column: (\d+)").expect("a valid regex");
+    let message = message.trim_start_matches("sql parser error: ");
+    match re.captures(message) {
+        Some(c) => SqlError {
+            line: c[1].parse().unwrap_or(0),
+            column: c[2].parse().unwrap_or(0),
+            end: None,
+            message: format!("syntax error: {}", re.replace(message, "").trim_end()),
+        },
+        None => SqlError::general(format!("syntax error: {message}")),
+    }
+}
+
+/// Flink writes a window function's table argument as `TABLE name`
+/// (`TUMBLE(TABLE bid, ...)`), which no sqlparser dialect reads as an
+/// expression. The keyword is blanked (spaces of its length, so every
+/// line and column stays where the user wrote it).
+fn blank_table_keywords(sql: &str) -> String {
+    let re = regex::Regex::new(r"(?i)\b(TUMBLE|HOP|SESSION|CUMULATE)(\s*\(\s*)(TABLE)\b")
+        .expect("a valid regex");
+    re.replace_all(sql, |c: &regex::Captures| {
+        format!("{}{}     ", &c[1], &c[2])
+    })
+    .into_owned()
+}
+
+struct Planner<'a> {
+    job: JobBuilder,
+    sql: &'a SqlJob,
+    sources: BTreeMap<String, Rel>,
+    views: BTreeMap<String, Rel>,
+    uids: BTreeMap<String, usize>,
+    errors: Vec<SqlError>,
+    sinks: Vec<(String, String, String)>,
+}
+
+fn name_of(name: &ast::ObjectName) -> String {
+    name.0
+        .iter()
+        .map(|p| p.as_ident().map_or(p.to_string(), |i| i.value.clone()))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+impl Planner<'_> {
+    /// A uid for a new node: `base`, then `base-2`, ... if taken.
+    fn uid(&mut self, base: &str) -> String {
+        let base: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let n = self.uids.entry(base.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            base
+        } else {
+            format!("{base}-{n}")
+        }
+    }
+
+    fn statement(&mut self, s: &Statement) -> Result<(), SqlError> {
+        match s {
+            Statement::CreateView(v) => {
+                let name = name_of(&v.name);
+                if self.views.contains_key(&name.to_ascii_lowercase()) {
+                    return Err(SqlError::at(
+                        v.name.span(),
+                        format!("view {name:?} is defined twice"),
+                    ));
+                }
+                let rel = self.query(&v.query, &name)?;
+                self.views.insert(name.to_ascii_lowercase(), rel);
+                Ok(())
+            }
+            Statement::Insert(insert) => {
+                let ast::TableObject::TableName(table) = &insert.table else {
+                    return Err(SqlError::at(s.span(), "INSERT INTO names a [sinks.NAME]"));
+                };
+                let name = name_of(table);
+                let Some((sink_name, sink)) = self
+                    .sql
+                    .sinks
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+                else {
+                    let known: Vec<&str> = self.sql.sinks.keys().map(String::as_str).collect();
+                    let hint = super::expr::nearest(&name, known.iter().copied())
+                        .map_or(String::new(), |n| format!("; did you mean {n:?}?"));
+                    return Err(SqlError::at(
+                        table.span(),
+                        format!("no sink {name:?}: INSERT INTO names a [sinks.NAME] of the configuration ({}){hint}", known.join(", ")),
+                    ));
+                };
+                if self.sinks.iter().any(|(n, _, _)| n == sink_name) {
+                    return Err(SqlError::at(
+                        table.span(),
+                        format!("sink {sink_name:?} is written by two INSERT statements; write one (a UNION ALL of both)"),
+                    ));
+                }
+                if !insert.columns.is_empty() {
+                    return Err(SqlError::at(
+                        table.span(),
+                        "INSERT with a column list is not supported: name the columns in the SELECT",
+                    ));
+                }
+                let Some(query) = &insert.source else {
+                    return Err(SqlError::at(s.span(), "INSERT INTO needs a SELECT"));
+                };
+                let rel = self.query(query, sink_name)?;
+                self.sink(sink_name, sink, rel, query)
+            }
+            _ => Err(SqlError::at(
+                s.span(),
+                format!(
+                    "only CREATE VIEW and INSERT INTO statements make a job, not `{}`",
+                    s.to_string()
+                        .split_whitespace()
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+            )),
+        }
+    }
+
+    fn sink(
+        &mut self,
+        name: &str,
+        sink: &crate::config::SqlSinkConfig,
+        rel: Rel,
+        query: &ast::Query,
+    ) -> Result<(), SqlError> {
+        let names: Vec<&str> = rel.columns.iter().map(|c| c.name.as_str()).collect();
+        let key: Vec<String> = match (&sink.key, &rel.updating) {
+            (Some(k), _) => {
+                for c in k {
+                    if !names.contains(&c.as_str()) {
+                        return Err(SqlError::at(
+                            query.span(),
+                            format!(
+                                "sinks.{name}.key: column {c:?} is not in the result ({})",
+                                names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                k.clone()
+            }
+            (None, Some(unique)) => unique.iter().map(|i| names[*i].to_string()).collect(),
+            (None, None) => Vec::new(),
+        };
+        let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
+        let (kafka_sink, mode) = match &rel.updating {
+            None => (
+                KafkaSink::append(&sink.topic, &key_refs),
+                format!(
+                    "append-only{}",
+                    if key.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", Kafka key ({})", key.join(", "))
+                    }
+                ),
+            ),
+            Some(unique) => {
+                if unique.is_empty() {
+                    return Err(SqlError::at(
+                        query.span(),
+                        format!(
+                            "sink {name:?} receives an updating result (a GROUP BY without a window) \
+                             whose GROUP BY columns are not all selected: select them, so that each \
+                             change can replace its key's row"
+                        ),
+                    ));
+                }
+                let want: Vec<&str> = unique.iter().map(|i| names[*i]).collect();
+                if sink.key.is_some() && key_refs != want {
+                    return Err(SqlError::at(
+                        query.span(),
+                        format!(
+                            "sinks.{name}.key: an updating result is keyed by its GROUP BY columns ({}), not ({})",
+                            want.join(", "),
+                            key.join(", ")
+                        ),
+                    ));
+                }
+                (
+                    KafkaSink::upsert(&sink.topic, &key_refs),
+                    format!("upsert by ({}): a change replaces its key's row; a deletion is a tombstone", key.join(", ")),
+                )
+            }
+        };
+        // Records are stamped by the producer, not with their event time:
+        // a broker refuses a timestamp more than
+        // `log.message.timestamp.after.max.ms` (an hour) ahead of its
+        // clock, and one row with a future event time would fail every
+        // retry of its epoch.
+        let kafka_sink = kafka_sink.without_timestamps();
+        let uid = self.uid(&format!("{name}.sink"));
+        rel.stream.sink(&uid, kafka_sink);
+        self.sinks
+            .push((name.to_string(), sink.topic.clone(), mode));
+        Ok(())
+    }
+
+    fn query(&mut self, q: &ast::Query, name: &str) -> Result<Rel, SqlError> {
+        if let Some(with) = &q.with {
+            for cte in &with.cte_tables {
+                let n = cte.alias.name.value.clone();
+                let rel = self.query(&cte.query, &n)?;
+                self.views.insert(n.to_ascii_lowercase(), rel);
+            }
+        }
+        if let Some(o) = &q.order_by {
+            return Err(SqlError::at(
+                o.span(),
+                "ORDER BY on a stream is not supported (a stream has no end to sort to; top-N is ROW_NUMBER, which comes with joins)",
+            ));
+        }
+        if let Some(l) = &q.limit_clause {
+            return Err(SqlError::at(l.span(), "LIMIT on a stream is not supported"));
+        }
+        self.set_expr(&q.body, name)
+    }
+
+    fn set_expr(&mut self, body: &SetExpr, name: &str) -> Result<Rel, SqlError> {
+        match body {
+            SetExpr::Select(s) => self.select(s, name),
+            SetExpr::Query(q) => self.query(q, name),
+            SetExpr::SetOperation {
+                op: ast::SetOperator::Union,
+                set_quantifier: ast::SetQuantifier::All,
+                left,
+                right,
+            } => {
+                let a = self.set_expr(left, name)?;
+                let b = self.set_expr(right, name)?;
+                let types = |r: &Rel| r.columns.iter().map(|c| c.ty.clone()).collect::<Vec<_>>();
+                if types(&a) != types(&b) {
+                    return Err(SqlError::at(
+                        body.span(),
+                        "the two sides of UNION ALL have different column types",
+                    ));
+                }
+                if a.updating.is_some() || b.updating.is_some() {
+                    return Err(SqlError::at(
+                        body.span(),
+                        "UNION ALL of updating results is not supported yet",
+                    ));
+                }
+                // Union needs one schema: the right side takes the left's names.
+                let left_schema = a.stream.schema();
+                let right = if b.stream.schema() == left_schema {
+                    b.stream.clone()
+                } else {
+                    let uid = self.uid(&format!("{name}.rename"));
+                    b.stream.map(&uid, left_schema, |v| v.to_vec())
+                };
+                let uid = self.uid(&format!("{name}.union"));
+                let stream = a.stream.union(&uid, &[right]);
+                Ok(Rel {
+                    stream,
+                    time: if a.time == b.time { a.time } else { None },
+                    source: if a.source == b.source {
+                        a.source.clone()
+                    } else {
+                        None
+                    },
+                    ..a
+                })
+            }
+            other => Err(SqlError::at(
+                other.span(),
+                "only SELECT and UNION ALL are supported here",
+            )),
+        }
+    }
+
+    /// A source's relation, planned on first use.
+    fn source(&mut self, name: &str, at: &ast::ObjectName) -> Result<Option<Rel>, SqlError> {
+        let key = name.to_ascii_lowercase();
+        if let Some(r) = self.views.get(&key).or_else(|| self.sources.get(&key)) {
+            return Ok(Some(r.clone()));
+        }
+        let Some((source_name, s)) = self
+            .sql
+            .sources
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        else {
+            return Ok(None);
+        };
+        let source_name = source_name.clone();
+        let fail =
+            |m: String| SqlError::at(at.span(), format!("sources.{source_name}.schema: {m}"));
+        let (physical, computed, watermark) = match s.format {
+            RecordFormat::Text => {
+                if s.schema.is_some() {
+                    return Err(fail(
+                        "a text source has one column, `line`: remove schema".into(),
+                    ));
+                }
+                (Schema::of(&[("line", DataType::String)]), Vec::new(), None)
+            }
+            RecordFormat::Json => {
+                let t = parse_schema(s.schema.as_deref().unwrap_or("")).map_err(fail)?;
+                (t.physical, t.computed, t.watermark)
+            }
+        };
+        let mut columns: Vec<ScopeColumn> = physical
+            .fields
+            .iter()
+            .map(|f| ScopeColumn {
+                name: f.name.clone(),
+                qualifier: Some(source_name.clone()),
+                ty: f.data_type.clone(),
+            })
+            .collect();
+        let mut computed_fns: Vec<Arc<EvalFn>> = Vec::new();
+        for (n, e) in &computed {
+            let c = compile(e, &mut Scope::plain(&columns))
+                .map_err(|m| fail(format!("computed column {n}: {}", m.message)))?;
+            columns.push(ScopeColumn {
+                name: n.clone(),
+                qualifier: Some(source_name.clone()),
+                ty: c.ty.column_type(),
+            });
+            computed_fns.push(c.eval);
+        }
+        let time = watermark
+            .as_ref()
+            .and_then(|(c, _)| columns.iter().position(|x| x.name.eq_ignore_ascii_case(c)));
+        if let Some(t) = time {
+            if columns[t].ty != DataType::Timestamp {
+                return Err(fail(format!(
+                    "WATERMARK FOR {}: the column is {}, not TIMESTAMP(3)",
+                    columns[t].name, columns[t].ty
+                )));
+            }
+        }
+        let schema = Schema::new(
+            columns
+                .iter()
+                .map(|c| crate::dataflow::row::Field::new(c.name.clone(), c.ty.clone()))
+                .collect(),
+        );
+        let decoder = SqlDecoder {
+            source: source_name.clone(),
+            text: s.format == RecordFormat::Text,
+            physical,
+            computed: computed_fns,
+            time,
+        };
+        let topics: Vec<&str> = s.topics.iter().map(String::as_str).collect();
+        let mut k = KafkaSource::custom(&topics, schema, Arc::new(decoder)).start(s.start);
+        k = match (s.on_bad_record, &s.dead_letter_topic) {
+            (BadRecordPolicy::Skip, _) => k.skip_bad_records(),
+            (BadRecordPolicy::DeadLetter, Some(t)) => k.dead_letter(t),
+            _ => k,
+        };
+        if let (Some(t), Some((_, delay))) = (time, &watermark) {
+            k = k.event_time(&columns[t].name, Duration::from_millis(*delay as u64));
+            if let Some(idle) = s.idle_timeout {
+                k = k.idle_timeout(idle);
+            }
+        }
+        let uid = self.uid(&format!("source.{source_name}"));
+        let stream = self.job.source(&uid, k);
+        let rel = Rel {
+            stream,
+            columns,
+            updating: None,
+            time,
+            source: Some(source_name),
+        };
+        self.sources.insert(key, rel.clone());
+        Ok(Some(rel))
+    }
+
+    /// FROM: one relation, a window function over one, or a relation
+    /// with `CROSS JOIN UNNEST(...)`.
+    fn from(
+        &mut self,
+        select: &ast::Select,
+        name: &str,
+    ) -> Result<(Rel, Option<WindowTvf>), SqlError> {
+        let [twj] = select.from.as_slice() else {
+            return Err(match select.from.first() {
+                None => SqlError::at(
+                    select.span(),
+                    "a SELECT needs FROM: weir's queries read a source or a view",
+                ),
+                Some(_) => SqlError::at(
+                    select.from[1].span(),
+                    "FROM a, b (a join) is not supported yet: joins come with the join issue",
+                ),
+            });
+        };
+        let (mut rel, tvf) = self.table_factor(&twj.relation, name)?;
+        for j in &twj.joins {
+            match (&j.join_operator, &j.relation) {
+                (
+                    JoinOperator::CrossJoin(_) | JoinOperator::CrossApply,
+                    TableFactor::UNNEST {
+                        alias,
+                        array_exprs,
+                        with_offset: false,
+                        ..
+                    },
+                ) if tvf.is_none() => {
+                    rel = self.unnest(rel, alias.as_ref(), array_exprs, j.relation.span(), name)?;
+                }
+                _ => {
+                    return Err(SqlError::at(
+                        j.relation.span(),
+                        "joins are not supported yet (they come with the join issue); CROSS JOIN UNNEST(array) is",
+                    ))
+                }
+            }
+        }
+        Ok((rel, tvf))
+    }
+
+    fn unnest(
+        &mut self,
+        rel: Rel,
+        alias: Option<&ast::TableAlias>,
+        arrays: &[E],
+        span: sqlparser::tokenizer::Span,
+        name: &str,
+    ) -> Result<Rel, SqlError> {
+        if rel.updating.is_some() {
+            return Err(SqlError::at(
+                span,
+                "UNNEST of an updating result is not supported yet",
+            ));
+        }
+        let [array] = arrays else {
+            return Err(SqlError::at(span, "UNNEST takes one array"));
+        };
+        let c = compile(array, &mut Scope::plain(&rel.columns))?;
+        let item = match c.data_type() {
+            Some(DataType::List(t)) => (**t).clone(),
+            _ => return Err(err(array, format!("UNNEST takes an ARRAY, not {}", c.ty))),
+        };
+        let alias_name = alias.map(|a| a.name.value.clone());
+        let column = alias
+            .and_then(|a| a.columns.first())
+            .map(|c| c.name.value.clone())
+            .unwrap_or_else(|| "EXPR$0".into());
+        let mut columns = rel.columns.clone();
+        columns.push(ScopeColumn {
+            name: column,
+            qualifier: alias_name,
+            ty: item,
+        });
+        let schema = schema_of(&columns);
+        let uid = self.uid(&format!("{name}.unnest"));
+        let f = c.eval;
+        let op = uid.clone();
+        let stream = rel
+            .stream
+            .flat_map(&uid, schema, move |v, emit| match f(v) {
+                Ok(Value::List(items)) => {
+                    for i in items {
+                        let mut row = v.to_vec();
+                        row.push(i);
+                        emit(row);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => note_eval_error(&op, &e),
+            });
+        Ok(Rel {
+            stream,
+            columns,
+            ..rel
+        })
+    }
+
+    /// A source or view by name, qualified by its alias (or its name).
+    fn named_table(
+        &mut self,
+        table: &ast::ObjectName,
+        alias: Option<&ast::TableAlias>,
+    ) -> Result<Rel, SqlError> {
+        let n = name_of(table);
+        let Some(rel) = self.source(&n, table)? else {
+            let known: Vec<String> = self
+                .sql
+                .sources
+                .keys()
+                .chain(self.views.keys())
+                .cloned()
+                .collect();
+            let hint = super::expr::nearest(&n, known.iter().map(String::as_str))
+                .map_or(String::new(), |x| format!("; did you mean {x:?}?"));
+            return Err(SqlError::at(
+                table.span(),
+                format!(
+                    "unknown table {n:?}: FROM reads a [sources.NAME] or a view ({}){hint}",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let q = alias.map_or(n, |a| a.name.value.clone());
+        Ok(rel.with_qualifier(&q))
+    }
+
+    fn table_factor(
+        &mut self,
+        t: &TableFactor,
+        name: &str,
+    ) -> Result<(Rel, Option<WindowTvf>), SqlError> {
+        match t {
+            TableFactor::Table {
+                name: table,
+                alias,
+                args: None,
+                ..
+            } => Ok((self.named_table(table, alias.as_ref())?, None)),
+            TableFactor::Derived {
+                subquery,
+                alias,
+                lateral: false,
+                ..
+            } => {
+                let rel = self.query(subquery, name)?;
+                Ok((
+                    match alias {
+                        Some(a) => rel.with_qualifier(&a.name.value),
+                        None => rel,
+                    },
+                    None,
+                ))
+            }
+            TableFactor::TableFunction { expr, alias } => {
+                let (rel, tvf) = self.window_tvf(expr)?;
+                Ok((
+                    match alias {
+                        Some(a) => rel.with_qualifier(&a.name.value),
+                        None => rel,
+                    },
+                    Some(tvf),
+                ))
+            }
+            other => Err(SqlError::at(
+                other.span(),
+                format!("`{other}` is not supported in FROM"),
+            )),
+        }
+    }
+
+    /// `TUMBLE(TABLE t, DESCRIPTOR(col), size)`, `HOP(..., slide, size)`,
+    /// `SESSION(..., gap)`.
+    fn window_tvf(&mut self, e: &E) -> Result<(Rel, WindowTvf), SqlError> {
+        let E::Function(f) = e else {
+            return Err(err(
+                e,
+                "TABLE(...) takes a window function: TUMBLE, HOP or SESSION",
+            ));
+        };
+        let kind = function_name(f).to_ascii_uppercase();
+        let args = call_args(f, e)?;
+        let n_intervals = match kind.as_str() {
+            "TUMBLE" | "SESSION" => 1,
+            "HOP" => 2,
+            "CUMULATE" => return Err(err(e, "CUMULATE windows are not supported yet")),
+            _ => {
+                return Err(err(
+                    e,
+                    format!("{kind} is not a window function: TUMBLE, HOP or SESSION"),
+                ))
+            }
+        };
+        if args.len() < 2 + n_intervals || args.len() > 3 + n_intervals {
+            return Err(err(
+                e,
+                format!(
+                    "{kind} takes (TABLE t, DESCRIPTOR(time column), {}{})",
+                    if kind == "HOP" {
+                        "slide, size"
+                    } else if kind == "SESSION" {
+                        "gap"
+                    } else {
+                        "size"
+                    },
+                    if kind == "SESSION" { "" } else { "[, offset]" }
+                ),
+            ));
+        }
+        let table = match args[0] {
+            E::Identifier(i) => ast::ObjectName::from(vec![i.clone()]),
+            E::CompoundIdentifier(parts) => ast::ObjectName::from(parts.clone()),
+            other => return Err(err(other, "the first argument is TABLE name")),
+        };
+        let rel = self.named_table(&table, None)?;
+        let descriptor = match args[1] {
+            E::Function(d) if function_name(d).eq_ignore_ascii_case("DESCRIPTOR") => {
+                match call_args(d, args[1])?.as_slice() {
+                    [E::Identifier(i)] => i.value.clone(),
+                    _ => return Err(err(args[1], "DESCRIPTOR names one column")),
+                }
+            }
+            other => return Err(err(other, "the second argument is DESCRIPTOR(time column)")),
+        };
+        let time_ok = rel
+            .time
+            .is_some_and(|t| rel.columns[t].name.eq_ignore_ascii_case(&descriptor));
+        if !time_ok {
+            let have = rel.time.map(|t| rel.columns[t].name.clone());
+            return Err(err(
+                args[1],
+                match have {
+                    Some(h) => format!(
+                        "windows are over the table's event time, {h:?} (its WATERMARK), not {descriptor:?}"
+                    ),
+                    None => format!(
+                        "the table has no event time: declare WATERMARK FOR {descriptor} AS {descriptor} - INTERVAL '..' SECOND in its schema"
+                    ),
+                },
+            ));
+        }
+        if rel.updating.is_some() {
+            return Err(err(e, "a window over an updating result is not supported"));
+        }
+        let ms = |i: usize| -> Result<i64, SqlError> {
+            match args[i] {
+                E::Interval(iv) => {
+                    let v = interval(iv, args[i])?;
+                    if v <= 0 && i < 2 + n_intervals {
+                        return Err(err(args[i], "a window's size, slide or gap is positive"));
+                    }
+                    Ok(v)
+                }
+                other => Err(err(other, "expected an INTERVAL")),
+            }
+        };
+        let offset = if args.len() > 2 + n_intervals {
+            ms(2 + n_intervals)?
+        } else {
+            0
+        };
+        let spec = match kind.as_str() {
+            "TUMBLE" => WindowSpec::Tumbling {
+                size: ms(2)?,
+                offset,
+            },
+            "HOP" => WindowSpec::Hopping {
+                slide: ms(2)?,
+                size: ms(3)?,
+                offset,
+            },
+            _ => WindowSpec::Session { gap: ms(2)? },
+        };
+        spec.validate().map_err(|m| err(e, m))?;
+        Ok((rel, WindowTvf { spec }))
+    }
+
+    fn select(&mut self, s: &ast::Select, name: &str) -> Result<Rel, SqlError> {
+        if let Some(d) = &s.distinct {
+            return Err(SqlError::at(
+                s.span(),
+                format!("SELECT {d} is not supported yet: GROUP BY the columns instead"),
+            ));
+        }
+        let (mut rel, tvf) = self.from(s, name)?;
+        if let Some(w) = &s.selection {
+            rel = self.filter(rel, w, &format!("{name}.where"))?;
+        }
+        let group: Vec<&E> = match &s.group_by {
+            GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => exprs.iter().collect(),
+            other => {
+                return Err(SqlError::at(
+                    s.span(),
+                    format!("{other} is not supported: GROUP BY a list of expressions"),
+                ))
+            }
+        };
+        let has_aggregates = s.projection.iter().any(|i| match i {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                contains_aggregate(e)
+            }
+            _ => false,
+        }) || s.having.as_ref().is_some_and(contains_aggregate);
+        if group.is_empty() && !has_aggregates {
+            if let Some(t) = &tvf {
+                let _ = t;
+                return Err(SqlError::at(
+                    s.span(),
+                    "a window table function is read by a GROUP BY window_start, window_end (a window aggregate); selecting its rows directly is not supported yet",
+                ));
+            }
+            if let Some(h) = &s.having {
+                return Err(err(h, "HAVING needs GROUP BY or an aggregate"));
+            }
+            return self.project(rel, &s.projection, &format!("{name}.select"));
+        }
+        self.aggregate(rel, tvf, &group, s, name)
+    }
+
+    fn filter(&mut self, rel: Rel, predicate: &E, uid: &str) -> Result<Rel, SqlError> {
+        if rel.updating.is_some() {
+            return Err(err(
+                predicate,
+                "a filter over an updating result is not supported yet (a row that stops passing would have to be retracted)",
+            ));
+        }
+        let c = compile(predicate, &mut Scope::plain(&rel.columns))?;
+        boolean(&c, predicate)?;
+        let uid = self.uid(uid);
+        let op = uid.clone();
+        let f = c.eval;
+        let stream = rel.stream.filter(&uid, move |v| match f(v) {
+            Ok(Value::Bool(b)) => b,
+            Ok(_) => false,
+            Err(e) => {
+                note_eval_error(&op, &e);
+                false
+            }
+        });
+        Ok(Rel { stream, ..rel })
+    }
+
+    /// The SELECT list over a relation without aggregation.
+    fn project(&mut self, rel: Rel, items: &[SelectItem], uid: &str) -> Result<Rel, SqlError> {
+        let mut outputs = Vec::new();
+        for item in items {
+            match item {
+                SelectItem::Wildcard(_) => {
+                    for (i, c) in rel.columns.iter().enumerate() {
+                        outputs.push((c.name.clone(), Compiled::column(i, c.ty.clone()), Some(i)));
+                    }
+                }
+                SelectItem::QualifiedWildcard(kind, _) => {
+                    let q = kind.to_string();
+                    let mut any = false;
+                    for (i, c) in rel.columns.iter().enumerate() {
+                        if c.qualifier
+                            .as_deref()
+                            .is_some_and(|x| x.eq_ignore_ascii_case(&q))
+                        {
+                            outputs.push((
+                                c.name.clone(),
+                                Compiled::column(i, c.ty.clone()),
+                                Some(i),
+                            ));
+                            any = true;
+                        }
+                    }
+                    if !any {
+                        return Err(SqlError::at(item.span(), format!("no table {q:?} in FROM")));
+                    }
+                }
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let c = compile(e, &mut Scope::plain(&rel.columns))?;
+                    let n = output_name(item, outputs.len());
+                    outputs.push((n, c, column_index(e, &rel.columns)));
+                }
+                other => {
+                    return Err(SqlError::at(
+                        other.span(),
+                        format!("`{other}` is not supported in SELECT"),
+                    ))
+                }
+            }
+        }
+        self.finish_projection(rel, outputs, uid)
+    }
+
+    /// A map to `outputs` (name, expression, input column if it is one),
+    /// carrying the event time and the unique key where they pass through.
+    fn finish_projection(
+        &mut self,
+        rel: Rel,
+        outputs: Vec<(String, Compiled, Option<usize>)>,
+        uid: &str,
+    ) -> Result<Rel, SqlError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (n, _, _) in &outputs {
+            if !seen.insert(n.to_ascii_lowercase()) {
+                return Err(SqlError::general(format!(
+                    "{uid}: two result columns are named {n:?}: give one an alias (AS)"
+                )));
+            }
+        }
+        let columns: Vec<ScopeColumn> = outputs
+            .iter()
+            .map(|(n, c, _)| ScopeColumn {
+                name: n.clone(),
+                qualifier: None,
+                ty: c.ty.column_type(),
+            })
+            .collect();
+        let moved = |i: usize| outputs.iter().position(|(_, _, from)| *from == Some(i));
+        let time = rel.time.and_then(moved);
+        let updating = rel.updating.as_ref().map(|key| {
+            key.iter()
+                .map(|k| moved(*k))
+                .collect::<Option<Vec<_>>>()
+                .unwrap_or_default()
+        });
+        let identity = outputs.len() == rel.columns.len()
+            && outputs
+                .iter()
+                .enumerate()
+                .all(|(i, (n, _, from))| *from == Some(i) && *n == rel.columns[i].name);
+        if identity {
+            return Ok(Rel {
+                columns,
+                time,
+                updating,
+                ..rel
+            });
+        }
+        let schema = schema_of(&columns);
+        let uid = self.uid(uid);
+        let op = uid.clone();
+        let fns: Vec<(Option<usize>, Arc<EvalFn>)> = outputs
+            .into_iter()
+            .map(|(_, c, from)| (from, c.eval))
+            .collect();
+        let stream = rel.stream.map(&uid, schema, move |v| {
+            fns.iter()
+                .map(|(from, f)| match from {
+                    Some(i) => v[*i].clone(),
+                    None => f(v).unwrap_or_else(|e| {
+                        note_eval_error(&op, &e);
+                        Value::Null
+                    }),
+                })
+                .collect()
+        });
+        Ok(Rel {
+            stream,
+            columns,
+            time,
+            updating,
+            source: rel.source,
+        })
+    }
+
+    fn aggregate(
+        &mut self,
+        rel: Rel,
+        tvf: Option<WindowTvf>,
+        group: &[&E],
+        s: &ast::Select,
+        name: &str,
+    ) -> Result<Rel, SqlError> {
+        // The window columns of a window table function, by name.
+        let is_window_col = |e: &E, col: &str| match e {
+            E::Identifier(i) => i.value.eq_ignore_ascii_case(col),
+            E::CompoundIdentifier(p) => p.last().is_some_and(|i| i.value.eq_ignore_ascii_case(col)),
+            _ => false,
+        };
+        let mut keys: Vec<&E> = Vec::new();
+        let (mut saw_start, mut saw_end) = (false, false);
+        for g in group {
+            if tvf.is_some() && is_window_col(g, "window_start") {
+                saw_start = true;
+            } else if tvf.is_some() && is_window_col(g, "window_end") {
+                saw_end = true;
+            } else {
+                keys.push(g);
+            }
+        }
+        if tvf.is_some() && !(saw_start && saw_end) {
+            return Err(SqlError::at(
+                s.span(),
+                "a window table function's aggregate groups by window_start and window_end (GROUP BY ..., window_start, window_end)",
+            ));
+        }
+        if tvf.is_none() {
+            for g in group {
+                if (is_window_col(g, "window_start") || is_window_col(g, "window_end"))
+                    && rel
+                        .columns
+                        .iter()
+                        .any(|c| c.name.eq_ignore_ascii_case("window_start"))
+                {
+                    return Err(err(
+                        g,
+                        "a window aggregate over a window aggregate's result (windows of windows) is not supported yet",
+                    ));
+                }
+            }
+        }
+        // Keys: each a column of the input, or computed by a map first.
+        let input_scope_cols = rel.columns.clone();
+        let mut key_exprs: Vec<(E, Compiled)> = Vec::new();
+        for k in &keys {
+            let c = compile(k, &mut Scope::plain(&input_scope_cols))?;
+            if matches!(c.ty, Ty::Null | Ty::Interval) {
+                return Err(err(k, "cannot GROUP BY a NULL or an INTERVAL"));
+            }
+            key_exprs.push(((*k).clone(), c));
+        }
+        // An aggregate without keys (one result for the whole stream, or
+        // per window) gets a constant key: all its rows meet in one subtask.
+        if key_exprs.is_empty() {
+            key_exprs.push((
+                E::Value(ast::Value::Number("0".into(), false).into()),
+                Compiled::constant(Value::Int(0), Ty::Data(DataType::BigInt)),
+            ));
+        }
+        // The aggregate's output: keys, [window_start, window_end], aggregates.
+        let window = tvf.is_some();
+        let base = key_exprs.len() + if window { 2 } else { 0 };
+        let mut substitutions: Vec<(E, Compiled)> = key_exprs
+            .iter()
+            .enumerate()
+            .map(|(i, (e, c))| (e.clone(), Compiled::column(i, c.ty.column_type())))
+            .collect();
+        // A key named as a bare column also answers to its name.
+        if window {
+            let k = key_exprs.len();
+            for (n, i) in [("window_start", k), ("window_end", k + 1)] {
+                substitutions.push((
+                    E::Identifier(ast::Ident::new(n)),
+                    Compiled::column(i, DataType::Timestamp),
+                ));
+            }
+            let end = Compiled::column(k + 1, DataType::Timestamp);
+            let f = end.eval.clone();
+            substitutions.push((
+                E::Identifier(ast::Ident::new("window_time")),
+                Compiled {
+                    eval: Arc::new(move |row| {
+                        Ok(match f(row)? {
+                            Value::Timestamp(t) => Value::Timestamp(t - 1),
+                            v => v,
+                        })
+                    }),
+                    ty: Ty::Data(DataType::Timestamp),
+                    constant: None,
+                },
+            ));
+        }
+        // Aggregate calls, collected while the SELECT list compiles.
+        let mut calls: Vec<(E, AggFunction, Option<Compiled>)> = Vec::new();
+        let mut hook = |f: &ast::Function, whole: &E| -> Result<Compiled, SqlError> {
+            if let Some(i) = calls.iter().position(|(e, _, _)| e == whole) {
+                let t = agg_type(calls[i].1, calls[i].2.as_ref());
+                return Ok(Compiled::column(base + i, t));
+            }
+            let fname = function_name(f).to_ascii_uppercase();
+            if f.over.is_some() {
+                return Err(err(whole, "window functions (OVER) are not supported yet"));
+            }
+            if f.filter.is_some() {
+                return Err(err(
+                    whole,
+                    format!("{fname}(...) FILTER (WHERE ...) is not supported yet"),
+                ));
+            }
+            if let ast::FunctionArguments::List(l) = &f.args {
+                if matches!(
+                    l.duplicate_treatment,
+                    Some(ast::DuplicateTreatment::Distinct)
+                ) {
+                    return Err(err(
+                        whole,
+                        format!("{fname}(DISTINCT ...) is not supported yet"),
+                    ));
+                }
+            }
+            let function = match fname.as_str() {
+                "COUNT" => AggFunction::Count,
+                "SUM" => AggFunction::Sum,
+                "MIN" => AggFunction::Min,
+                "MAX" => AggFunction::Max,
+                _ => AggFunction::Avg,
+            };
+            let star = matches!(&f.args, ast::FunctionArguments::List(l)
+                if matches!(l.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
+            let arg = if star {
+                if function != AggFunction::Count {
+                    return Err(err(
+                        whole,
+                        format!("{fname}(*) is not an aggregate: only COUNT(*)"),
+                    ));
+                }
+                None
+            } else {
+                let args = call_args(f, whole)?;
+                let [a] = args.as_slice() else {
+                    return Err(err(whole, format!("{fname} takes one argument")));
+                };
+                if contains_aggregate(a) {
+                    return Err(err(a, "an aggregate inside an aggregate is not allowed"));
+                }
+                let c = compile(a, &mut Scope::plain(&input_scope_cols))?;
+                match (function, c.data_type()) {
+                    (AggFunction::Count, _) => {}
+                    (AggFunction::Min | AggFunction::Max, Some(t))
+                        if !matches!(t, DataType::List(_) | DataType::Struct(_)) => {}
+                    (
+                        AggFunction::Sum | AggFunction::Avg,
+                        Some(
+                            DataType::Int
+                            | DataType::BigInt
+                            | DataType::Double
+                            | DataType::Decimal { .. },
+                        ),
+                    ) => {}
+                    _ => return Err(err(a, format!("{fname} of {} is not supported", c.ty))),
+                }
+                Some(c)
+            };
+            let t = agg_type(function, arg.as_ref());
+            calls.push((whole.clone(), function, arg));
+            Ok(Compiled::column(base + calls.len() - 1, t))
+        };
+        let mut outputs = Vec::new();
+        let mut key_positions: Vec<Option<usize>> = vec![None; key_exprs.len()];
+        for item in &s.projection {
+            match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let mut scope = Scope {
+                        columns: &input_scope_cols,
+                        substitutions: &substitutions,
+                        grouped: true,
+                        aggregates: Some(&mut hook),
+                        no_aggregates_reason: "",
+                    };
+                    let c = compile(e, &mut scope)?;
+                    let from = substitutions
+                        .iter()
+                        .take(key_exprs.len())
+                        .position(|(k, _)| k == e);
+                    let n = output_name(item, outputs.len());
+                    if let Some(k) = from {
+                        key_positions[k].get_or_insert(outputs.len());
+                    }
+                    // Window columns pass through as columns of the aggregate.
+                    let through = from.or_else(|| {
+                        if window && is_window_col(e, "window_start") {
+                            Some(key_exprs.len())
+                        } else if window && is_window_col(e, "window_end") {
+                            Some(key_exprs.len() + 1)
+                        } else {
+                            None
+                        }
+                    });
+                    outputs.push((n, c, through));
+                }
+                other => return Err(SqlError::at(
+                    other.span(),
+                    "`*` with GROUP BY is not supported: name the grouped columns and aggregates",
+                )),
+            }
+        }
+        let having = match &s.having {
+            None => None,
+            Some(h) => {
+                let mut scope = Scope {
+                    columns: &input_scope_cols,
+                    substitutions: &substitutions,
+                    grouped: true,
+                    aggregates: Some(&mut hook),
+                    no_aggregates_reason: "",
+                };
+                let c = compile(h, &mut scope)?;
+                boolean(&c, h)?;
+                Some((h, c))
+            }
+        };
+        if calls.is_empty() {
+            // GROUP BY without aggregates: a distinct; counted so each key has a row.
+            calls.push((
+                E::Identifier(ast::Ident::new("(rows)")),
+                AggFunction::Count,
+                None,
+            ));
+        }
+        // The aggregate's input: the keys and arguments, computed if any is not a column.
+        let plain_keys: Option<Vec<usize>> = key_exprs
+            .iter()
+            .map(|(e, _)| column_index(e, &rel.columns))
+            .collect();
+        let plain_args: Option<Vec<Option<usize>>> = calls
+            .iter()
+            .map(|(e, _, a)| match (e, a) {
+                (_, None) => Some(None),
+                (E::Function(f), Some(_)) => {
+                    let args = call_args(f, e).ok()?;
+                    column_index(args[0], &rel.columns).map(Some)
+                }
+                _ => None,
+            })
+            .collect();
+        let (input, key_cols, arg_cols): (Rel, Vec<usize>, Vec<Option<usize>>) =
+            match (plain_keys, plain_args) {
+                (Some(k), Some(a)) => (rel.clone(), k, a),
+                _ => {
+                    let mut pre: Vec<(String, Compiled, Option<usize>)> = Vec::new();
+                    for (i, (e, c)) in key_exprs.iter().enumerate() {
+                        pre.push((format!("k{i}"), c.clone(), column_index(e, &rel.columns)));
+                    }
+                    let mut arg_cols = Vec::new();
+                    for (i, (_, _, a)) in calls.iter().enumerate() {
+                        match a {
+                            Some(c) => {
+                                arg_cols.push(Some(pre.len()));
+                                pre.push((format!("a{i}"), c.clone(), None));
+                            }
+                            None => arg_cols.push(None),
+                        }
+                    }
+                    // Key columns keep their names (they name the result's key).
+                    for (i, (e, _)) in key_exprs.iter().enumerate() {
+                        if let Some(c) = column_index(e, &rel.columns) {
+                            pre[i].0 = rel.columns[c].name.clone();
+                        }
+                    }
+                    let time = rel.time;
+                    let mut p =
+                        self.finish_projection(rel.clone(), pre, &format!("{name}.group-input"))?;
+                    // The rows keep their event time: the map keeps each row's time.
+                    p.time = time.and(p.time);
+                    let k = (0..key_exprs.len()).collect();
+                    (p, k, arg_cols)
+                }
+            };
+        let aggs: Vec<Agg> = calls
+            .iter()
+            .zip(&arg_cols)
+            .enumerate()
+            .map(|(i, ((_, f, _), col))| Agg {
+                function: *f,
+                column: *col,
+                name: format!("agg{i}"),
+            })
+            .collect();
+        let key_names: Vec<String> = key_cols
+            .iter()
+            .map(|c| input.columns[*c].name.clone())
+            .collect();
+        let key_refs: Vec<&str> = key_names.iter().map(String::as_str).collect();
+        let keyed = input.stream.key_by(&key_refs);
+        let agg_uid = self.uid(&format!(
+            "{name}.{}",
+            if window {
+                "window-aggregate"
+            } else {
+                "aggregate"
+            }
+        ));
+        let (stream, updating) = if let Some(t) = tvf {
+            if input.updating.is_some() {
+                return Err(SqlError::at(
+                    s.span(),
+                    "a window aggregate over an updating result is not supported",
+                ));
+            }
+            let mut w = keyed
+                .window(t.spec)
+                .allowed_lateness(self.sql.pipeline.allowed_lateness);
+            if self.sql.pipeline.on_late == LatePolicy::DeadLetter {
+                let topic = input
+                    .source
+                    .as_ref()
+                    .and_then(|src| self.sql.sources.get(src))
+                    .and_then(|src| src.dead_letter_topic.clone());
+                match topic {
+                    Some(topic) => w = w.late_to(&topic),
+                    None => {
+                        return Err(SqlError::at(
+                            s.span(),
+                            "[pipeline] on_late = \"dead-letter\" writes late records to the window's source's dead_letter_topic, and it has none",
+                        ))
+                    }
+                }
+            }
+            (w.aggregate(&agg_uid, aggs), None)
+        } else {
+            (
+                keyed.aggregate(&agg_uid, aggs),
+                Some((0..key_cols.len()).collect::<Vec<_>>()),
+            )
+        };
+        let mut agg_columns: Vec<ScopeColumn> = key_cols
+            .iter()
+            .map(|c| ScopeColumn {
+                name: input.columns[*c].name.clone(),
+                qualifier: None,
+                ty: input.columns[*c].ty.clone(),
+            })
+            .collect();
+        if window {
+            for n in ["window_start", "window_end"] {
+                agg_columns.push(ScopeColumn {
+                    name: n.into(),
+                    qualifier: None,
+                    ty: DataType::Timestamp,
+                });
+            }
+        }
+        for (i, (_, f, a)) in calls.iter().enumerate() {
+            agg_columns.push(ScopeColumn {
+                name: format!("agg{i}"),
+                qualifier: None,
+                ty: agg_type(*f, a.as_ref()),
+            });
+        }
+        let mut out = Rel {
+            stream,
+            columns: agg_columns,
+            updating,
+            time: None,
+            source: input.source.clone(),
+        };
+        if let Some((h, c)) = having {
+            if out.updating.is_some() {
+                return Err(err(
+                    h,
+                    "HAVING over a running (non-windowed) aggregate is not supported yet (a key that stops passing would have to be deleted)",
+                ));
+            }
+            let uid = self.uid(&format!("{name}.having"));
+            let op = uid.clone();
+            let f = c.eval;
+            let stream = out.stream.filter(&uid, move |v| match f(v) {
+                Ok(Value::Bool(b)) => b,
+                Ok(_) => false,
+                Err(e) => {
+                    note_eval_error(&op, &e);
+                    false
+                }
+            });
+            out.stream = stream;
+        }
+        let projected = self.finish_projection(out, outputs, &format!("{name}.select"))?;
+        // The unique key in the result: where the SELECT list puts each key.
+        let updating = projected.updating.as_ref().map(|_| {
+            key_positions
+                .iter()
+                .copied()
+                .collect::<Option<Vec<usize>>>()
+                .unwrap_or_default()
+        });
+        Ok(Rel {
+            updating,
+            ..projected
+        })
+    }
+}
+
+fn agg_type(f: AggFunction, arg: Option<&Compiled>) -> DataType {
+    match (f, arg.and_then(|a| a.data_type())) {
+        (AggFunction::Count, _) => DataType::BigInt,
+        (AggFunction::Avg, _) => DataType::Double,
+        (_, Some(DataType::Int)) => DataType::BigInt,
+        (_, Some(t)) => t.clone(),
+        (_, None) => DataType::BigInt,
+    }
+}
+
+/// The column an expression names directly, if it does.
+fn column_index(e: &E, columns: &[ScopeColumn]) -> Option<usize> {
+    let (q, n) = match e {
+        E::Identifier(i) => (None, i.value.as_str()),
+        E::CompoundIdentifier(p) if p.len() == 2 => {
+            (Some(p[0].value.as_str()), p[1].value.as_str())
+        }
+        E::Nested(inner) => return column_index(inner, columns),
+        _ => return None,
+    };
+    let mut found = columns.iter().enumerate().filter(|(_, c)| {
+        c.name.eq_ignore_ascii_case(n)
+            && q.is_none_or(|q| {
+                c.qualifier
+                    .as_deref()
+                    .is_some_and(|x| x.eq_ignore_ascii_case(q))
+            })
+    });
+    match (found.next(), found.next()) {
+        (Some((i, _)), None) => Some(i),
+        _ => None,
+    }
+}
+
+fn output_name(item: &SelectItem, position: usize) -> String {
+    match item {
+        SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
+        SelectItem::UnnamedExpr(E::Identifier(i)) => i.value.clone(),
+        SelectItem::UnnamedExpr(E::CompoundIdentifier(p)) => p
+            .last()
+            .map_or_else(|| format!("EXPR${position}"), |i| i.value.clone()),
+        _ => format!("EXPR${position}"),
+    }
+}
+
+fn schema_of(columns: &[ScopeColumn]) -> Schema {
+    Schema::new(
+        columns
+            .iter()
+            .map(|c| crate::dataflow::row::Field::new(c.name.clone(), c.ty.clone()))
+            .collect(),
+    )
+}
+
+/// Whether `e` calls an aggregate function anywhere.
+fn contains_aggregate(e: &E) -> bool {
+    let text = e.to_string().to_ascii_uppercase();
+    // A cheap pre-check, then the tree.
+    if !["COUNT", "SUM", "MIN", "MAX", "AVG"]
+        .iter()
+        .any(|f| text.contains(f))
+    {
+        return false;
+    }
+    walk(
+        e,
+        &mut |x| matches!(x, E::Function(f) if is_aggregate(&function_name(f))),
+    )
+}
+
+/// True if `pred` holds for `e` or any expression inside it.
+fn walk(e: &E, pred: &mut dyn FnMut(&E) -> bool) -> bool {
+    if pred(e) {
+        return true;
+    }
+    let mut any = |x: &E| walk(x, pred);
+    match e {
+        E::Nested(a)
+        | E::IsNull(a)
+        | E::IsNotNull(a)
+        | E::IsTrue(a)
+        | E::IsFalse(a)
+        | E::IsNotTrue(a)
+        | E::IsNotFalse(a) => any(a),
+        E::UnaryOp { expr, .. }
+        | E::Cast { expr, .. }
+        | E::Extract { expr, .. }
+        | E::Ceil { expr, .. }
+        | E::Floor { expr, .. } => any(expr),
+        E::BinaryOp { left, right, .. } => any(left) || any(right),
+        E::Between {
+            expr, low, high, ..
+        } => any(expr) || any(low) || any(high),
+        E::In {
+            expr,
+            target: ast::InTarget::List(list),
+            ..
+        } => any(expr) || list.iter().any(any),
+        E::Like { expr, pattern, .. } | E::ILike { expr, pattern, .. } => any(expr) || any(pattern),
+        E::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => {
+            operand.as_deref().is_some_and(&mut any)
+                || conditions
+                    .iter()
+                    .any(|c| any(&c.condition) || any(&c.result))
+                || else_result.as_deref().is_some_and(any)
+        }
+        E::Function(f) => match &f.args {
+            ast::FunctionArguments::List(l) => l.args.iter().any(|a| match a {
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => any(x),
+                _ => false,
+            }),
+            _ => false,
+        },
+        E::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            any(expr)
+                || substring_from.as_deref().is_some_and(&mut any)
+                || substring_for.as_deref().is_some_and(any)
+        }
+        _ => false,
+    }
+}
+
+/// Decodes a SQL source's records: JSON fields (or a text line) into the
+/// physical columns, then the computed columns, and the event time from
+/// the watermark's column.
+struct SqlDecoder {
+    source: String,
+    text: bool,
+    physical: Schema,
+    computed: Vec<Arc<EvalFn>>,
+    time: Option<usize>,
+}
+
+impl RecordDecoder for SqlDecoder {
+    fn name(&self) -> String {
+        format!(
+            "sql source {} ({})",
+            self.source,
+            if self.text { "text" } else { "json" }
+        )
+    }
+
+    fn decode(
+        &self,
+        payload: Option<&[u8]>,
+        _kafka_ts: Option<i64>,
+    ) -> std::result::Result<(Row, i64), String> {
+        let payload = payload.ok_or("record has no value (null)")?;
+        let mut row = if self.text {
+            let line = std::str::from_utf8(payload)
+                .map_err(|e| format!("value is not valid UTF-8: {e}"))?;
+            Row::insert(vec![Value::String(line.to_string())])
+        } else {
+            crate::dataflow::json::decode_row(payload, &self.physical)?
+        };
+        for f in &self.computed {
+            let v = f(&row.values).unwrap_or_else(|e| {
+                note_eval_error(&self.source, &e);
+                Value::Null
+            });
+            row.values.push(v);
+        }
+        let ts = match self.time {
+            None => NO_TIMESTAMP,
+            Some(t) => match &row.values[t] {
+                Value::Timestamp(ms) => *ms,
+                _ => {
+                    return Err(format!(
+                    "the event-time column {:?} is NULL (its WATERMARK needs a time on every row)",
+                    self.physical
+                        .fields
+                        .get(t)
+                        .map_or("(computed)", |f| f.name.as_str())
+                ))
+                }
+            },
+        };
+        Ok((row, ts))
+    }
+}

@@ -1,0 +1,229 @@
+//! SQL types as weir's [`DataType`]s: the names a schema or a `CAST`
+//! writes (`BIGINT`, `DECIMAL(10, 2)`, `ROW<city VARCHAR>`, ...), parsed
+//! by hand because Flink's `ROW<...>` and `ARRAY<...>` are not every
+//! dialect's.
+
+use crate::dataflow::row::{DataType, Field};
+
+/// Parses a whole type name; Err says what was not understood.
+pub fn parse_type(text: &str) -> Result<DataType, String> {
+    let mut p = TypeParser {
+        text,
+        chars: text.char_indices().peekable(),
+    };
+    let t = p.data_type()?;
+    p.skip_space();
+    match p.chars.peek() {
+        None => Ok(t),
+        Some(&(i, _)) => Err(format!("unexpected {:?} after the type", &text[i..])),
+    }
+}
+
+struct TypeParser<'a> {
+    text: &'a str,
+    chars: std::iter::Peekable<std::str::CharIndices<'a>>,
+}
+
+impl TypeParser<'_> {
+    fn skip_space(&mut self) {
+        while self.chars.peek().is_some_and(|(_, c)| c.is_whitespace()) {
+            self.chars.next();
+        }
+    }
+
+    fn word(&mut self) -> String {
+        self.skip_space();
+        let mut w = String::new();
+        while let Some(&(_, c)) = self.chars.peek() {
+            if c.is_alphanumeric() || c == '_' {
+                w.push(c);
+                self.chars.next();
+            } else {
+                break;
+            }
+        }
+        w
+    }
+
+    /// A field name, bare or quoted with backticks or double quotes.
+    fn name(&mut self) -> Result<String, String> {
+        self.skip_space();
+        match self.chars.peek() {
+            Some(&(_, q)) if q == '`' || q == '"' => {
+                self.chars.next();
+                let mut w = String::new();
+                for (_, c) in self.chars.by_ref() {
+                    if c == q {
+                        return Ok(w);
+                    }
+                    w.push(c);
+                }
+                Err(format!("unterminated quoted name in {:?}", self.text))
+            }
+            _ => {
+                let w = self.word();
+                if w.is_empty() {
+                    Err(format!("expected a field name in {:?}", self.text))
+                } else {
+                    Ok(w)
+                }
+            }
+        }
+    }
+
+    fn eat(&mut self, want: char) -> bool {
+        self.skip_space();
+        if self.chars.peek().is_some_and(|(_, c)| *c == want) {
+            self.chars.next();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, want: char) -> Result<(), String> {
+        if self.eat(want) {
+            Ok(())
+        } else {
+            Err(format!("expected '{want}' in {:?}", self.text))
+        }
+    }
+
+    fn number(&mut self) -> Result<u32, String> {
+        let w = self.word();
+        w.parse()
+            .map_err(|_| format!("expected a number, not {w:?}, in {:?}", self.text))
+    }
+
+    /// `(n)` or `(p, s)`, if there.
+    fn params(&mut self) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        if self.eat('(') {
+            out.push(self.number()?);
+            while self.eat(',') {
+                out.push(self.number()?);
+            }
+            self.expect(')')?;
+        }
+        Ok(out)
+    }
+
+    fn data_type(&mut self) -> Result<DataType, String> {
+        let word = self.word();
+        let upper = word.to_ascii_uppercase();
+        let t = match upper.as_str() {
+            "BOOLEAN" | "BOOL" => DataType::Boolean,
+            "INT" | "INTEGER" | "SMALLINT" | "TINYINT" => DataType::Int,
+            "BIGINT" => DataType::BigInt,
+            "DOUBLE" | "FLOAT" | "REAL" => {
+                // DOUBLE PRECISION
+                let save = self.chars.clone();
+                if !self.word().eq_ignore_ascii_case("PRECISION") {
+                    self.chars = save;
+                }
+                DataType::Double
+            }
+            "DECIMAL" | "DEC" | "NUMERIC" => {
+                let p = self.params()?;
+                let (precision, scale) = match p.as_slice() {
+                    [] => (10, 0),
+                    [p] => (*p, 0),
+                    [p, s] => (*p, *s),
+                    _ => return Err("DECIMAL takes (precision, scale)".into()),
+                };
+                if !(1..=38).contains(&precision) || scale > precision {
+                    return Err(format!(
+                        "DECIMAL({precision}, {scale}): precision must be 1 to 38 and scale at \
+                         most the precision"
+                    ));
+                }
+                DataType::Decimal {
+                    precision: precision as u8,
+                    scale: scale as u8,
+                }
+            }
+            "VARCHAR" | "STRING" | "CHAR" | "TEXT" => {
+                self.params()?;
+                DataType::String
+            }
+            "BYTES" | "VARBINARY" | "BINARY" => {
+                self.params()?;
+                DataType::Bytes
+            }
+            "TIMESTAMP" | "TIMESTAMP_LTZ" => {
+                let p = self.params()?;
+                if p.first().is_some_and(|p| *p != 3) {
+                    return Err(format!(
+                        "TIMESTAMP({}): weir keeps milliseconds, TIMESTAMP(3)",
+                        p[0]
+                    ));
+                }
+                DataType::Timestamp
+            }
+            "ARRAY" => {
+                self.expect('<')?;
+                let item = self.data_type()?;
+                self.expect('>')?;
+                DataType::List(Box::new(item))
+            }
+            "ROW" | "STRUCT" => {
+                self.expect('<')?;
+                let mut fields = Vec::new();
+                loop {
+                    let name = self.name()?;
+                    let t = self.data_type()?;
+                    fields.push(Field::new(name, t));
+                    if !self.eat(',') {
+                        break;
+                    }
+                }
+                self.expect('>')?;
+                DataType::Struct(fields)
+            }
+            "" => return Err(format!("expected a type in {:?}", self.text)),
+            _ => {
+                return Err(format!(
+                    "unknown type {word}; weir has BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), \
+                     VARCHAR, BYTES, TIMESTAMP(3), ROW<...> and ARRAY<...>"
+                ))
+            }
+        };
+        // NOT NULL is accepted and not enforced (a missing field is NULL).
+        let save = self.chars.clone();
+        if self.word().eq_ignore_ascii_case("NOT") && self.word().eq_ignore_ascii_case("NULL") {
+            return Ok(t);
+        }
+        self.chars = save;
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_parse_as_flink_writes_them() {
+        let t = |s: &str| parse_type(s).unwrap().to_string();
+        assert_eq!(t("bigint"), "BIGINT");
+        assert_eq!(t("DECIMAL(10, 2)"), "DECIMAL(10, 2)");
+        assert_eq!(t("TIMESTAMP(3)"), "TIMESTAMP(3)");
+        assert_eq!(t("STRING"), "VARCHAR");
+        assert_eq!(t("ARRAY<VARCHAR>"), "ARRAY<VARCHAR>");
+        assert_eq!(
+            t("ROW<city VARCHAR, zip INT>"),
+            DataType::Struct(vec![
+                Field::new("city", DataType::String),
+                Field::new("zip", DataType::Int)
+            ])
+            .to_string()
+        );
+        assert!(parse_type("BIGNT")
+            .unwrap_err()
+            .contains("unknown type BIGNT"));
+        assert!(parse_type("TIMESTAMP(6)")
+            .unwrap_err()
+            .contains("milliseconds"));
+        assert!(parse_type("DECIMAL(40, 2)").is_err());
+    }
+}
