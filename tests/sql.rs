@@ -454,3 +454,72 @@ fn nexmark_queries_in_sql_are_exact_under_sigkills_against_duckdb() {
         "the job was restarted after each kill"
     );
 }
+
+/// Where `needle` first occurs in `text`: 1-based line and column.
+fn line_column(text: &str, needle: &str) -> (usize, usize) {
+    let at = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} is in the query"));
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, column)
+}
+
+#[test]
+fn validate_names_each_broken_query_at_its_line_and_column() {
+    // (the query after `INSERT INTO out`, the text the error points at, what it says)
+    let cases: &[(&str, &str, &str)] = &[
+        ("SELECT auction, bidr FROM bid", "bidr", "unknown column \"bidr\"; did you mean \"bidder\"?"),
+        ("SELECT auction FROM bids", "bids", "unknown table \"bids\""),
+        ("SELECT auction FROM bid\nWHERE price > 'abc'", "price > 'abc'", "cannot compare BIGINT with VARCHAR"),
+        ("SELECT auction, COUNT(*) AS n, bidder\nFROM bid GROUP BY auction", "bidder\n", "neither grouped nor aggregated"),
+        ("SELECT auction FROM bid\nWHERE SUM(price) > 3", "SUM(price)", "aggregate functions belong in a SELECT with GROUP BY"),
+        ("SELECT FOO(price) AS f FROM bid", "FOO(price)", "unknown function FOO"),
+        ("SELECT MOD(price) AS m FROM bid", "MOD(price)", "MOD takes 2 arguments, not 1"),
+        ("SELECT channel + 1 AS c FROM bid", "channel + 1", "no arithmetic + between VARCHAR and BIGINT"),
+        ("SELEC auction FROM bid", "SELEC", "syntax error"),
+        (
+            "SELECT auction, window_start, window_end, COUNT(*) AS n\nFROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(price), INTERVAL '10' SECOND))\nGROUP BY auction, window_start, window_end",
+            "DESCRIPTOR(price)",
+            "windows are over the table's event time, \"date_time\"",
+        ),
+        ("SELECT a.auction FROM bid a\nJOIN bid b ON a.auction = b.auction", "bid b", "joins are not supported yet"),
+        ("SELECT auction FROM bid\nORDER BY bidder", "bidder", "ORDER BY on a stream is not supported"),
+        ("SELECT NOW() AS t FROM bid", "NOW()", "not deterministic"),
+        ("SELECT CASE WHEN price > 1 THEN 'a' ELSE 2 END AS c FROM bid", "2 END", "different types"),
+        ("SELECT REGEXP_EXTRACT(url, '(', 1) AS r FROM bid", "REGEXP_EXTRACT(url, '(', 1)", "bad regular expression"),
+        ("SELECT CAST(price AS MONEY) AS p FROM bid", "price AS MONEY", "unknown type MONEY"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (query, offending, message) in cases {
+        let sql = format!("INSERT INTO out\n{query}");
+        let sinks = [("out".to_string(), "out-topic".to_string())];
+        let config = graph_config_with(
+            dir.path(),
+            "sql-validate",
+            1,
+            &dir.path().join("c"),
+            &sql_sections("bid", "dlq", &sinks, &sql),
+        );
+        let out = Command::new(weir())
+            .args(["validate", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "validate refuses {query:?}: {stderr}"
+        );
+        let (line, column) = line_column(&sql, offending);
+        let want = format!("pipeline.sql:{line}:{column}: ");
+        let located = stderr.lines().find(|l| l.starts_with(&want));
+        assert!(
+            located.is_some_and(|l| l.contains(message)),
+            "{query:?}: expected `{want}...{message}`, got:\n{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

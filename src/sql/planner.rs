@@ -118,7 +118,9 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
             planner.errors.push(e);
         }
     }
-    for name in job.sinks.keys() {
+    // Only when every statement planned: a failed INSERT would be named twice.
+    let planned = planner.errors.is_empty();
+    for name in job.sinks.keys().filter(|_| planned) {
         if !planner.sinks.iter().any(|(n, _, _)| n == name) {
             planner.errors.push(SqlError::general(format!(
                 "[sinks.{name}] is not written by any INSERT INTO"
