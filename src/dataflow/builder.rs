@@ -268,6 +268,7 @@ pub struct WindowedStream {
     every_update: bool,
     late_value: Option<usize>,
     late_origin: Option<usize>,
+    given: Option<(usize, usize)>,
 }
 
 /// Two keyed streams into one two-input operator (joins, co-processing).
@@ -680,7 +681,33 @@ impl KeyedStream {
             every_update: false,
             late_value: None,
             late_origin: None,
+            given: None,
         }
+    }
+
+    /// Windows given by each row's own `start` and `end` TIMESTAMP
+    /// columns (a window aggregate's result): a window aggregate over
+    /// them keeps those windows and emits when the watermark passes each
+    /// window's end.
+    pub fn window_by_columns(&self, start: &str, end: &str) -> WindowedStream {
+        let schema = self.stream.schema();
+        let given = match (schema.index_of(start), schema.index_of(end)) {
+            (Some(s), Some(e))
+                if schema.fields[s].data_type == DataType::Timestamp
+                    && schema.fields[e].data_type == DataType::Timestamp =>
+            {
+                Some((s, e))
+            }
+            _ => {
+                self.stream.job.problem(format!(
+                    "window_by_columns: {start:?} and {end:?} must be TIMESTAMP(3) columns of {schema}"
+                ));
+                None
+            }
+        };
+        let mut w = self.window(WindowSpec::Tumbling { size: 1, offset: 0 });
+        w.given = given;
+        w
     }
 
     /// A keyed operator of your own, with `tables` for its state and
@@ -767,8 +794,12 @@ impl WindowedStream {
         let input = self.keyed.stream.schema();
         let schema = output_schema(&input, &self.keyed.key, true, &aggs);
         let (spec, allowed_lateness) = (self.spec, self.allowed_lateness);
-        let (every_update, late_value, late_origin) =
-            (self.every_update, self.late_value, self.late_origin);
+        let (every_update, late_value, late_origin, given) = (
+            self.every_update,
+            self.late_value,
+            self.late_origin,
+            self.given,
+        );
         let op = OperatorSpec {
             factory: Arc::new(move || {
                 Box::new(WindowAggregate {
@@ -779,6 +810,7 @@ impl WindowedStream {
                     every_update,
                     late_value,
                     late_origin,
+                    given,
                 })
             }),
             inputs: 1,

@@ -74,6 +74,9 @@ struct Rel {
     time: Option<usize>,
     /// The source the rows come from, for its dead-letter topic.
     source: Option<String>,
+    /// A window aggregate's result: its window_start and window_end
+    /// columns (a later GROUP BY of both keeps the windows).
+    window: Option<(usize, usize)>,
 }
 
 impl Rel {
@@ -415,6 +418,7 @@ impl Planner<'_> {
                 Ok(Rel {
                     stream,
                     time: if a.time == b.time { a.time } else { None },
+                    window: if a.window == b.window { a.window } else { None },
                     source: if a.source == b.source {
                         a.source.clone()
                     } else {
@@ -526,6 +530,7 @@ impl Planner<'_> {
             updating: None,
             time,
             source: Some(source_name),
+            window: None,
         };
         self.sources.insert(key, rel.clone());
         Ok(Some(rel))
@@ -948,6 +953,7 @@ impl Planner<'_> {
             .collect();
         let moved = |i: usize| outputs.iter().position(|(_, _, from)| *from == Some(i));
         let time = rel.time.and_then(moved);
+        let window = rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?)));
         let updating = rel.updating.as_ref().map(|key| {
             key.iter()
                 .map(|k| moved(*k))
@@ -964,6 +970,7 @@ impl Planner<'_> {
                 columns,
                 time,
                 updating,
+                window,
                 ..rel
             });
         }
@@ -991,6 +998,7 @@ impl Planner<'_> {
             time,
             updating,
             source: rel.source,
+            window,
         })
     }
 
@@ -1008,37 +1016,43 @@ impl Planner<'_> {
             E::CompoundIdentifier(p) => p.last().is_some_and(|i| i.value.eq_ignore_ascii_case(col)),
             _ => false,
         };
+        // Over a window aggregate's result, grouping by both its window
+        // columns keeps the windows (Flink's windows of windows).
+        let given_cols = if tvf.is_none() { rel.window } else { None };
         let mut keys: Vec<&E> = Vec::new();
+        let mut window_exprs: Vec<(E, usize)> = Vec::new();
         let (mut saw_start, mut saw_end) = (false, false);
         for g in group {
-            if tvf.is_some() && is_window_col(g, "window_start") {
+            let col = column_index(g, &rel.columns);
+            if (tvf.is_some() && is_window_col(g, "window_start"))
+                || given_cols.is_some_and(|(ws, _)| col == Some(ws))
+            {
                 saw_start = true;
-            } else if tvf.is_some() && is_window_col(g, "window_end") {
+                window_exprs.push(((*g).clone(), 0));
+            } else if (tvf.is_some() && is_window_col(g, "window_end"))
+                || given_cols.is_some_and(|(_, we)| col == Some(we))
+            {
                 saw_end = true;
+                window_exprs.push(((*g).clone(), 1));
             } else {
                 keys.push(g);
             }
+        }
+        let given = given_cols.filter(|_| saw_start && saw_end);
+        if given_cols.is_some() && given.is_none() {
+            // One of the two is a plain key after all.
+            keys.extend(
+                group
+                    .iter()
+                    .filter(|g| window_exprs.iter().any(|(w, _)| w == **g)),
+            );
+            window_exprs.clear();
         }
         if tvf.is_some() && !(saw_start && saw_end) {
             return Err(SqlError::at(
                 s.span(),
                 "a window table function's aggregate groups by window_start and window_end (GROUP BY ..., window_start, window_end)",
             ));
-        }
-        if tvf.is_none() {
-            for g in group {
-                if (is_window_col(g, "window_start") || is_window_col(g, "window_end"))
-                    && rel
-                        .columns
-                        .iter()
-                        .any(|c| c.name.eq_ignore_ascii_case("window_start"))
-                {
-                    return Err(err(
-                        g,
-                        "a window aggregate over a window aggregate's result (windows of windows) is not supported yet",
-                    ));
-                }
-            }
         }
         // Keys: each a column of the input, or computed by a map first.
         let input_scope_cols = rel.columns.clone();
@@ -1059,16 +1073,19 @@ impl Planner<'_> {
             ));
         }
         // The aggregate's output: keys, [window_start, window_end], aggregates.
-        let window = tvf.is_some();
+        let window = tvf.is_some() || given.is_some();
         let base = key_exprs.len() + if window { 2 } else { 0 };
         let mut substitutions: Vec<(E, Compiled)> = key_exprs
             .iter()
             .enumerate()
             .map(|(i, (e, c))| (e.clone(), Compiled::column(i, c.ty.column_type())))
             .collect();
-        // A key named as a bare column also answers to its name.
+        // The window columns, as grouped and by their names.
         if window {
             let k = key_exprs.len();
+            for (e, which) in &window_exprs {
+                substitutions.push((e.clone(), Compiled::column(k + which, DataType::Timestamp)));
+            }
             for (n, i) in [("window_start", k), ("window_end", k + 1)] {
                 substitutions.push((
                     E::Identifier(ast::Ident::new(n)),
@@ -1189,7 +1206,10 @@ impl Planner<'_> {
                     }
                     // Window columns pass through as columns of the aggregate.
                     let through = from.or_else(|| {
-                        if window && is_window_col(e, "window_start") {
+                        let k = key_exprs.len();
+                        if let Some((_, which)) = window_exprs.iter().find(|(w, _)| w == e) {
+                            Some(k + which)
+                        } else if window && is_window_col(e, "window_start") {
                             Some(key_exprs.len())
                         } else if window && is_window_col(e, "window_end") {
                             Some(key_exprs.len() + 1)
@@ -1262,6 +1282,16 @@ impl Planner<'_> {
                             None => arg_cols.push(None),
                         }
                     }
+                    // A given window's columns pass through.
+                    if let Some((ws, we)) = given {
+                        for c in [ws, we] {
+                            pre.push((
+                                rel.columns[c].name.clone(),
+                                Compiled::column(c, DataType::Timestamp),
+                                Some(c),
+                            ));
+                        }
+                    }
                     // Key columns keep their names (they name the result's key).
                     for (i, (e, _)) in key_exprs.iter().enumerate() {
                         if let Some(c) = column_index(e, &rel.columns) {
@@ -1301,16 +1331,26 @@ impl Planner<'_> {
                 "aggregate"
             }
         ));
-        let (stream, updating) = if let Some(t) = tvf {
+        let (stream, updating) = if window {
             if input.updating.is_some() {
                 return Err(SqlError::at(
                     s.span(),
                     "a window aggregate over an updating result is not supported",
                 ));
             }
-            let mut w = keyed
-                .window(t.spec)
-                .allowed_lateness(self.sql.pipeline.allowed_lateness);
+            let w = match (&tvf, given.and(input.window)) {
+                (Some(t), _) => keyed.window(t.spec),
+                (None, Some((ws, we))) => {
+                    keyed.window_by_columns(&input.columns[ws].name, &input.columns[we].name)
+                }
+                (None, None) => {
+                    return Err(SqlError::at(
+                        s.span(),
+                        "the window columns were lost on the way",
+                    ))
+                }
+            };
+            let mut w = w.allowed_lateness(self.sql.pipeline.allowed_lateness);
             if self.sql.pipeline.on_late == LatePolicy::DeadLetter {
                 let topic = input
                     .source
@@ -1364,6 +1404,7 @@ impl Planner<'_> {
             updating,
             time: None,
             source: input.source.clone(),
+            window: window.then_some((key_cols.len(), key_cols.len() + 1)),
         };
         if let Some((h, c)) = having {
             if out.updating.is_some() {

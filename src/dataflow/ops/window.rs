@@ -47,6 +47,11 @@ pub struct WindowAggregate {
     /// The origin column (`KafkaSource::with_origin`) that names a late
     /// record's Kafka record in its dead letter.
     pub late_origin: Option<usize>,
+    /// The window of each row is given by two TIMESTAMP columns of its own
+    /// (start, end), not assigned by `spec`: a window aggregate over a
+    /// window aggregate's result keeps its windows (SQL's windows of
+    /// windows).
+    pub given: Option<(usize, usize)>,
 }
 
 impl WindowAggregate {
@@ -279,7 +284,20 @@ impl Operator for WindowAggregate {
             }
             return Ok(());
         }
-        let windows = assign(&self.spec, r.timestamp);
+        let windows = match self.given {
+            None => assign(&self.spec, r.timestamp),
+            Some((s, e)) => match (r.row.get(s), r.row.get(e)) {
+                (Value::Timestamp(start), Value::Timestamp(end)) if start < end => vec![Window {
+                    start: *start,
+                    end: *end,
+                }],
+                _ => {
+                    return Err(ctx.failure(
+                        "a window aggregate over windows needs each row's window_start before its window_end",
+                    ))
+                }
+            },
+        };
         let mut taken = false;
         for w in &windows {
             if self.accepts(w, watermark) {
@@ -391,6 +409,7 @@ mod tests {
         ]);
         Harness::keyed(
             WindowAggregate {
+                given: None,
                 every_update: false,
                 late_value: None,
                 late_origin: None,
