@@ -262,14 +262,22 @@ fn queries() -> Vec<Query> {
             updating: false,
         },
         Query {
-            sink: "daily",
+            sink: "q17",
             weir: "SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd') AS day,
-                          COUNT(*) AS total_bids, MIN(price) AS min_price, MAX(price) AS max_price,
+                          COUNT(*) AS total_bids,
+                          COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                          COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                          COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                          MIN(price) AS min_price, MAX(price) AS max_price,
                           AVG(price) AS avg_price, SUM(price) AS sum_price
                    FROM bid
                    GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
             duckdb: "SELECT auction, strftime(date_time, '%Y-%m-%d') AS day,
-                            count(*) AS total_bids, min(price) AS min_price, max(price) AS max_price,
+                            count(*) AS total_bids,
+                            count(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                            count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                            count(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                            min(price) AS min_price, max(price) AS max_price,
                             avg(price) AS avg_price, sum(price) AS sum_price
                      FROM bid
                      GROUP BY auction, strftime(date_time, '%Y-%m-%d')",

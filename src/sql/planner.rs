@@ -1119,12 +1119,16 @@ impl Planner<'_> {
             if f.over.is_some() {
                 return Err(err(whole, "window functions (OVER) are not supported yet"));
             }
-            if f.filter.is_some() {
-                return Err(err(
-                    whole,
-                    format!("{fname}(...) FILTER (WHERE ...) is not supported yet"),
-                ));
-            }
+            // FILTER (WHERE p): the argument is NULL where p is not TRUE,
+            // and every aggregate skips NULLs (COUNT(*) counts a constant).
+            let filter = match &f.filter {
+                None => None,
+                Some(p) => {
+                    let c = compile(p, &mut Scope::plain(&input_scope_cols))?;
+                    boolean(&c, p)?;
+                    Some(c.eval)
+                }
+            };
             if let ast::FunctionArguments::List(l) = &f.args {
                 if matches!(
                     l.duplicate_treatment,
@@ -1152,7 +1156,9 @@ impl Planner<'_> {
                         format!("{fname}(*) is not an aggregate: only COUNT(*)"),
                     ));
                 }
-                None
+                filter
+                    .as_ref()
+                    .map(|_| Compiled::constant(Value::Int(1), Ty::Data(DataType::BigInt)))
             } else {
                 let args = call_args(f, whole)?;
                 let [a] = args.as_slice() else {
@@ -1178,6 +1184,23 @@ impl Planner<'_> {
                     _ => return Err(err(a, format!("{fname} of {} is not supported", c.ty))),
                 }
                 Some(c)
+            };
+            let arg = match (arg, filter) {
+                (Some(a), Some(p)) => {
+                    let g = a.eval.clone();
+                    Some(Compiled {
+                        eval: Arc::new(move |row| {
+                            if p(row)? == Value::Bool(true) {
+                                g(row)
+                            } else {
+                                Ok(Value::Null)
+                            }
+                        }),
+                        ty: a.ty,
+                        constant: None,
+                    })
+                }
+                (a, _) => a,
             };
             let t = agg_type(function, arg.as_ref());
             calls.push((whole.clone(), function, arg));
@@ -1257,7 +1280,7 @@ impl Planner<'_> {
             .iter()
             .map(|(e, _, a)| match (e, a) {
                 (_, None) => Some(None),
-                (E::Function(f), Some(_)) => {
+                (E::Function(f), Some(_)) if f.filter.is_none() => {
                     let args = call_args(f, e).ok()?;
                     column_index(args[0], &rel.columns).map(Some)
                 }
