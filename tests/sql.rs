@@ -262,6 +262,28 @@ fn queries() -> Vec<Query> {
             updating: false,
         },
         Query {
+            sink: "q11",
+            weir: "SELECT bidder, COUNT(*) AS bid_count, window_start AS starttime, window_end AS endtime
+                   FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+                   GROUP BY bidder, window_start, window_end",
+            // Sessions merge when they touch: a bid at most the gap after
+            // the last one continues the session.
+            duckdb: "WITH s AS (
+                       SELECT bidder, date_time,
+                              CASE WHEN date_time - lag(date_time) OVER (PARTITION BY bidder ORDER BY date_time)
+                                        <= INTERVAL 10 SECOND THEN 0 ELSE 1 END AS new
+                       FROM bid WHERE date_time < TIMESTAMP '2030-01-01'),
+                     g AS (
+                       SELECT bidder, date_time,
+                              sum(new) OVER (PARTITION BY bidder ORDER BY date_time
+                                             ROWS UNBOUNDED PRECEDING) AS sid
+                       FROM s)
+                     SELECT bidder, count(*) AS bid_count, min(date_time) AS starttime,
+                            max(date_time) + INTERVAL 10 SECOND AS endtime
+                     FROM g GROUP BY bidder, sid",
+            updating: false,
+        },
+        Query {
             sink: "q17",
             weir: "SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd') AS day,
                           COUNT(*) AS total_bids,

@@ -91,6 +91,8 @@ impl Rel {
 /// A window table function in FROM.
 struct WindowTvf {
     spec: WindowSpec,
+    /// SESSION's PARTITION BY columns, and where they were written.
+    partition: Option<(Vec<String>, sqlparser::tokenizer::Span)>,
 }
 
 /// Compiles the SQL job of `config` (which must have one).
@@ -166,10 +168,32 @@ fn parse_error(message: &str) -> SqlError {
 /// (`TUMBLE(TABLE bid, ...)`), which no sqlparser dialect reads as an
 /// expression. The keyword is blanked (spaces of its length, so every
 /// line and column stays where the user wrote it).
+///
+/// `SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(...), ...)` has a
+/// clause in its first argument: it becomes an argument of its own,
+/// `bid, PARTITION_BY(bidder), DESCRIPTOR(...)`, padded so that what
+/// follows keeps its column (one column later if the list is followed by
+/// a comma without a space).
 fn blank_table_keywords(sql: &str) -> String {
+    let partition = regex::Regex::new(
+        r"(?is)\b(SESSION\s*\(\s*)TABLE(\s+[A-Za-z_][A-Za-z0-9_]*)(\s+)PARTITION(\s+)BY(\s+)([A-Za-z0-9_,\s]*?),(\s*)DESCRIPTOR",
+    )
+    .expect("a valid regex");
+    let sql = partition.replace_all(sql, |c: &regex::Captures| {
+        let pad = |n: usize| " ".repeat(n);
+        format!(
+            "{}     {},{}PARTITION_BY({}{}),{}DESCRIPTOR",
+            &c[1],
+            &c[2],
+            pad(c[3].len() - 1),
+            pad(c[4].len() + c[5].len() - 2),
+            &c[6],
+            pad(c[7].len().saturating_sub(1)),
+        )
+    });
     let re = regex::Regex::new(r"(?i)\b(TUMBLE|HOP|SESSION|CUMULATE)(\s*\(\s*)(TABLE)\b")
         .expect("a valid regex");
-    re.replace_all(sql, |c: &regex::Captures| {
+    re.replace_all(&sql, |c: &regex::Captures| {
         format!("{}{}     ", &c[1], &c[2])
     })
     .into_owned()
@@ -720,7 +744,24 @@ impl Planner<'_> {
             ));
         };
         let kind = function_name(f).to_ascii_uppercase();
-        let args = call_args(f, e)?;
+        let mut args = call_args(f, e)?;
+        let mut partition = None;
+        if let Some(E::Function(p)) = args.get(1) {
+            if function_name(p).eq_ignore_ascii_case("PARTITION_BY") {
+                if kind != "SESSION" {
+                    return Err(err(args[1], "PARTITION BY belongs to SESSION windows"));
+                }
+                let mut cols = Vec::new();
+                for c in call_args(p, args[1])? {
+                    match c {
+                        E::Identifier(i) => cols.push(i.value.clone()),
+                        other => return Err(err(other, "PARTITION BY names columns")),
+                    }
+                }
+                partition = Some((cols, args[1].span()));
+                args.remove(1);
+            }
+        }
         let n_intervals = match kind.as_str() {
             "TUMBLE" | "SESSION" => 1,
             "HOP" => 2,
@@ -813,7 +854,7 @@ impl Planner<'_> {
             _ => WindowSpec::Session { gap: ms(2)? },
         };
         spec.validate().map_err(|m| err(e, m))?;
-        Ok((rel, WindowTvf { spec }))
+        Ok((rel, WindowTvf { spec, partition }))
     }
 
     fn select(&mut self, s: &ast::Select, name: &str) -> Result<Rel, SqlError> {
@@ -1063,6 +1104,49 @@ impl Planner<'_> {
                 return Err(err(k, "cannot GROUP BY a NULL or an INTERVAL"));
             }
             key_exprs.push(((*k).clone(), c));
+        }
+        // weir keeps sessions per key: SESSION's PARTITION BY must be the
+        // GROUP BY keys (without it, Flink's sessions span every key).
+        if let Some(t) = tvf
+            .as_ref()
+            .filter(|t| matches!(t.spec, WindowSpec::Session { .. }))
+        {
+            let key_names: Vec<String> = key_exprs
+                .iter()
+                .map(|(e, _)| {
+                    column_index(e, &rel.columns)
+                        .map(|c| rel.columns[c].name.to_ascii_lowercase())
+                        .unwrap_or_else(|| e.to_string())
+                })
+                .collect();
+            match &t.partition {
+                None if !key_names.is_empty() => {
+                    return Err(SqlError::at(
+                        s.span(),
+                        format!(
+                            "SESSION without PARTITION BY makes sessions across all rows; weir keeps a session per key: write SESSION(TABLE t PARTITION BY {}, ...)",
+                            key_names.join(", ")
+                        ),
+                    ))
+                }
+                Some((cols, span)) => {
+                    let mut a: Vec<String> = cols.iter().map(|c| c.to_ascii_lowercase()).collect();
+                    let mut b = key_names.clone();
+                    a.sort();
+                    b.sort();
+                    if a != b {
+                        return Err(SqlError::at(
+                            *span,
+                            format!(
+                                "SESSION's PARTITION BY ({}) must be the GROUP BY columns besides the window ({})",
+                                cols.join(", "),
+                                key_names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                None => {}
+            }
         }
         // An aggregate without keys (one result for the whole stream, or
         // per window) gets a constant key: all its rows meet in one subtask.
