@@ -578,3 +578,99 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn word_count_in_sql_gives_what_the_built_in_word_count_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, builtin_out, sql_out) = (
+        unique("sql-wc-in"),
+        unique("sql-wc-builtin"),
+        unique("sql-wc-sql"),
+    );
+    create_topic(&input, 2);
+    create_topic(&builtin_out, 2);
+    create_topic(&sql_out, 2);
+    // Words in mixed case between spaces, tabs and ideographic spaces.
+    let (lines, _) = weir_testkit::word_lines(11, 3000, 8, 500);
+    weir_testkit::produce(&input, 2, &lines);
+
+    let mut builtin =
+        weir_testkit::JobSpec::word_count(&dir.path().join("builtin"), &input, &builtin_out);
+    builtin.delivery = "exactly-once".into();
+    let builtin_config = builtin.write();
+    // In TOML's basic strings a backslash is escaped: the SQL reads '\s+'.
+    let sql = r"INSERT INTO counts
+SELECT word, COUNT(*) AS count
+FROM lines CROSS JOIN UNNEST(SPLIT(LOWER(REGEXP_REPLACE(line, '\\s+', ' ')), ' ')) AS t(word)
+WHERE word <> ''
+GROUP BY word";
+    let sections = format!(
+        "\n[sources.lines]\ntopics = [\"{input}\"]\nformat = \"text\"\n\n[sinks.counts]\ntopic = \"{sql_out}\"\ndelivery = \"exactly-once\"\n\n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n"
+    );
+    let sql_dir = dir.path().join("sql");
+    let sql_config = graph_config_with(
+        &sql_dir,
+        &unique("sql-wc"),
+        2,
+        &sql_dir.join("checkpoints"),
+        &sections,
+    );
+
+    let mut a = weir_testkit::WeirProcess::start(&weir(), &builtin_config, &[]);
+    let mut b = weir_testkit::WeirProcess::start(&weir(), &sql_config, &[]);
+    let words: usize = lines.iter().map(|l| l.split_whitespace().count()).sum();
+    let builtin_records = read_topic(
+        &builtin_out,
+        Isolation::Committed,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+        |r| r.len() >= words,
+    );
+    let want = weir_testkit::last_counts(&builtin_records);
+    let sql_records = read_topic(
+        &sql_out,
+        Isolation::Committed,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+        |r| {
+            let got: BTreeMap<String, u64> = table(r)
+                .into_values()
+                .flatten()
+                .map(|v| {
+                    (
+                        v["word"].as_str().unwrap_or("").to_string(),
+                        v["count"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect();
+            got.len() == want.len() && got.iter().all(|(w, c)| want.get(w) == Some(c))
+        },
+    );
+    let (log_a, log_b) = (a.log_text(), b.log_text());
+    a.stop(Duration::from_secs(30));
+    b.stop(Duration::from_secs(30));
+    assert_eq!(
+        builtin_records.len(),
+        words,
+        "the built-in word count wrote a count per word; log: {}",
+        log_tail(&log_a)
+    );
+    let got: BTreeMap<String, u64> = table(&sql_records)
+        .into_values()
+        .flatten()
+        .map(|v| {
+            (
+                v["word"].as_str().expect("word").to_string(),
+                v["count"].as_u64().expect("count"),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, u64> = want.into_iter().collect();
+    assert!(want.len() > 100, "the input has many words");
+    assert_eq!(
+        got,
+        want,
+        "word count in SQL against the built-in; log: {}",
+        log_tail(&log_b)
+    );
+}
