@@ -13,6 +13,8 @@ use weir_testkit::{create_topic, http, log_tail, produce, unique, Rng, WeirProce
 #[path = "support/graph_jobs.rs"]
 mod graph_jobs;
 use graph_jobs::*;
+#[path = "support/sql_kit.rs"]
+mod sql_kit;
 
 const TASKS: u32 = 4;
 
@@ -24,6 +26,8 @@ struct Cluster {
     binary: PathBuf,
     env: Vec<(String, String)>,
     running: BTreeMap<usize, WeirProcess>,
+    /// More configuration for every instance (a SQL job's sections).
+    sections: String,
 }
 
 impl Cluster {
@@ -37,13 +41,27 @@ impl Cluster {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             running: BTreeMap::new(),
+            sections: String::new(),
+        }
+    }
+
+    /// A SQL job's instances: `weir run` with `sections` in each one's file.
+    fn sql(base: &Path, sections: &str) -> Self {
+        Self {
+            base: base.to_path_buf(),
+            name: unique("sql-group"),
+            binary: sql_kit::weir(),
+            env: Vec::new(),
+            running: BTreeMap::new(),
+            sections: sections.to_string(),
         }
     }
 
     fn start(&mut self, i: usize) {
         let extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\n\n\
-             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n"
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}",
+            self.sections
         );
         let config = graph_config_with(
             &self.base.join(format!("i{i}")),
@@ -619,6 +637,46 @@ fn a_two_input_operator_in_group_mode_is_exact_under_sigkills() {
     }
     assert_eq!(got, want, "clicks and views per user (seed {seed})");
     assert_each_update_moves_one_count(&records, seed);
+    c.assert_alive();
+    c.stop_all();
+}
+
+#[test]
+fn sql_queries_in_group_mode_are_exact_under_sigkills_of_three_instances() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let sql_kit::Bids { data, bids, flush } = sql_kit::nexmark_bids(dir.path(), seed, 3);
+    let (bid_topic, dlq) = (unique("gg-sql-bid"), unique("gg-sql-dlq"));
+    create_topic(&bid_topic, 3);
+    create_topic(&dlq, 1);
+    let queries: Vec<sql_kit::Query> = sql_kit::queries()
+        .into_iter()
+        .filter(|q| ["q1", "q11", "q17", "hot_items"].contains(&q.sink))
+        .collect();
+    let sinks: Vec<(String, String)> = queries
+        .iter()
+        .map(|q| (q.sink.to_string(), unique(&format!("gg-sql-{}", q.sink))))
+        .collect();
+    for (_, topic) in &sinks {
+        create_topic(topic, 2);
+    }
+    let sections = sql_kit::sql_sections(&bid_topic, &dlq, &sinks, &sql_kit::job_sql(&queries));
+    let mut c = Cluster::sql(dir.path(), &sections);
+    for i in 0..3 {
+        c.start(i);
+    }
+    let mut chunks: Vec<Vec<String>> = bids
+        .chunks(bids.len() / 10 + 1)
+        .map(<[String]>::to_vec)
+        .collect();
+    chunks.push(flush);
+    feed_with_random_kills(&mut c, (&bid_topic, 3), &chunks, 5, &mut rng);
+    for (q, (_, topic)) in queries.iter().zip(&sinks) {
+        sql_kit::assert_matches_duckdb(q, topic, &data, Duration::from_secs(240), &|| {
+            format!("seed {seed}\n{}", c.logs())
+        });
+    }
     c.assert_alive();
     c.stop_all();
 }
