@@ -35,6 +35,7 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
             function: AggFunction::Sum,
             column: amount,
             name: "total".into(),
+            distinct: false,
         }],
     );
     totals

@@ -221,6 +221,7 @@ fn agg(function: AggregateFunction) -> Agg {
         function,
         column,
         name: function.name().into(),
+        distinct: false,
     }
 }
 

@@ -936,6 +936,7 @@ mod tests {
                 function: AggFunction::Sum,
                 column: Some(9),
                 name: "s".into(),
+                distinct: false,
             }],
         );
         w.sink("split", KafkaSink::upsert("out", &[]));

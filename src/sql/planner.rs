@@ -1193,9 +1193,9 @@ impl Planner<'_> {
             ));
         }
         // Aggregate calls, collected while the SELECT list compiles.
-        let mut calls: Vec<(E, AggFunction, Option<Compiled>)> = Vec::new();
+        let mut calls: Vec<(E, AggFunction, Option<Compiled>, bool)> = Vec::new();
         let mut hook = |f: &ast::Function, whole: &E| -> Result<Compiled, SqlError> {
-            if let Some(i) = calls.iter().position(|(e, _, _)| e == whole) {
+            if let Some(i) = calls.iter().position(|(e, _, _, _)| e == whole) {
                 let t = agg_type(calls[i].1, calls[i].2.as_ref());
                 return Ok(Compiled::column(base + i, t));
             }
@@ -1213,16 +1213,13 @@ impl Planner<'_> {
                     Some(c.eval)
                 }
             };
-            if let ast::FunctionArguments::List(l) = &f.args {
-                if matches!(
-                    l.duplicate_treatment,
-                    Some(ast::DuplicateTreatment::Distinct)
-                ) {
-                    return Err(err(
-                        whole,
-                        format!("{fname}(DISTINCT ...) is not supported yet"),
-                    ));
-                }
+            let distinct = matches!(&f.args, ast::FunctionArguments::List(l)
+                if matches!(l.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)));
+            if distinct && fname != "COUNT" {
+                return Err(err(
+                    whole,
+                    format!("{fname}(DISTINCT ...) is not supported yet; COUNT(DISTINCT ...) is"),
+                ));
             }
             let function = match fname.as_str() {
                 "COUNT" => AggFunction::Count,
@@ -1287,7 +1284,7 @@ impl Planner<'_> {
                 (a, _) => a,
             };
             let t = agg_type(function, arg.as_ref());
-            calls.push((whole.clone(), function, arg));
+            calls.push((whole.clone(), function, arg, distinct));
             Ok(Compiled::column(base + calls.len() - 1, t))
         };
         let mut outputs = Vec::new();
@@ -1353,6 +1350,7 @@ impl Planner<'_> {
                 E::Identifier(ast::Ident::new("(rows)")),
                 AggFunction::Count,
                 None,
+                false,
             ));
         }
         // The aggregate's input: the keys and arguments, computed if any is not a column.
@@ -1362,7 +1360,7 @@ impl Planner<'_> {
             .collect();
         let plain_args: Option<Vec<Option<usize>>> = calls
             .iter()
-            .map(|(e, _, a)| match (e, a) {
+            .map(|(e, _, a, _)| match (e, a) {
                 (_, None) => Some(None),
                 (E::Function(f), Some(_)) if f.filter.is_none() => {
                     let args = call_args(f, e).ok()?;
@@ -1380,7 +1378,7 @@ impl Planner<'_> {
                         pre.push((format!("k{i}"), c.clone(), column_index(e, &rel.columns)));
                     }
                     let mut arg_cols = Vec::new();
-                    for (i, (_, _, a)) in calls.iter().enumerate() {
+                    for (i, (_, _, a, _)) in calls.iter().enumerate() {
                         match a {
                             Some(c) => {
                                 arg_cols.push(Some(pre.len()));
@@ -1418,10 +1416,11 @@ impl Planner<'_> {
             .iter()
             .zip(&arg_cols)
             .enumerate()
-            .map(|(i, ((_, f, _), col))| Agg {
+            .map(|(i, ((_, f, _, distinct), col))| Agg {
                 function: *f,
                 column: *col,
                 name: format!("agg{i}"),
+                distinct: *distinct,
             })
             .collect();
         let key_names: Vec<String> = key_cols
@@ -1498,7 +1497,7 @@ impl Planner<'_> {
                 });
             }
         }
-        for (i, (_, f, a)) in calls.iter().enumerate() {
+        for (i, (_, f, a, _)) in calls.iter().enumerate() {
             agg_columns.push(ScopeColumn {
                 name: format!("agg{i}"),
                 qualifier: None,

@@ -42,6 +42,9 @@ pub struct Agg {
     pub column: Option<usize>,
     /// The output column's name.
     pub name: String,
+    /// Over distinct values only (`COUNT(DISTINCT x)`); each value's
+    /// multiplicity is kept so that a retraction takes it away exactly.
+    pub distinct: bool,
 }
 
 impl Agg {
@@ -51,6 +54,7 @@ impl Agg {
             function: AggFunction::Count,
             column: None,
             name: name.into(),
+            distinct: false,
         }
     }
 
@@ -89,6 +93,55 @@ pub fn output_schema(input: &Schema, key: &[usize], window: bool, aggs: &[Agg]) 
 struct Part {
     n: i64,
     value: Value,
+    /// A distinct aggregate's values (their `codec` encoding) and how many
+    /// rows hold each; `n` is how many there are. Stored as `value` (BYTES)
+    /// and decoded on first use.
+    set: Option<Box<DistinctSet>>,
+}
+
+type DistinctSet = std::collections::BTreeMap<Vec<u8>, i64>;
+
+/// A distinct set as bytes: `(len, value bytes, zigzag count)` per value.
+fn encode_set(set: &DistinctSet) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (v, n) in set {
+        put_varint(v.len() as u64, &mut out);
+        out.extend_from_slice(v);
+        put_varint(zigzag(*n), &mut out);
+    }
+    out
+}
+
+fn decode_set(mut bytes: &[u8]) -> std::result::Result<DistinctSet, String> {
+    let mut set = DistinctSet::new();
+    while !bytes.is_empty() {
+        let len = get_varint(&mut bytes)? as usize;
+        if len > bytes.len() {
+            return Err(format!(
+                "a distinct value of {len} bytes in {}",
+                bytes.len()
+            ));
+        }
+        let (v, rest) = bytes.split_at(len);
+        bytes = rest;
+        let n = unzigzag(get_varint(&mut bytes)?);
+        set.insert(v.to_vec(), n);
+    }
+    Ok(set)
+}
+
+impl Part {
+    /// The distinct set, decoded from `value` the first time.
+    fn set(&mut self) -> std::result::Result<&mut DistinctSet, String> {
+        if self.set.is_none() {
+            let set = match std::mem::replace(&mut self.value, Value::Null) {
+                Value::Bytes(b) => decode_set(&b)?,
+                _ => DistinctSet::new(),
+            };
+            self.set = Some(Box::new(set));
+        }
+        Ok(self.set.as_mut().expect("set"))
+    }
 }
 
 /// Everything kept per key (or per key and window): the rows counted, and
@@ -126,7 +179,10 @@ impl StateCodec for Accumulators {
         put_varint(zigzag(self.rows), out);
         for p in &self.parts {
             put_varint(zigzag(p.n), out);
-            encode_value(&p.value, out);
+            match &p.set {
+                Some(set) => encode_value(&Value::Bytes(encode_set(set)), out),
+                None => encode_value(&p.value, out),
+            }
         }
     }
 
@@ -162,8 +218,13 @@ impl StateCodec for Accumulators {
                 Some(p) => {
                     p.n = n;
                     p.value = value;
+                    p.set = None;
                 }
-                None => self.parts.push(Part { n, value }),
+                None => self.parts.push(Part {
+                    n,
+                    value,
+                    set: None,
+                }),
             }
         }
         if !input.is_empty() {
@@ -208,6 +269,13 @@ fn add_values(a: &Value, b: &Value, negate: bool) -> std::result::Result<Value, 
     })
 }
 
+/// A value's bytes as a distinct set keys it.
+fn encode_key(v: &Value) -> Vec<u8> {
+    let mut key = Vec::new();
+    encode_value(v, &mut key);
+    key
+}
+
 fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
     use Value::*;
     match (a, b) {
@@ -250,6 +318,7 @@ impl Accumulators {
         self.parts.extend(aggs.iter().map(|_| Part {
             n: 0,
             value: Value::Null,
+            set: None,
         }));
     }
 
@@ -268,6 +337,21 @@ impl Accumulators {
             };
             if a.column.is_some() && v.is_null() {
                 continue; // SQL aggregates skip NULLs
+            }
+            if a.distinct {
+                // Only COUNT(DISTINCT ...): `n` is the number of values.
+                let mut key = Vec::new();
+                encode_value(v, &mut key);
+                let set = p.set()?;
+                let m = set.entry(key).or_insert(0);
+                let before = *m;
+                *m += if retract { -1 } else { 1 };
+                let after = *m;
+                if after == 0 {
+                    set.remove(&encode_key(v));
+                }
+                p.n += i64::from(after > 0) - i64::from(before > 0);
+                continue;
             }
             p.n += if retract { -1 } else { 1 };
             match a.function {
@@ -303,6 +387,17 @@ impl Accumulators {
     ) -> std::result::Result<(), String> {
         self.rows += other.rows;
         for ((a, p), o) in aggs.iter().zip(self.parts.iter_mut()).zip(&other.parts) {
+            if a.distinct {
+                let mut o = o.clone();
+                let theirs = std::mem::take(o.set()?);
+                let set = p.set()?;
+                for (v, m) in theirs {
+                    *set.entry(v).or_insert(0) += m;
+                }
+                set.retain(|_, m| *m != 0);
+                p.n = set.len() as i64;
+                continue;
+            }
             if o.n == 0 {
                 continue;
             }
@@ -699,14 +794,17 @@ mod tests {
                 Part {
                     n: 2,
                     value: Value::Null,
+                    set: None,
                 },
                 Part {
                     n: -1,
                     value: Value::Double(2.5),
+                    set: None,
                 },
                 Part {
                     n: 7,
                     value: Value::from("x"),
+                    set: None,
                 },
             ],
         };
@@ -734,6 +832,7 @@ mod tests {
                 function: AggFunction::Sum,
                 column: Some(1),
                 name: "s".into(),
+                distinct: false,
             },
         ];
         let mut h = Harness::keyed(
@@ -897,6 +996,7 @@ mod tests {
             function: AggFunction::Max,
             column: Some(1),
             name: "m".into(),
+            distinct: false,
         }];
         let mut on_change = Harness::keyed(
             GroupAggregate::new(aggs.clone(), vec![0]),
@@ -950,6 +1050,7 @@ mod tests {
             function: AggFunction::Min,
             column: Some(1),
             name: "lo".into(),
+            distinct: false,
         }];
         let mut h = Harness::keyed(
             GroupAggregate::new(aggs, vec![0]),
@@ -962,5 +1063,59 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("MIN(lo)") && e.contains("updating input"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod distinct_tests {
+    use super::*;
+
+    fn agg() -> Vec<Agg> {
+        vec![Agg {
+            function: AggFunction::Count,
+            column: Some(0),
+            name: "users".into(),
+            distinct: true,
+        }]
+    }
+
+    fn row(v: &str) -> Row {
+        Row::insert(vec![Value::from(v)])
+    }
+
+    fn count(acc: &Accumulators, aggs: &[Agg]) -> Value {
+        let mut out = Vec::new();
+        acc.results(aggs, &mut out);
+        out.remove(0)
+    }
+
+    #[test]
+    fn count_distinct_counts_values_and_takes_back_retractions_exactly() {
+        let aggs = agg();
+        let mut acc = Accumulators::new(&aggs);
+        for v in ["a", "a", "b"] {
+            acc.apply(&aggs, &row(v), false).unwrap();
+        }
+        assert_eq!(count(&acc, &aggs), Value::Int(2));
+        // One of the two a's goes: a is still there.
+        acc.apply(&aggs, &row("a"), true).unwrap();
+        assert_eq!(count(&acc, &aggs), Value::Int(2));
+        // Through the codec (a checkpoint, or the cache's write-back).
+        let mut bytes = Vec::new();
+        acc.encode(&mut bytes);
+        let mut back = Accumulators::decode(&bytes).unwrap();
+        assert_eq!(count(&back, &aggs), Value::Int(2));
+        back.apply(&aggs, &row("a"), true).unwrap();
+        assert_eq!(count(&back, &aggs), Value::Int(1));
+        // Sessions that merge: the union of the values.
+        let mut other = Accumulators::new(&aggs);
+        other.apply(&aggs, &row("c"), false).unwrap();
+        other.apply(&aggs, &row("b"), false).unwrap();
+        back.merge(&aggs, &other).unwrap();
+        assert_eq!(count(&back, &aggs), Value::Int(2));
+        // NULLs are not values.
+        back.apply(&aggs, &Row::insert(vec![Value::Null]), false)
+            .unwrap();
+        assert_eq!(count(&back, &aggs), Value::Int(2));
     }
 }

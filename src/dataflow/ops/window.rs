@@ -401,6 +401,7 @@ mod tests {
                 function: AggFunction::Max,
                 column: Some(1),
                 name: "hi".into(),
+                distinct: false,
             },
         ];
         let input = Schema::new(vec![
