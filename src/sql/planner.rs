@@ -740,7 +740,7 @@ impl Planner<'_> {
         let E::Function(f) = e else {
             return Err(err(
                 e,
-                "TABLE(...) takes a window function: TUMBLE, HOP or SESSION",
+                "TABLE(...) takes a window function: TUMBLE, HOP, CUMULATE or SESSION",
             ));
         };
         let kind = function_name(f).to_ascii_uppercase();
@@ -764,12 +764,11 @@ impl Planner<'_> {
         }
         let n_intervals = match kind.as_str() {
             "TUMBLE" | "SESSION" => 1,
-            "HOP" => 2,
-            "CUMULATE" => return Err(err(e, "CUMULATE windows are not supported yet")),
+            "HOP" | "CUMULATE" => 2,
             _ => {
                 return Err(err(
                     e,
-                    format!("{kind} is not a window function: TUMBLE, HOP or SESSION"),
+                    format!("{kind} is not a window function: TUMBLE, HOP, CUMULATE or SESSION"),
                 ))
             }
         };
@@ -780,6 +779,8 @@ impl Planner<'_> {
                     "{kind} takes (TABLE t, DESCRIPTOR(time column), {}{})",
                     if kind == "HOP" {
                         "slide, size"
+                    } else if kind == "CUMULATE" {
+                        "step, size"
                     } else if kind == "SESSION" {
                         "gap"
                     } else {
@@ -848,6 +849,11 @@ impl Planner<'_> {
             },
             "HOP" => WindowSpec::Hopping {
                 slide: ms(2)?,
+                size: ms(3)?,
+                offset,
+            },
+            "CUMULATE" => WindowSpec::Cumulate {
+                step: ms(2)?,
                 size: ms(3)?,
                 offset,
             },

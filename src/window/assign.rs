@@ -43,6 +43,11 @@ pub enum WindowSpec {
     /// Per-key windows that grow while records arrive less than `gap` apart
     /// (see [`super::session`]).
     Session { gap: i64 },
+    /// Windows that grow by `step` from the start of each `size` period
+    /// (`offset + k * size`): `[start, start + step)`, `[start, start + 2 step)`,
+    /// ... up to `[start, start + size)` (SQL's CUMULATE). `size` is a
+    /// multiple of `step`.
+    Cumulate { size: i64, step: i64, offset: i64 },
 }
 
 impl WindowSpec {
@@ -76,6 +81,20 @@ impl WindowSpec {
                 Err(format!("the session gap must be positive, not {gap} ms"))
             }
             Self::Session { .. } => Ok(()),
+            Self::Cumulate { size, step, .. } if size <= 0 || step <= 0 || size % step != 0 => {
+                Err(format!(
+                    "a cumulating window's step and size must be positive and the size a multiple \
+                     of the step, not a step of {step} ms and a size of {size} ms"
+                ))
+            }
+            Self::Cumulate { size, step, .. } if size / step > MAX_WINDOWS_PER_RECORD => {
+                Err(format!(
+                    "a window of {size} ms growing by {step} ms puts a record in up to {} \
+                     windows; at most {MAX_WINDOWS_PER_RECORD} are allowed",
+                    size / step
+                ))
+            }
+            Self::Cumulate { .. } => Ok(()),
         }
     }
 }
@@ -137,6 +156,16 @@ pub fn assign(spec: &WindowSpec, ts: i64) -> Vec<Window> {
             .checked_add(gap)
             .map(|end| vec![Window { start: ts, end }])
             .unwrap_or_default(),
+        WindowSpec::Cumulate { size, step, offset } => {
+            let Some(start) = checked_window_start(ts, offset, size) else {
+                return Vec::new();
+            };
+            (1..=size / step)
+                .filter_map(|k| start.checked_add(k * step))
+                .filter(|end| *end > ts)
+                .map(|end| Window { start, end })
+                .collect()
+        }
     }
 }
 
@@ -272,7 +301,7 @@ mod tests {
                 for w in &got {
                     prop_assert!(w.contains(ts));
                 }
-                prop_assert!(got.windows(2).all(|p| p[0].start < p[1].start));
+                prop_assert!(got.windows(2).all(|p| (p[0].start, p[0].end) < (p[1].start, p[1].end)));
                 let (size, slide, offset) = match spec {
                     WindowSpec::Tumbling { size, offset } => (size, size, offset),
                     WindowSpec::Hopping { size, slide, offset } => (size, slide, offset),
@@ -280,6 +309,7 @@ mod tests {
                         prop_assert_eq!(got.len(), usize::from(ts.checked_add(gap).is_some()));
                         continue;
                     }
+                    WindowSpec::Cumulate { .. } => continue,
                 };
                 // The windows that exist mathematically, in i128.
                 let (t, sz, sl) = (i128::from(ts), i128::from(size), i128::from(slide));
@@ -430,5 +460,26 @@ mod tests {
         }
         .validate()
         .is_ok());
+    }
+
+    #[test]
+    fn cumulating_windows_grow_by_their_step_within_their_size() {
+        let spec = WindowSpec::Cumulate {
+            size: 10,
+            step: 2,
+            offset: 0,
+        };
+        assert_eq!(spec.validate(), Ok(()));
+        let ends: Vec<i64> = assign(&spec, 13).iter().map(|w| w.end).collect();
+        assert_eq!(ends, vec![14, 16, 18, 20]);
+        assert!(assign(&spec, 13).iter().all(|w| w.start == 10));
+        assert_eq!(assign(&spec, 10).len(), 5);
+        assert!(WindowSpec::Cumulate {
+            size: 10,
+            step: 3,
+            offset: 0
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -243,6 +243,20 @@ pub fn queries() -> Vec<Query> {
             updating: false,
         },
         Query {
+            sink: "cumulate",
+            weir: "SELECT window_start, window_end, COUNT(*) AS bids, SUM(price) AS volume
+                   FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND))
+                   GROUP BY window_start, window_end",
+            duckdb: "SELECT ws AS window_start, ws + to_seconds(5 * k) AS window_end,
+                            count(*) AS bids, sum(price) AS volume
+                     FROM (SELECT price, date_time,
+                                  time_bucket(INTERVAL 20 SECOND, date_time, TIMESTAMP '1970-01-01') AS ws
+                           FROM bid WHERE date_time < TIMESTAMP '2030-01-01'), range(1, 5) t(k)
+                     WHERE date_time < ws + to_seconds(5 * k)
+                     GROUP BY ws, k",
+            updating: false,
+        },
+        Query {
             sink: "hot_items",
             weir: "SELECT window_start, window_end, MAX(num) AS max_bids
                    FROM counts GROUP BY window_start, window_end",
