@@ -228,7 +228,16 @@ fn state_command(command: StateCommand) -> ExitCode {
 /// Runs the TOML pipeline as a job graph ([`weir::pipelines`]) on the
 /// graph engine, as a job built in Rust runs.
 fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCode {
-    let info = weir::admin::overview::JobInfo::from_config(&config);
+    // A SQL job's console lists its planned operators; the built-in
+    // pipelines keep their own description.
+    let info = match config
+        .sql
+        .is_some()
+        .then(|| weir::pipelines::graph(&config))
+    {
+        Some(Ok(graph)) => weir::admin::overview::JobInfo::from_graph(&config, &graph),
+        _ => weir::admin::overview::JobInfo::from_config(&config),
+    };
     weir::service::serve(
         config,
         restore_from,

@@ -256,3 +256,113 @@ GROUP BY word";
         log_tail(&log_b)
     );
 }
+
+#[test]
+fn a_sql_aggregate_is_listed_by_the_console_and_its_state_read_live_and_offline() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let Bids { data, bids, .. } = nexmark_bids(dir.path(), seed, 2);
+    let (bid_topic, out) = (unique("sql-state-bid"), unique("sql-state-out"));
+    create_topic(&bid_topic, 2);
+    create_topic(&out, 2);
+    let sql = "INSERT INTO per_auction\nSELECT auction, COUNT(*) AS bids, SUM(price) AS volume\nFROM bid GROUP BY auction";
+    let sinks = [("per_auction".to_string(), out.clone())];
+    let config = graph_config_with(
+        dir.path(),
+        &unique("sql-state"),
+        2,
+        &dir.path().join("checkpoints"),
+        &sql_sections(&bid_topic, &unique("sql-state-dlq"), &sinks, sql),
+    );
+    let mut job = weir_testkit::WeirProcess::start(&weir(), &config, &[]);
+    weir_testkit::produce(&bid_topic, 2, &bids);
+    let query = Query {
+        sink: "per_auction",
+        weir: "",
+        duckdb: "SELECT auction, count(*) AS bids, sum(price) AS volume FROM bid
+                 WHERE date_time < TIMESTAMP '2030-01-01' GROUP BY auction",
+        updating: true,
+    };
+    assert_matches_duckdb(&query, &out, &data, Duration::from_secs(90), &|| {
+        format!("seed {seed}; log: {}", log_tail(&job.log_text()))
+    });
+    let want: BTreeMap<i64, (i64, i64)> = duckdb(&data, query.duckdb)
+        .iter()
+        .map(|r| {
+            let n = |c: &str| {
+                r[c].as_i64()
+                    .or_else(|| r[c].as_str().and_then(|s| s.parse().ok()))
+                    .unwrap()
+            };
+            (n("auction"), (n("bids"), n("volume")))
+        })
+        .collect();
+
+    // The console lists the SQL job's operators.
+    let addr = job.admin_addr(Duration::from_secs(10));
+    let (status, body) = weir_testkit::http(&addr, "GET", "/api/overview", None);
+    assert_eq!(status, 200, "{body}");
+    let overview: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let uids: Vec<&str> = overview["job"]["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["uid"].as_str().unwrap())
+        .collect();
+    for uid in ["source.bid", "per_auction.aggregate", "per_auction.sink"] {
+        assert!(uids.contains(&uid), "{uid} in {uids:?}");
+    }
+    // Live: the aggregate's results by the names the SELECT gives them.
+    for (auction, (bids, volume)) in want.iter().take(5) {
+        let (status, body) = weir_testkit::http(
+            &addr,
+            "GET",
+            &format!("/state/per_auction.aggregate/{auction}"),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["value"],
+            serde_json::json!({"bids": bids, "volume": volume}),
+            "{body}"
+        );
+    }
+    job.stop(Duration::from_secs(30));
+    // Offline, from the last checkpoint (a clean stop takes one).
+    let out = Command::new(weir())
+        .args([
+            "state",
+            "scan",
+            "--operator",
+            "per_auction.aggregate",
+            "--checkpoint",
+            "latest",
+            "--config",
+        ])
+        .arg(&config)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weir state scan: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scanned: BTreeMap<i64, i64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).expect("a JSON line per entry");
+            (
+                e["key"][0].as_i64().expect("the auction"),
+                e["value"]["rows"].as_i64().expect("rows counted"),
+            )
+        })
+        .collect();
+    let want_rows: BTreeMap<i64, i64> = want.iter().map(|(a, (b, _))| (*a, *b)).collect();
+    assert_eq!(
+        scanned, want_rows,
+        "every auction's rows, as the checkpoint holds them"
+    );
+}

@@ -1418,6 +1418,30 @@ impl Planner<'_> {
                     (p, k, arg_cols)
                 }
             };
+        // Each aggregate is named as the SELECT list names it (the state's
+        // results then read as the query says), else `agg<i>`.
+        let mut taken: Vec<String> = key_cols
+            .iter()
+            .map(|c| input.columns[*c].name.to_ascii_lowercase())
+            .chain(["window_start".into(), "window_end".into()])
+            .collect();
+        let agg_names: Vec<String> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (call, _, _, _))| {
+                let named = s.projection.iter().find_map(|item| match item {
+                    SelectItem::ExprWithAlias { expr, alias } if expr == call => {
+                        Some(alias.value.clone())
+                    }
+                    _ => None,
+                });
+                let name = named
+                    .filter(|n| !taken.contains(&n.to_ascii_lowercase()))
+                    .unwrap_or_else(|| format!("agg{i}"));
+                taken.push(name.to_ascii_lowercase());
+                name
+            })
+            .collect();
         let aggs: Vec<Agg> = calls
             .iter()
             .zip(&arg_cols)
@@ -1425,7 +1449,7 @@ impl Planner<'_> {
             .map(|(i, ((_, f, _, distinct), col))| Agg {
                 function: *f,
                 column: *col,
-                name: format!("agg{i}"),
+                name: agg_names[i].clone(),
                 distinct: *distinct,
             })
             .collect();
@@ -1505,7 +1529,7 @@ impl Planner<'_> {
         }
         for (i, (_, f, a, _)) in calls.iter().enumerate() {
             agg_columns.push(ScopeColumn {
-                name: format!("agg{i}"),
+                name: agg_names[i].clone(),
                 qualifier: None,
                 ty: agg_type(*f, a.as_ref()),
             });
