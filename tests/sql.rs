@@ -366,3 +366,44 @@ fn a_sql_aggregate_is_listed_by_the_console_and_its_state_read_live_and_offline(
         "every auction's rows, as the checkpoint holds them"
     );
 }
+
+#[test]
+fn explain_shows_operators_keys_state_and_what_each_sink_receives() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = "INSERT INTO per_auction SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction;
+INSERT INTO windows SELECT auction, window_start, window_end, COUNT(*) AS bids
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+GROUP BY auction, window_start, window_end";
+    let sinks = [
+        ("per_auction".to_string(), "t1".to_string()),
+        ("windows".to_string(), "t2".to_string()),
+    ];
+    let config = graph_config_with(
+        dir.path(),
+        "sql-explain",
+        2,
+        &dir.path().join("c"),
+        &sql_sections("bid", "dlq", &sinks, sql),
+    );
+    let out = Command::new(weir())
+        .args(["explain", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "per_auction.aggregate (aggregate/count) <- source.bid[0] hash(auction)",
+        "windows.window-aggregate (window-aggregate) <- source.bid[0] hash(auction)",
+        "per_auction.aggregate: updating (insert, update-before, update-after, delete); state: acc (value, accumulators)",
+        "windows.window-aggregate: append-only; state: windows (map, accumulators)",
+        "per_auction -> topic \"t1\": upsert by (auction)",
+        "windows -> topic \"t2\": append-only",
+    ] {
+        assert!(text.contains(want), "{want:?} in:\n{text}");
+    }
+}

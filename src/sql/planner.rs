@@ -50,9 +50,35 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The graph and the sinks' modes, for `weir explain`.
+    /// The graph, each operator's state tables and changelog, and the
+    /// sinks' modes, for `weir explain`.
     pub fn describe(&self) -> String {
-        let mut out = self.graph.describe();
+        use crate::dataflow::graph::NodeBody;
+        let g = &self.graph;
+        let mut out = g.describe();
+        out.push_str("operators\n");
+        // Nodes come in order (every edge goes forward): a running
+        // aggregate makes a stream updating, and what follows it stays so.
+        let mut updating = vec![false; g.nodes.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            let from_updating = g.inputs(i).any(|e| updating[e.from]);
+            updating[i] = from_updating || n.kind.starts_with("aggregate/");
+            let changelog = if updating[i] {
+                "updating (insert, update-before, update-after, delete)"
+            } else {
+                "append-only"
+            };
+            let state = match &n.body {
+                NodeBody::Operator(op) if !op.tables.is_empty() => op
+                    .tables
+                    .iter()
+                    .map(|t| format!("{} ({:?}, {})", t.name, t.kind, t.codec).to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                _ => "none".into(),
+            };
+            out.push_str(&format!("  {}: {changelog}; state: {state}\n", n.uid));
+        }
         out.push_str("sinks\n");
         for (name, topic, mode) in &self.sinks {
             out.push_str(&format!("  {name} -> topic {topic:?}: {mode}\n"));
