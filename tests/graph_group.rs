@@ -650,7 +650,7 @@ fn sql_queries_in_group_mode_are_exact_under_sigkills_of_three_instances() {
     let (bid_topic, dlq) = (unique("gg-sql-bid"), unique("gg-sql-dlq"));
     create_topic(&bid_topic, 3);
     create_topic(&dlq, 1);
-    let queries: Vec<sql_kit::Query> = sql_kit::queries()
+    let queries: Vec<weir_testkit::sql::Query> = weir_testkit::sql::queries()
         .into_iter()
         .filter(|q| ["q1", "q11", "q17", "hot_items"].contains(&q.sink))
         .collect();

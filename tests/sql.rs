@@ -15,6 +15,7 @@ use graph_jobs::*;
 #[path = "support/sql_kit.rs"]
 mod sql_kit;
 use sql_kit::*;
+use weir_testkit::sql::*;
 
 #[test]
 fn nexmark_queries_in_sql_are_exact_under_sigkills_against_duckdb() {

@@ -1,0 +1,385 @@
+//! The SQL tests' and the Nexmark benchmark's shared parts: the Nexmark
+//! input and DuckDB's answers from `tests/sql/reference.py` (an engine that
+//! is not weir), the queries with their DuckDB equivalents, and how rows of
+//! both engines are compared.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The Python with DuckDB: `WEIR_SQL_PYTHON`, else the virtualenv
+/// scripts/setup.sh makes, else `python3`.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("WEIR_SQL_PYTHON") {
+        return p.into();
+    }
+    let venv = std::env::var_os("WEIR_SQL_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/weir/sql-venv")));
+    match venv.map(|v| v.join("bin/python")) {
+        Some(p) if p.exists() => p,
+        _ => "python3".into(),
+    }
+}
+
+pub fn reference() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/sql/reference.py")
+}
+
+/// Nexmark events (person, auction, bid as JSON lines) in `dir`.
+pub fn generate(dir: &Path, events: u64, seed: u64, rate: u32, max_delay_ms: u32) {
+    let out = Command::new(python())
+        .arg(reference())
+        .args([
+            "gen",
+            "--events",
+            &events.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
+        .args(["--rate-per-sec", &rate.to_string()])
+        .args(["--max-delay-ms", &max_delay_ms.to_string(), "--out"])
+        .arg(dir)
+        .output()
+        .expect("python3 runs tests/sql/reference.py");
+    assert!(
+        out.status.success(),
+        "gen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// DuckDB's answer to `sql` over the events in `dir`, one JSON object per row.
+pub fn duckdb(dir: &Path, sql: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(python())
+        .arg(reference())
+        .args(["query", "--dir"])
+        .arg(dir)
+        .args(["--sql", sql])
+        .output()
+        .expect("python3 runs tests/sql/reference.py");
+    assert!(
+        out.status.success(),
+        "DuckDB refused {sql}: {} (is the duckdb package installed? scripts/setup.sh does it)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("DuckDB row as JSON"))
+        .collect()
+}
+
+/// A value as both engines are compared: numbers (and DuckDB's exact
+/// DECIMAL strings) to 12 significant digits, so that `10769.780` and
+/// `10769.78` agree and a DOUBLE average may differ in its last bits.
+pub fn canon(v: &serde_json::Value) -> String {
+    let number = match v {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s)
+            if !s.is_empty() && s.parse::<f64>().is_ok() && !s.contains('T') =>
+        {
+            s.parse::<f64>().ok()
+        }
+        _ => None,
+    };
+    match number {
+        Some(x) if x.abs() < f64::MIN_POSITIVE => "0".into(),
+        Some(x) => format!("{x:.11e}"),
+        None => v.to_string(),
+    }
+}
+
+pub fn canon_row(v: &serde_json::Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .expect("a row is a JSON object")
+        .iter()
+        .map(|(k, x)| (k.clone(), canon(x)))
+        .collect()
+}
+
+/// Rows as a sorted multiset.
+pub fn multiset(rows: impl Iterator<Item = serde_json::Value>) -> Vec<BTreeMap<String, String>> {
+    let mut v: Vec<_> = rows.map(|r| canon_row(&r)).collect();
+    v.sort();
+    v
+}
+
+/// One query of the test job: the sink it writes, weir's SQL, DuckDB's
+/// batch equivalent, and whether its result is updating.
+pub struct Query {
+    pub sink: &'static str,
+    pub weir: &'static str,
+    pub duckdb: &'static str,
+    pub updating: bool,
+}
+
+/// Views the queries read (the issue's hot-items example: windows of windows).
+pub const VIEWS: &str = "CREATE VIEW counts AS
+  SELECT auction, window_start, window_end, COUNT(*) AS num
+  FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+  GROUP BY auction, window_start, window_end;
+";
+
+pub fn queries() -> Vec<Query> {
+    vec![
+        Query {
+            sink: "q0",
+            weir: "SELECT auction, bidder, price, date_time, extra FROM bid",
+            duckdb: "SELECT auction, bidder, price, date_time, extra FROM bid",
+            updating: false,
+        },
+        Query {
+            sink: "q1",
+            weir: "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+            duckdb: "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+            updating: false,
+        },
+        Query {
+            sink: "q2",
+            weir: "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
+            duckdb: "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+            updating: false,
+        },
+        Query {
+            sink: "q14",
+            weir: "SELECT auction, bidder, 0.908 * price AS price,
+                     CASE
+                       WHEN HOUR(date_time) >= 8 AND HOUR(date_time) <= 18 THEN 'dayTime'
+                       WHEN HOUR(date_time) <= 6 OR HOUR(date_time) >= 20 THEN 'nightTime'
+                       ELSE 'otherTime'
+                     END AS bid_time_type,
+                     date_time, extra,
+                     CHAR_LENGTH(extra) - CHAR_LENGTH(REPLACE(extra, 'c', '')) AS c_counts
+                   FROM bid
+                   WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+            duckdb: "SELECT auction, bidder, 0.908 * price AS price,
+                     CASE
+                       WHEN hour(date_time) >= 8 AND hour(date_time) <= 18 THEN 'dayTime'
+                       WHEN hour(date_time) <= 6 OR hour(date_time) >= 20 THEN 'nightTime'
+                       ELSE 'otherTime'
+                     END AS bid_time_type,
+                     date_time, extra,
+                     char_length(extra) - char_length(replace(extra, 'c', '')) AS c_counts
+                   FROM bid
+                   WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+            updating: false,
+        },
+        Query {
+            sink: "q21",
+            weir: "SELECT auction, bidder, price, channel,
+                     CASE
+                       WHEN LOWER(channel) = 'apple' THEN '0'
+                       WHEN LOWER(channel) = 'google' THEN '1'
+                       WHEN LOWER(channel) = 'facebook' THEN '2'
+                       WHEN LOWER(channel) = 'baidu' THEN '3'
+                       ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)
+                     END AS channel_id
+                   FROM bid
+                   WHERE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL
+                      OR LOWER(channel) IN ('apple', 'google', 'facebook', 'baidu')",
+            duckdb: "SELECT auction, bidder, price, channel,
+                     CASE
+                       WHEN lower(channel) = 'apple' THEN '0'
+                       WHEN lower(channel) = 'google' THEN '1'
+                       WHEN lower(channel) = 'facebook' THEN '2'
+                       WHEN lower(channel) = 'baidu' THEN '3'
+                       ELSE nullif(regexp_extract(url, '(&|^)channel_id=([^&]*)', 2), '')
+                     END AS channel_id
+                   FROM bid
+                   WHERE nullif(regexp_extract(url, '(&|^)channel_id=([^&]*)', 2), '') IS NOT NULL
+                      OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')",
+            updating: false,
+        },
+        Query {
+            sink: "q22",
+            weir: "SELECT auction, bidder, price, channel,
+                     SPLIT_INDEX(url, '/', 3) AS dir1,
+                     SPLIT_INDEX(url, '/', 4) AS dir2,
+                     SPLIT_INDEX(url, '/', 5) AS dir3
+                   FROM bid",
+            duckdb: "SELECT auction, bidder, price, channel,
+                     nullif(split_part(url, '/', 4), '') AS dir1,
+                     nullif(split_part(url, '/', 5), '') AS dir2,
+                     nullif(split_part(url, '/', 6), '') AS dir3
+                   FROM bid",
+            updating: false,
+        },
+        Query {
+            sink: "tumble",
+            weir: "SELECT auction, window_start, window_end, COUNT(*) AS num, MAX(price) AS top,
+                          SUM(price) AS total
+                   FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+                   GROUP BY auction, window_start, window_end",
+            duckdb: "SELECT auction, ws AS window_start, ws + INTERVAL 10 SECOND AS window_end,
+                            count(*) AS num, max(price) AS top, sum(price) AS total
+                     FROM (SELECT *, time_bucket(INTERVAL 10 SECOND, date_time, TIMESTAMP '1970-01-01') AS ws
+                           FROM bid WHERE date_time < TIMESTAMP '2030-01-01')
+                     GROUP BY auction, ws",
+            updating: false,
+        },
+        Query {
+            sink: "hop",
+            weir: "SELECT window_start, window_end, COUNT(*) AS bids, AVG(price) AS avg_price
+                   FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND))
+                   GROUP BY window_start, window_end",
+            duckdb: "SELECT ws AS window_start, ws + INTERVAL 20 SECOND AS window_end,
+                            count(*) AS bids, avg(price) AS avg_price
+                     FROM (SELECT price,
+                                  time_bucket(INTERVAL 5 SECOND, date_time, TIMESTAMP '1970-01-01')
+                                    - to_seconds(5 * i) AS ws
+                           FROM bid, range(0, 4) t(i)
+                           WHERE date_time < TIMESTAMP '2030-01-01')
+                     GROUP BY ws",
+            updating: false,
+        },
+        Query {
+            sink: "cumulate",
+            weir: "SELECT window_start, window_end, COUNT(*) AS bids, SUM(price) AS volume
+                   FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND))
+                   GROUP BY window_start, window_end",
+            duckdb: "SELECT ws AS window_start, ws + to_seconds(5 * k) AS window_end,
+                            count(*) AS bids, sum(price) AS volume
+                     FROM (SELECT price, date_time,
+                                  time_bucket(INTERVAL 20 SECOND, date_time, TIMESTAMP '1970-01-01') AS ws
+                           FROM bid WHERE date_time < TIMESTAMP '2030-01-01'), range(1, 5) t(k)
+                     WHERE date_time < ws + to_seconds(5 * k)
+                     GROUP BY ws, k",
+            updating: false,
+        },
+        Query {
+            sink: "hot_items",
+            weir: "SELECT window_start, window_end, MAX(num) AS max_bids
+                   FROM counts GROUP BY window_start, window_end",
+            duckdb: "WITH counts AS (
+                       SELECT auction, ws AS window_start, ws + INTERVAL 10 SECOND AS window_end,
+                              count(*) AS num
+                       FROM (SELECT auction,
+                                    time_bucket(INTERVAL 2 SECOND, date_time, TIMESTAMP '1970-01-01')
+                                      - to_seconds(2 * i) AS ws
+                             FROM bid, range(0, 5) t(i)
+                             WHERE date_time < TIMESTAMP '2030-01-01')
+                       GROUP BY auction, ws)
+                     SELECT window_start, window_end, max(num) AS max_bids
+                     FROM counts GROUP BY window_start, window_end",
+            updating: false,
+        },
+        Query {
+            sink: "q11",
+            weir: "SELECT bidder, COUNT(*) AS bid_count, window_start AS starttime, window_end AS endtime
+                   FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+                   GROUP BY bidder, window_start, window_end",
+            // Sessions merge when they touch: a bid at most the gap after
+            // the last one continues the session.
+            duckdb: "WITH s AS (
+                       SELECT bidder, date_time,
+                              CASE WHEN date_time - lag(date_time) OVER (PARTITION BY bidder ORDER BY date_time)
+                                        <= INTERVAL 10 SECOND THEN 0 ELSE 1 END AS new
+                       FROM bid WHERE date_time < TIMESTAMP '2030-01-01'),
+                     g AS (
+                       SELECT bidder, date_time,
+                              sum(new) OVER (PARTITION BY bidder ORDER BY date_time
+                                             ROWS UNBOUNDED PRECEDING) AS sid
+                       FROM s)
+                     SELECT bidder, count(*) AS bid_count, min(date_time) AS starttime,
+                            max(date_time) + INTERVAL 10 SECOND AS endtime
+                     FROM g GROUP BY bidder, sid",
+            updating: false,
+        },
+        Query {
+            sink: "q15",
+            weir: "SELECT DATE_FORMAT(date_time, 'yyyy-MM-dd') AS day,
+                          COUNT(*) AS total_bids,
+                          COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                          COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                          COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                          COUNT(DISTINCT bidder) AS total_bidders,
+                          COUNT(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders,
+                          COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders,
+                          COUNT(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders,
+                          COUNT(DISTINCT auction) AS total_auctions,
+                          COUNT(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions,
+                          COUNT(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions,
+                          COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions
+                   FROM bid GROUP BY DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+            duckdb: "SELECT strftime(date_time, '%Y-%m-%d') AS day,
+                          count(*) AS total_bids,
+                          count(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                          count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                          count(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                          count(DISTINCT bidder) AS total_bidders,
+                          count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders,
+                          count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders,
+                          count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders,
+                          count(DISTINCT auction) AS total_auctions,
+                          count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions,
+                          count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions,
+                          count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions
+                     FROM bid GROUP BY strftime(date_time, '%Y-%m-%d')",
+            updating: true,
+        },
+        Query {
+            sink: "q16",
+            weir: "SELECT channel, DATE_FORMAT(date_time, 'yyyy-MM-dd') AS day,
+                          MAX(DATE_FORMAT(date_time, 'HH:mm')) AS minute,
+                          COUNT(*) AS total_bids,
+                          COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                          COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                          COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                          COUNT(DISTINCT bidder) AS total_bidders,
+                          COUNT(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders,
+                          COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders,
+                          COUNT(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders,
+                          COUNT(DISTINCT auction) AS total_auctions,
+                          COUNT(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions,
+                          COUNT(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions,
+                          COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions
+                   FROM bid GROUP BY channel, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+            duckdb: "SELECT channel, strftime(date_time, '%Y-%m-%d') AS day,
+                          max(strftime(date_time, '%H:%M')) AS minute,
+                          count(*) AS total_bids,
+                          count(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                          count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                          count(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                          count(DISTINCT bidder) AS total_bidders,
+                          count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders,
+                          count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders,
+                          count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders,
+                          count(DISTINCT auction) AS total_auctions,
+                          count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions,
+                          count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions,
+                          count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions
+                     FROM bid GROUP BY channel, strftime(date_time, '%Y-%m-%d')",
+            updating: true,
+        },
+        Query {
+            sink: "q17",
+            weir: "SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd') AS day,
+                          COUNT(*) AS total_bids,
+                          COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                          COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                          COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                          MIN(price) AS min_price, MAX(price) AS max_price,
+                          AVG(price) AS avg_price, SUM(price) AS sum_price
+                   FROM bid
+                   GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+            duckdb: "SELECT auction, strftime(date_time, '%Y-%m-%d') AS day,
+                            count(*) AS total_bids,
+                            count(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                            count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                            count(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                            min(price) AS min_price, max(price) AS max_price,
+                            avg(price) AS avg_price, sum(price) AS sum_price
+                     FROM bid
+                     GROUP BY auction, strftime(date_time, '%Y-%m-%d')",
+            updating: true,
+        },
+    ]
+}
+
+/// A far-future bid per input partition: it moves every partition's
+/// watermark past the input, so every window of the input closes. Its
+/// own windows never close; the window queries' DuckDB side leaves it out.
+pub fn flush_bid() -> String {
+    r#"{"auction":999999,"bidder":1,"price":1,"channel":"flush","url":"https://www.nexmark.com/flush/item.htm?query=1","date_time":"2030-06-01T00:00:00.000Z","extra":""}"#.to_string()
+}
