@@ -661,7 +661,8 @@ fn sql_queries_in_group_mode_are_exact_under_sigkills_of_three_instances() {
     for (_, topic) in &sinks {
         create_topic(topic, 2);
     }
-    let sections = sql_kit::sql_sections(&bid_topic, &dlq, &sinks, &sql_kit::job_sql(&queries));
+    let sections =
+        weir_testkit::sql::sql_sections(&bid_topic, &dlq, &sinks, &sql_kit::job_sql(&queries));
     let mut c = Cluster::sql(dir.path(), &sections);
     for i in 0..3 {
         c.start(i);

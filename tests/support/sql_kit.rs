@@ -16,30 +16,6 @@ pub fn weir() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_weir"))
 }
 
-pub fn sql_sections(bid_topic: &str, dlq: &str, sinks: &[(String, String)], sql: &str) -> String {
-    let mut t = format!(
-        r#"
-[sources.bid]
-topics = ["{bid_topic}"]
-format = "json"
-schema = """
-  auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
-  date_time TIMESTAMP(3), extra VARCHAR,
-  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
-"""
-on_bad_record = "dead-letter"
-dead_letter_topic = "{dlq}"
-"#
-    );
-    for (name, topic) in sinks {
-        t.push_str(&format!(
-            "\n[sinks.{name}]\ntopic = \"{topic}\"\ndelivery = \"exactly-once\"\n"
-        ));
-    }
-    t.push_str(&format!("\n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n"));
-    t
-}
-
 /// The final upsert table by canonical key, with canonical rows.
 pub fn final_rows(records: &[OutRecord]) -> BTreeMap<String, BTreeMap<String, String>> {
     table(records)

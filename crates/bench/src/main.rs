@@ -17,6 +17,7 @@
 
 mod limits;
 mod measure;
+mod nexmark;
 mod queries;
 mod scale;
 mod systems;
@@ -64,6 +65,9 @@ enum Cmd {
     /// Word count throughput with and without interactive queries
     /// (`GET /state/...`) at a steady rate.
     QueryLoad(QueryLoadArgs),
+    /// Nexmark queries in SQL: weir against Flink SQL, each run checked
+    /// exact against DuckDB.
+    Nexmark(nexmark::NexmarkArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -274,6 +278,7 @@ fn main() {
             &scale::Storage::parse(&a.storage),
             a.rounds,
         ),
+        Cmd::Nexmark(a) => nexmark::nexmark(a),
         Cmd::QueryLoad(a) => queries::query_load(
             a.words,
             &a.rates

@@ -40,6 +40,22 @@ impl Ctx {
     }
 }
 
+/// What Flink 2 on Java 17 needs opened (its own scripts pass them).
+pub const FLINK_OPENS: &[&str] = &[
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
+    "--add-opens=java.base/java.time=ALL-UNNAMED",
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.net=ALL-UNNAMED",
+    "--add-opens=java.base/java.text=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
+];
+
 /// The class path of a JVM peer built by `bench/compare.sh`.
 pub fn java_cp(peer: &str) -> String {
     let base = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
@@ -274,22 +290,9 @@ impl System {
             ),
             Self::Flink | Self::FlinkWindowed => {
                 let chk = ctx.dir.join("checkpoints");
-                let mut argv = vec![
-                    "java".into(),
-                    "-Xmx2g".into(),
-                    // Flink 2 on Java 17 needs these opened (its own scripts pass them).
-                    "--add-opens=java.base/java.util=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.lang=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.time=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.io=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.nio=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.net=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.text=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED".into(),
-                    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED".into(),
+                let mut argv: Vec<String> = vec!["java".into(), "-Xmx2g".into()];
+                argv.extend(FLINK_OPENS.iter().map(|o| o.to_string()));
+                argv.extend([
                     "-cp".into(),
                     java_cp("flink"),
                     if *self == Self::Flink {
@@ -303,7 +306,7 @@ impl System {
                     ctx.name.clone(),
                     s(&chk),
                     ctx.parallelism.to_string(),
-                ];
+                ]);
                 if restart {
                     match latest_flink_checkpoint(&chk) {
                         Some(p) => argv.push(s(&p)),

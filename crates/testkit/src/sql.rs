@@ -383,3 +383,30 @@ pub fn queries() -> Vec<Query> {
 pub fn flush_bid() -> String {
     r#"{"auction":999999,"bidder":1,"price":1,"channel":"flush","url":"https://www.nexmark.com/flush/item.htm?query=1","date_time":"2030-06-01T00:00:00.000Z","extra":""}"#.to_string()
 }
+
+/// A SQL job's sections: `[sources.bid]` (Nexmark bids as JSON with a
+/// 4 s watermark, bad records to `dlq`), one `[sinks.NAME]` per (name,
+/// topic), exactly-once, and `[pipeline] sql`.
+pub fn sql_sections(bid_topic: &str, dlq: &str, sinks: &[(String, String)], sql: &str) -> String {
+    let mut t = format!(
+        r#"
+[sources.bid]
+topics = ["{bid_topic}"]
+format = "json"
+schema = """
+  auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+  date_time TIMESTAMP(3), extra VARCHAR,
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
+"""
+on_bad_record = "dead-letter"
+dead_letter_topic = "{dlq}"
+"#
+    );
+    for (name, topic) in sinks {
+        t.push_str(&format!(
+            "\n[sinks.{name}]\ntopic = \"{topic}\"\ndelivery = \"exactly-once\"\n"
+        ));
+    }
+    t.push_str(&format!("\n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n"));
+    t
+}

@@ -1,0 +1,345 @@
+//! Nexmark in SQL (issue #19): the same SQL over the same bids in Kafka,
+//! weir against Flink SQL, each run checked exact against DuckDB (the
+//! batch answer of `tests/sql/reference.py`), rounds interleaved.
+//!
+//! A run: a fresh input topic with every bid and one far-future bid per
+//! partition (it closes every window), a fresh output topic, the system
+//! started; the clock stops when the input is committed and the output
+//! has stayed unchanged for `SETTLE`. events/s counts every Nexmark event
+//! the bids came from (persons and auctions are generated, not read), as
+//! Nexmark reports its queries over bids.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use weir_testkit::sql::{self as kit, Query};
+use weir_testkit::{bootstrap, create_topic, read_topic, unique, Isolation, OutRecord};
+
+use crate::measure::{self, ProcessGroup};
+use crate::systems::{java_cp, weir_binary, weir_run};
+use crate::{input_topic, machine, median, range, save, Measured, SETTLE};
+
+#[derive(Debug, clap::Args)]
+pub struct NexmarkArgs {
+    /// Queries by name (tests/sql/ and weir-testkit's `sql::queries`).
+    #[arg(long, default_value = "q0,q1,q2,hot_items,q11,q15,q17,q21,q22")]
+    queries: String,
+    /// weir, flink (Flink SQL 2.2, bench/peers/flink/SQL.md).
+    #[arg(long, default_value = "weir,flink")]
+    systems: String,
+    /// Nexmark events generated (bids are 46 of every 50).
+    #[arg(long, default_value_t = 200_000)]
+    events: u64,
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+}
+
+const PARTITIONS: i32 = 4;
+
+/// One run's figures and whether its output was exact.
+struct Run {
+    measured: Measured,
+    check: Result<(), String>,
+}
+
+pub fn nexmark(args: NexmarkArgs) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let data = data_dir.path().to_path_buf();
+    kit::generate(&data, args.events, 1, 1000, 0);
+    let bid_file = data.join("bid.jsonl");
+    let mut lines: Vec<String> = std::fs::read_to_string(&bid_file)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.extend((0..PARTITIONS).map(|_| kit::flush_bid()));
+    std::fs::write(&bid_file, lines.join("\n") + "\n").unwrap();
+    let wanted: Vec<&str> = args.queries.split(',').map(str::trim).collect();
+    let queries: Vec<Query> = kit::queries()
+        .into_iter()
+        .filter(|q| wanted.contains(&q.sink))
+        .collect();
+    for w in &wanted {
+        assert!(
+            queries.iter().any(|q| q.sink == *w),
+            "unknown query {w}; known: {:?}",
+            kit::queries().iter().map(|q| q.sink).collect::<Vec<_>>()
+        );
+    }
+    let systems: Vec<&str> = args.systems.split(',').map(str::trim).collect();
+    let expected: HashMap<&str, Vec<BTreeMap<String, String>>> = queries
+        .iter()
+        .map(|q| {
+            (
+                q.sink,
+                kit::multiset(kit::duckdb(&data, q.duckdb).into_iter()),
+            )
+        })
+        .collect();
+    eprintln!(
+        "{} events, {} bids; expected rows: {}",
+        args.events,
+        lines.len(),
+        queries
+            .iter()
+            .map(|q| format!("{} {}", q.sink, expected[q.sink].len()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut eps: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut cpu: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut rss: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for round in 0..args.rounds {
+        for q in &queries {
+            for system in &systems {
+                eprintln!("round {round}: {} {system}", q.sink);
+                let result = run_once(system, q, &lines, args.parallelism, &expected[q.sink]);
+                let key = (q.sink.to_string(), system.to_string());
+                match result {
+                    Ok(run) => {
+                        let m = &run.measured;
+                        let rate = args.events as f64 / m.seconds;
+                        let cpu_per_m = m.cpu_seconds / args.events as f64 * 1e6;
+                        let check = run.check.clone().err().unwrap_or_else(|| "exact".into());
+                        eprintln!(
+                            "  {:.2}s, {rate:.0} events/s, {cpu_per_m:.2} CPU-s per 1M events, {:.0} MB, {check}",
+                            m.seconds, m.peak_rss_mb
+                        );
+                        rows.push(json!({"round": round, "query": q.sink, "system": system,
+                            "seconds": m.seconds, "events_per_second": rate,
+                            "cpu_s_per_million_events": cpu_per_m, "peak_rss_mb": m.peak_rss_mb,
+                            "check": check}));
+                        if run.check.is_ok() {
+                            eps.entry(key.clone()).or_default().push(rate);
+                            cpu.entry(key.clone()).or_default().push(cpu_per_m);
+                            rss.entry(key).or_default().push(m.peak_rss_mb);
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("  failed: {e}");
+                        rows.push(
+                            json!({"round": round, "query": q.sink, "system": system, "error": e}),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "| query | system | events/s median (min–max) | CPU-s per 1M events median (min–max) | peak RSS MB median | rounds exact |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for q in &queries {
+        for system in &systems {
+            let key = (q.sink.to_string(), system.to_string());
+            let (Some(r), Some(c), Some(m)) = (eps.get(&key), cpu.get(&key), rss.get(&key)) else {
+                println!(
+                    "| {} | {system} | failed | | | 0 of {} |",
+                    q.sink, args.rounds
+                );
+                continue;
+            };
+            let (rmin, rmax) = range(r);
+            let (cmin, cmax) = range(c);
+            println!(
+                "| {} | {system} | {:.0} ({rmin:.0}–{rmax:.0}) | {:.2} ({cmin:.2}–{cmax:.2}) | {:.0} | {} of {} |",
+                q.sink,
+                median(r.clone()),
+                median(c.clone()),
+                median(m.clone()),
+                r.len(),
+                args.rounds
+            );
+        }
+    }
+    save(
+        "nexmark",
+        json!({"machine": machine(), "events": args.events, "partitions": PARTITIONS,
+               "parallelism": args.parallelism, "rounds": args.rounds, "results": rows}),
+    );
+}
+
+fn run_once(
+    system: &str,
+    q: &Query,
+    lines: &[String],
+    parallelism: u32,
+    expected: &[BTreeMap<String, String>],
+) -> Result<Run, String> {
+    let (input, ends) = input_topic("nexmark-bid", PARTITIONS, lines);
+    let output = unique(&format!("nexmark-{}", q.sink));
+    create_topic(&output, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("nexmark");
+    let (argv, group, env) = match system {
+        "weir" => weir_job(dir.path(), &name, &input, &output, q, parallelism),
+        "flink" => flink_job(dir.path(), &name, &input, &output, q, parallelism),
+        other => return Err(format!("unknown system {other}")),
+    };
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let started = Instant::now();
+    let mut pg = ProcessGroup::start(&[argv], &dir.path().join("system.log"), &env);
+    let client = measure::consumer(&group);
+    let total: i64 = ends.iter().map(|(_, e)| e).sum();
+    let (mut last_end, mut last_change, mut cpu_at_change) = (-1i64, Instant::now(), 0.0);
+    let timeout = Duration::from_secs(1200);
+    loop {
+        let committed = measure::committed_total_with(&client, &input, &ends) >= total;
+        let end: i64 = measure::end_offsets_with(&client, &output)
+            .iter()
+            .map(|(_, e)| e)
+            .sum();
+        if end != last_end {
+            last_end = end;
+            last_change = Instant::now();
+            cpu_at_change = pg.cpu_seconds();
+        }
+        if committed && last_end > 0 && last_change.elapsed() >= SETTLE {
+            break;
+        }
+        if pg.any_exited() {
+            let log = std::fs::read_to_string(dir.path().join("system.log")).unwrap_or_default();
+            pg.kill();
+            return Err(format!(
+                "{system} exited early: {}",
+                weir_testkit::log_tail(&log)
+            ));
+        }
+        if started.elapsed() > timeout {
+            pg.kill();
+            return Err(format!("{system} did not finish within {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let measured = Measured {
+        seconds: last_change.duration_since(started).as_secs_f64(),
+        cpu_seconds: cpu_at_change,
+        peak_rss_mb: pg.peak_rss_mb(),
+    };
+    pg.stop(Duration::from_secs(60));
+    let records = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |_| true,
+    );
+    let got = if q.updating {
+        final_table(&records)
+    } else {
+        kit::multiset(records.iter().filter_map(|r| {
+            r.value
+                .as_deref()
+                .map(|v| serde_json::from_str(v).expect("JSON output"))
+        }))
+    };
+    let check = if got == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "NOT EXACT: {} rows, {} expected; first difference: {:?}",
+            got.len(),
+            expected.len(),
+            got.iter().zip(expected).find(|(a, b)| a != b)
+        ))
+    };
+    Ok(Run { measured, check })
+}
+
+/// An upsert topic's last row per key (tombstones delete), canonical and sorted.
+fn final_table(records: &[OutRecord]) -> Vec<BTreeMap<String, String>> {
+    let mut t: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for r in records {
+        let key = r.key.clone().unwrap_or_default();
+        match &r.value {
+            None => {
+                t.remove(&key);
+            }
+            Some(v) => {
+                t.insert(
+                    key,
+                    kit::canon_row(&serde_json::from_str(v).expect("JSON output")),
+                );
+            }
+        }
+    }
+    let mut rows: Vec<_> = t.into_values().collect();
+    rows.sort();
+    rows
+}
+
+type Launch = (Vec<String>, String, Vec<(String, String)>);
+
+fn weir_job(dir: &Path, name: &str, input: &str, output: &str, q: &Query, p: u32) -> Launch {
+    let sql = format!("{}INSERT INTO {}\n{};\n", views_for(q), q.sink, q.weir);
+    let sections = kit::sql_sections(
+        input,
+        &unique("nexmark-dlq"),
+        &[(q.sink.to_string(), output.to_string())],
+        &sql,
+    );
+    let toml = format!(
+        "[job]\nname = \"{name}\"\nparallelism = {p}\nmax_parallelism = 128\n\n\
+         [kafka]\nbootstrap_servers = \"{b}\"\ngroup_id = \"{name}\"\n\n\
+         [checkpoint]\ninterval = \"1s\"\ndir = \"{chk}\"\n\n\
+         [state]\ndir = \"{state}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{sections}",
+        b = bootstrap(),
+        chk = dir.join("checkpoints").display(),
+        state = dir.join("state").display(),
+    );
+    let config = dir.join("weir.toml");
+    std::fs::write(&config, toml).unwrap();
+    (
+        weir_run(&weir_binary(), &config),
+        name.to_string(),
+        vec![("RUST_LOG".into(), "info".into())],
+    )
+}
+
+/// The views a query reads (the hot-items query reads `counts`).
+fn views_for(q: &Query) -> &'static str {
+    if q.weir.contains("FROM counts") {
+        kit::VIEWS
+    } else {
+        ""
+    }
+}
+
+fn flink_job(dir: &Path, name: &str, input: &str, output: &str, q: &Query, p: u32) -> Launch {
+    let sql_file = dir.join("job.sql");
+    std::fs::write(&sql_file, flink_sql(name, input, output, q)).unwrap();
+    let argv = [
+        vec!["java".to_string(), "-Xmx2g".into()],
+        crate::systems::FLINK_OPENS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        vec![
+            "-cp".into(),
+            java_cp("flink"),
+            "weirbench.FlinkSqlJob".into(),
+            "--sql".into(),
+            sql_file.display().to_string(),
+            "--checkpoints".into(),
+            dir.join("checkpoints").display().to_string(),
+            "--parallelism".into(),
+            p.to_string(),
+            "--interval".into(),
+            "1s".into(),
+        ],
+    ]
+    .concat();
+    (argv, name.to_string(), Vec::new())
+}
+
+/// The Flink SQL job: the bid table over `input`, the sink table over
+/// `output`, the views, and the query's INSERT (bench/peers/flink/SQL.md).
+fn flink_sql(name: &str, input: &str, output: &str, q: &Query) -> String {
+    let _ = (name, input, output, q);
+    unimplemented!("filled in from the Flink SQL peer's DDL")
+}
