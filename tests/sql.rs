@@ -408,3 +408,74 @@ GROUP BY auction, window_start, window_end";
         assert!(text.contains(want), "{want:?} in:\n{text}");
     }
 }
+
+/// `weir validate` (exit code, stderr) and `weir explain` (stdout) of a
+/// job over the bid source with sinks `out` and `out2`.
+fn plan_of(sql: &str, pipeline_extra: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = [
+        ("out".to_string(), "t1".to_string()),
+        ("out2".to_string(), "t2".to_string()),
+    ];
+    let mut sections = sql_sections("bid", "dlq", &sinks, sql);
+    sections.push_str(pipeline_extra);
+    let config = graph_config_with(dir.path(), "sql-modes", 2, &dir.path().join("c"), &sections);
+    let v = Command::new(weir())
+        .args(["validate", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let e = Command::new(weir())
+        .args(["explain", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    (
+        v.status.code(),
+        String::from_utf8_lossy(&v.stderr).into_owned(),
+        String::from_utf8_lossy(&e.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn the_planner_gives_each_result_the_mode_its_rows_need_and_refuses_what_it_cannot_keep_exact() {
+    // Allowed lateness: a late record updates a fired window, so the
+    // result is updating, upserted by its keys and window.
+    let windowed = "INSERT INTO out SELECT auction, window_start, window_end, COUNT(*) AS n
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+GROUP BY auction, window_start, window_end;
+INSERT INTO out2 SELECT auction FROM bid GROUP BY auction";
+    let (code, err, plan) = plan_of(windowed, "allowed_lateness = \"5s\"\n");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        plan.contains("out -> topic \"t1\": upsert by (auction, window_start, window_end)"),
+        "{plan}"
+    );
+    // A GROUP BY without aggregates is a distinct: each key once, append-only.
+    assert!(plan.contains("out2.distinct (deduplicate)"), "{plan}");
+    assert!(plan.contains("out2 -> topic \"t2\": append-only"), "{plan}");
+    let (code, err, plan) = plan_of(windowed, "");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(plan.contains("out -> topic \"t1\": append-only"), "{plan}");
+    // MIN/MAX cannot take back a retracted extreme: refused when planned.
+    let over_updates =
+        "CREATE VIEW per_auction AS SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction;
+INSERT INTO out SELECT n, MAX(auction) AS top FROM per_auction GROUP BY n;
+INSERT INTO out2 SELECT auction FROM bid";
+    let (code, err, _) = plan_of(over_updates, "");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("pipeline.sql:2:27: MAX over an updating result is not supported yet"),
+        "{err}"
+    );
+    // An aggregate of the whole stream has no key to upsert by.
+    let (code, err, _) = plan_of(
+        "INSERT INTO out SELECT COUNT(*) AS n FROM bid;\nINSERT INTO out2 SELECT auction FROM bid",
+        "",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("without GROUP BY is an updating result with no key"),
+        "{err}"
+    );
+}

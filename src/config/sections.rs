@@ -567,8 +567,9 @@ pub struct SqlSinkConfig {
     pub topic: String,
     #[serde(default)]
     pub format: SqlSinkFormat,
-    #[serde(default)]
-    pub delivery: Delivery,
+    /// Unset: `[sink] delivery`, else at-least-once. Every sink of a job
+    /// has the same (they commit in one transaction per checkpoint).
+    pub delivery: Option<Delivery>,
     /// Kafka key columns; default: the result's unique key (its GROUP BY
     /// columns), else none.
     pub key: Option<Vec<String>>,

@@ -69,6 +69,7 @@ pub(super) fn sql_job(
     };
     let source_values = named("sources");
     let sink_values = named("sinks");
+    let (declared_sources, declared_sinks) = (source_values.len(), sink_values.len());
     let mut sources = BTreeMap::new();
     for (name, v) in source_values {
         if let Some(s) = parse_section::<SqlSourceConfig>(&v, &format!("sources.{name}"), problems)
@@ -88,13 +89,13 @@ pub(super) fn sql_job(
             message,
         })
     };
-    if sources.is_empty() {
+    if declared_sources == 0 {
         problem(
             "sources",
             "a SQL job needs at least one [sources.NAME] table".into(),
         );
     }
-    if sinks.is_empty() {
+    if declared_sinks == 0 {
         problem("sinks", "a SQL job needs at least one [sinks.NAME]".into());
     }
     for (name, s) in &sources {
@@ -111,18 +112,33 @@ pub(super) fn sql_job(
             );
         }
     }
-    let delivery = sinks
-        .values()
-        .map(|s| s.delivery)
-        .next()
-        .unwrap_or_default();
-    for (name, s) in &sinks {
-        if s.delivery != delivery {
+    // One delivery for the job: every sink that names one, and [sink]'s,
+    // must agree (the job commits its sinks in one transaction).
+    let name = |d: Delivery| serde_json::to_value(d).expect("delivery serializes");
+    let mut declared: Vec<(String, Delivery)> = sinks
+        .iter()
+        .filter_map(|(n, s)| s.delivery.map(|d| (format!("sinks.{n}.delivery"), d)))
+        .collect();
+    if let Some(d) = tree
+        .get("sink")
+        .and_then(|s| s.get("delivery"))
+        .and_then(|d| serde_json::from_value::<Delivery>(d.clone()).ok())
+    {
+        declared.insert(0, ("sink.delivery".into(), d));
+    }
+    let (first, delivery) = declared
+        .first()
+        .cloned()
+        .unwrap_or_else(|| ("(default)".into(), Delivery::default()));
+    for (key, d) in &declared {
+        if *d != delivery {
             problem(
-                &format!("sinks.{name}.delivery"),
+                key,
                 format!(
                     "every sink of a job has one delivery (the job commits its sinks in one \
-                     transaction); the first sink says {delivery:?}"
+                     transaction): {first} says {}, this says {}",
+                    name(delivery),
+                    name(*d)
                 ),
             );
         }

@@ -6,114 +6,30 @@
 //! Semantics are Flink SQL's where DuckDB agrees with it: NULL in, NULL
 //! out; `AND`/`OR`/`NOT` with three-valued logic; BIGINT arithmetic that
 //! fails on overflow; `/` of integers is integer division; DECIMAL keeps
-//! its scale (`0.908 * price` is `DECIMAL(22, 3)`). An expression that
+//! its scale (`0.908 * price` is `DECIMAL(23, 3)`). An expression that
 //! fails on a value (an overflow, a division by zero, a cast of `'abc'`
 //! to BIGINT) gives Err here; the operator that evaluates it makes that
 //! NULL and counts it (docs/sql.md), so a bad value never stops the job.
 
 use std::sync::Arc;
 
+use sqlparser::ast::Expr as E;
 use sqlparser::ast::{
     self, BinaryOperator, CastKind, DateTimeField, FunctionArg, FunctionArgExpr, FunctionArguments,
     UnaryOperator,
 };
-use sqlparser::ast::{Expr as E, Spanned};
 
+use super::cast::{cast_value, coerce_to, common_type};
+pub use super::compiled::{err, Compiled, EvalFn, Ty};
 use super::functions;
 use super::types::parse_type;
 use super::SqlError;
 use crate::dataflow::expr::compare;
 use crate::dataflow::row::{DataType, Decimal, Value};
 
-/// A compiled expression's type: a data type, the type of an untyped
-/// `NULL`, or an interval (which only adds to or subtracts from a
-/// timestamp).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Ty {
-    Null,
-    Interval,
-    Data(DataType),
-}
-
-impl Ty {
-    pub fn data(&self) -> Option<&DataType> {
-        match self {
-            Ty::Data(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    /// The column type a result of this type gets (an untyped NULL: VARCHAR).
-    pub fn column_type(&self) -> DataType {
-        match self {
-            Ty::Data(t) => t.clone(),
-            Ty::Interval => DataType::BigInt,
-            Ty::Null => DataType::String,
-        }
-    }
-}
-
-impl std::fmt::Display for Ty {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Ty::Null => f.write_str("NULL"),
-            Ty::Interval => f.write_str("INTERVAL"),
-            Ty::Data(t) => write!(f, "{t}"),
-        }
-    }
-}
-
-pub type EvalFn = dyn Fn(&[Value]) -> Result<Value, String> + Send + Sync;
-
 /// What an aggregate call compiles to where aggregates are allowed: the
 /// column of the aggregate's output that holds it.
 pub type AggregateHook<'a> = dyn FnMut(&ast::Function, &E) -> Result<Compiled, SqlError> + 'a;
-
-/// One compiled expression: its function, its type, and its value when
-/// it is a constant.
-#[derive(Clone)]
-pub struct Compiled {
-    pub eval: Arc<EvalFn>,
-    pub ty: Ty,
-    pub constant: Option<Value>,
-}
-
-impl std::fmt::Debug for Compiled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Compiled({})", self.ty)
-    }
-}
-
-impl Compiled {
-    pub fn constant(v: Value, ty: Ty) -> Self {
-        let c = v.clone();
-        Self {
-            eval: Arc::new(move |_| Ok(c.clone())),
-            ty,
-            constant: Some(v),
-        }
-    }
-
-    pub fn column(i: usize, t: DataType) -> Self {
-        Self {
-            eval: Arc::new(move |row| Ok(row.get(i).cloned().unwrap_or(Value::Null))),
-            ty: Ty::Data(t),
-            constant: None,
-        }
-    }
-
-    fn new(ty: Ty, f: impl Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static) -> Self {
-        Self {
-            eval: Arc::new(f),
-            ty,
-            constant: None,
-        }
-    }
-
-    pub fn data_type(&self) -> Option<&DataType> {
-        self.ty.data()
-    }
-}
 
 /// A column a query can name: its name, the table (or alias) it belongs
 /// to, and its type.
@@ -151,10 +67,6 @@ impl<'a> Scope<'a> {
                                    in its HAVING)",
         }
     }
-}
-
-pub fn err(e: &E, message: impl Into<String>) -> SqlError {
-    SqlError::at(e.span(), message)
 }
 
 /// The aggregate functions weir computes.
@@ -882,8 +794,8 @@ fn binary(
             both_constant(c, &a, &b)
         }
         B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
-            let a = coerce_for_compare(a, &b, right)?;
-            let b = coerce_for_compare(b, &a, left)?;
+            let a = coerce_for_compare(a, &b, left)?;
+            let b = coerce_for_compare(b, &a, right)?;
             comparable(&a, &b, e)?;
             let test: fn(std::cmp::Ordering) -> bool = match op {
                 B::Eq => |o| o.is_eq(),
@@ -976,115 +888,4 @@ fn case(
             None => Ok(Value::Null),
         }
     }))
-}
-
-/// The type all of `items` fit (numbers widen: INT, BIGINT, DECIMAL, DOUBLE).
-pub fn common_type(items: &[(Compiled, &E)], e: &E) -> Result<Ty, SqlError> {
-    let mut ty = Ty::Null;
-    for (c, x) in items {
-        ty = match (&ty, &c.ty) {
-            (Ty::Null, t) | (t, Ty::Null) => t.clone(),
-            (Ty::Data(a), Ty::Data(b)) if a == b => ty.clone(),
-            (Ty::Data(a), Ty::Data(b)) if numeric(a) && numeric(b) => {
-                Ty::Data(functions::wider(a, b))
-            }
-            (a, b) => {
-                return Err(err(
-                    x,
-                    format!("the branches of {e} have different types: {a} and {b}"),
-                ))
-            }
-        };
-    }
-    Ok(ty)
-}
-
-/// `c` converted to `ty` (a number to a wider number), if it differs.
-pub fn coerce_to(c: Compiled, ty: &Ty) -> Compiled {
-    match (ty, &c.ty) {
-        (Ty::Data(t), Ty::Data(have)) if t != have => {
-            let (f, t2) = (c.eval.clone(), t.clone());
-            Compiled::new(ty.clone(), move |row| cast_value(f(row)?, &t2))
-        }
-        _ => c,
-    }
-}
-
-/// `CAST(v AS t)`.
-pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
-    use DataType as T;
-    if v.is_null() {
-        return Ok(Value::Null);
-    }
-    Ok(match (t, v) {
-        (T::String, v) => Value::String(functions::to_text(&v)),
-        (T::Int | T::BigInt, Value::Int(i)) => {
-            if *t == T::Int && i32::try_from(i).is_err() {
-                return Err(format!("{i} does not fit INT"));
-            }
-            Value::Int(i)
-        }
-        (T::Int | T::BigInt, Value::Double(d)) => {
-            let x = d.trunc();
-            if !x.is_finite() || x.abs() >= 9.2e18 {
-                return Err(format!("{d} does not fit BIGINT"));
-            }
-            Value::Int(x as i64)
-        }
-        (T::Int | T::BigInt, Value::Decimal(d)) => {
-            let p = 10i128.pow(u32::from(d.scale));
-            i64::try_from(d.unscaled / p)
-                .map(Value::Int)
-                .map_err(|_| format!("{d} does not fit BIGINT"))?
-        }
-        (T::Int | T::BigInt, Value::String(s)) => Value::Int(
-            s.trim()
-                .parse()
-                .map_err(|_| format!("{s:?} is not an integer"))?,
-        ),
-        (T::Int | T::BigInt, Value::Bool(b)) => Value::Int(i64::from(b)),
-        (T::Double, v @ (Value::Int(_) | Value::Double(_) | Value::Decimal(_))) => {
-            Value::Double(v.as_f64().expect("a number"))
-        }
-        (T::Double, Value::String(s)) => Value::Double(
-            s.trim()
-                .parse()
-                .map_err(|_| format!("{s:?} is not a number"))?,
-        ),
-        (T::Decimal { precision, scale }, v) => {
-            let d = match v {
-                Value::Int(i) => Decimal {
-                    unscaled: i128::from(i),
-                    scale: 0,
-                },
-                Value::Decimal(d) => d,
-                Value::Double(x) => {
-                    Decimal::parse(&format!("{x:.*}", *scale as usize + 1), *scale)?
-                }
-                Value::String(s) => Decimal::parse(&s, *scale)?,
-                other => return Err(format!("cannot cast {other:?} to {t}")),
-            };
-            let d = functions::rescale_round(d, *scale).ok_or("DECIMAL overflow")?;
-            let limit = 10i128.pow(u32::from(*precision));
-            if d.unscaled.abs() >= limit {
-                return Err(format!("{d} does not fit {t}"));
-            }
-            Value::Decimal(d)
-        }
-        (T::Timestamp, Value::Timestamp(ms)) => Value::Timestamp(ms),
-        (T::Timestamp, Value::String(s)) => {
-            Value::Timestamp(crate::dataflow::json::parse_timestamp(&s)?)
-        }
-        (T::Timestamp, Value::Int(ms)) => Value::Timestamp(ms),
-        (T::Boolean, Value::Bool(b)) => Value::Bool(b),
-        (T::Boolean, Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "true" => Value::Bool(true),
-            "false" => Value::Bool(false),
-            _ => return Err(format!("{s:?} is not a BOOLEAN")),
-        },
-        (T::Boolean, Value::Int(i)) => Value::Bool(i != 0),
-        (T::Bytes, Value::String(s)) => Value::Bytes(s.into_bytes()),
-        (T::Bytes, Value::Bytes(b)) => Value::Bytes(b),
-        (t, v) => return Err(format!("cannot cast {v:?} to {t}")),
-    })
 }

@@ -6,72 +6,15 @@ use std::sync::Arc;
 
 use sqlparser::ast::Expr as E;
 
-use super::expr::{common_type, err, Compiled, EvalFn, Ty};
+use super::cast::{
+    as_decimal_type, common_type, decimal_type, numeric, rescale_round, to_text, wider,
+};
+use super::compiled::{err, Compiled, EvalFn, Ty};
 use super::SqlError;
 use crate::dataflow::json::{format_timestamp, parse_timestamp};
 use crate::dataflow::row::{DataType, Decimal, Value};
 
 type Result<T> = std::result::Result<T, SqlError>;
-
-fn numeric(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Int | DataType::BigInt | DataType::Double | DataType::Decimal { .. }
-    )
-}
-
-/// A number type as DECIMAL (precision, scale); None for DOUBLE.
-fn as_decimal_type(t: &DataType) -> Option<(u32, u32)> {
-    match t {
-        DataType::Int => Some((10, 0)),
-        DataType::BigInt => Some((19, 0)),
-        DataType::Decimal { precision, scale } => Some((u32::from(*precision), u32::from(*scale))),
-        _ => None,
-    }
-}
-
-fn decimal_type(precision: u32, scale: u32) -> DataType {
-    let scale = scale.min(38);
-    DataType::Decimal {
-        precision: precision.clamp(scale.max(1), 38) as u8,
-        scale: scale as u8,
-    }
-}
-
-/// The type two numbers widen to.
-pub fn wider(a: &DataType, b: &DataType) -> DataType {
-    use DataType as T;
-    match (a, b) {
-        (T::Double, _) | (_, T::Double) => T::Double,
-        (T::Int, T::Int) => T::Int,
-        (T::Int | T::BigInt, T::Int | T::BigInt) => T::BigInt,
-        _ => {
-            let (p1, s1) = as_decimal_type(a).unwrap_or((38, 0));
-            let (p2, s2) = as_decimal_type(b).unwrap_or((38, 0));
-            let s = s1.max(s2);
-            decimal_type((p1 - s1).max(p2 - s2) + s, s)
-        }
-    }
-}
-
-/// `d` at `scale`, rounding half away from zero when the scale shrinks.
-pub fn rescale_round(d: Decimal, scale: u8) -> Option<Decimal> {
-    let unscaled = d.unscaled;
-    let have = d.scale;
-    let unscaled = if scale >= have {
-        unscaled.checked_mul(10i128.checked_pow(u32::from(scale - have))?)?
-    } else {
-        let p = 10i128.checked_pow(u32::from(have - scale))?;
-        let q = unscaled / p;
-        let r = (unscaled % p).abs();
-        if r * 2 >= p {
-            q + unscaled.signum()
-        } else {
-            q
-        }
-    };
-    Some(Decimal { unscaled, scale })
-}
 
 fn to_decimal(v: &Value) -> Option<Decimal> {
     match v {
@@ -308,21 +251,6 @@ fn strict(
         }
     }
     c
-}
-
-/// A value as text, as `CAST(v AS VARCHAR)` writes it.
-pub fn to_text(v: &Value) -> String {
-    match v {
-        Value::Null => "NULL".into(),
-        Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
-        Value::Int(i) => i.to_string(),
-        Value::Double(d) => d.to_string(),
-        Value::Decimal(d) => d.to_string(),
-        Value::String(s) => s.clone(),
-        Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Timestamp(ms) => format_pattern(*ms, &java_pattern("yyyy-MM-dd HH:mm:ss.SSS")),
-        Value::List(_) | Value::Struct(_) => crate::dataflow::json::value_json(v).to_string(),
-    }
 }
 
 fn arity(
@@ -727,7 +655,7 @@ pub fn call(name: &str, args: Vec<Compiled>, e: &E) -> Result<Compiled> {
             let ty = common_type(&items, e)?;
             let fs: Vec<Arc<EvalFn>> = items
                 .into_iter()
-                .map(|(c, _)| super::expr::coerce_to(c, &ty).eval)
+                .map(|(c, _)| super::cast::coerce_to(c, &ty).eval)
                 .collect();
             Compiled {
                 ty,
@@ -776,7 +704,7 @@ pub fn call(name: &str, args: Vec<Compiled>, e: &E) -> Result<Compiled> {
             let ty = common_type(&items, e)?;
             let mut fs = items
                 .into_iter()
-                .map(|(x, _)| super::expr::coerce_to(x, &ty).eval);
+                .map(|(x, _)| super::cast::coerce_to(x, &ty).eval);
             let (t, f, c) = (fs.next().expect("2"), fs.next().expect("2"), c.eval);
             Compiled {
                 ty,

@@ -9,6 +9,8 @@
 //! - [`expr`], [`functions`]: expressions compiled once into closures.
 //! - [`planner`]: statements into operators, edges and sinks.
 
+pub mod cast;
+pub mod compiled;
 pub mod expr;
 pub mod functions;
 pub mod planner;

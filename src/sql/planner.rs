@@ -411,6 +411,14 @@ impl Planner<'_> {
     }
 
     fn query(&mut self, q: &ast::Query, name: &str) -> Result<Rel, SqlError> {
+        // WITH names hold inside this query only.
+        let outer = self.views.clone();
+        let rel = self.query_body(q, name);
+        self.views = outer;
+        rel
+    }
+
+    fn query_body(&mut self, q: &ast::Query, name: &str) -> Result<Rel, SqlError> {
         if let Some(with) = &q.with {
             for cte in &with.cte_tables {
                 let n = cte.alias.name.value.clone();
@@ -1182,7 +1190,8 @@ impl Planner<'_> {
         }
         // An aggregate without keys (one result for the whole stream, or
         // per window) gets a constant key: all its rows meet in one subtask.
-        if key_exprs.is_empty() {
+        let no_keys = key_exprs.is_empty();
+        if no_keys {
             key_exprs.push((
                 E::Value(ast::Value::Number("0".into(), false).into()),
                 Compiled::constant(Value::Int(0), Ty::Data(DataType::BigInt)),
@@ -1253,6 +1262,12 @@ impl Planner<'_> {
                     format!("{fname}(DISTINCT ...) is not supported yet; COUNT(DISTINCT ...) is"),
                 ));
             }
+            if rel.updating.is_some() && matches!(fname.as_str(), "MIN" | "MAX") {
+                return Err(err(
+                    whole,
+                    format!("{fname} over an updating result is not supported yet (a retracted extreme would need every value kept)"),
+                ));
+            }
             let function = match fname.as_str() {
                 "COUNT" => AggFunction::Count,
                 "SUM" => AggFunction::Sum,
@@ -1320,7 +1335,6 @@ impl Planner<'_> {
             Ok(Compiled::column(base + calls.len() - 1, t))
         };
         let mut outputs = Vec::new();
-        let mut key_positions: Vec<Option<usize>> = vec![None; key_exprs.len()];
         for item in &s.projection {
             match item {
                 SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
@@ -1337,9 +1351,6 @@ impl Planner<'_> {
                         .take(key_exprs.len())
                         .position(|(k, _)| k == e);
                     let n = output_name(item, outputs.len());
-                    if let Some(k) = from {
-                        key_positions[k].get_or_insert(outputs.len());
-                    }
                     // Window columns pass through as columns of the aggregate.
                     let through = from.or_else(|| {
                         let k = key_exprs.len();
@@ -1376,8 +1387,11 @@ impl Planner<'_> {
                 Some((h, c))
             }
         };
-        if calls.is_empty() {
-            // GROUP BY without aggregates: a distinct; counted so each key has a row.
+        // GROUP BY without aggregates and without a window is a distinct:
+        // the first row of each key, once (append-only).
+        let distinct_only = calls.is_empty() && !window;
+        if calls.is_empty() && window {
+            // A window's keys without aggregates: counted so each has a row.
             calls.push((
                 E::Identifier(ast::Ident::new("(rows)")),
                 AggFunction::Count,
@@ -1402,7 +1416,7 @@ impl Planner<'_> {
             })
             .collect();
         let (input, key_cols, arg_cols): (Rel, Vec<usize>, Vec<Option<usize>>) =
-            match (plain_keys, plain_args) {
+            match (plain_keys.filter(|_| !distinct_only), plain_args) {
                 (Some(k), Some(a)) => (rel.clone(), k, a),
                 _ => {
                     let mut pre: Vec<(String, Compiled, Option<usize>)> = Vec::new();
@@ -1489,6 +1503,8 @@ impl Planner<'_> {
             "{name}.{}",
             if window {
                 "window-aggregate"
+            } else if distinct_only {
+                "distinct"
             } else {
                 "aggregate"
             }
@@ -1529,7 +1545,14 @@ impl Planner<'_> {
                     }
                 }
             }
-            (w.aggregate(&agg_uid, aggs), None)
+            // With allowed lateness a late record updates a fired window's
+            // row (update-before, update-after): the result is updating,
+            // unique by its keys and window.
+            let late_updates = (self.sql.pipeline.allowed_lateness > Duration::ZERO)
+                .then(|| (0..key_cols.len() + 2).collect::<Vec<_>>());
+            (w.aggregate(&agg_uid, aggs), late_updates)
+        } else if distinct_only {
+            (keyed.deduplicate(&agg_uid), None)
         } else {
             (
                 keyed.aggregate(&agg_uid, aggs),
@@ -1588,19 +1611,16 @@ impl Planner<'_> {
             });
             out.stream = stream;
         }
+        // The unique key (keys, and a late-updating window's columns)
+        // follows the columns the SELECT list passes through.
         let projected = self.finish_projection(out, outputs, &format!("{name}.select"))?;
-        // The unique key in the result: where the SELECT list puts each key.
-        let updating = projected.updating.as_ref().map(|_| {
-            key_positions
-                .iter()
-                .copied()
-                .collect::<Option<Vec<usize>>>()
-                .unwrap_or_default()
-        });
-        Ok(Rel {
-            updating,
-            ..projected
-        })
+        if no_keys && projected.updating.is_some() {
+            return Err(SqlError::at(
+                s.span(),
+                "an aggregate over the whole stream without GROUP BY is an updating result with no key to upsert by; GROUP BY a column, or aggregate per window",
+            ));
+        }
+        Ok(projected)
     }
 }
 

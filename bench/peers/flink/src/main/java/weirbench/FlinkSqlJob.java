@@ -98,7 +98,8 @@ public final class FlinkSqlJob {
         if (n == 0) usage(sqlFile + " has no INSERT statement");
         TableResult result = inserts.execute();
         String job = result.getJobClient().map(c -> c.getJobID().toString()).orElse("?");
-        System.out.println("flink-sql: job running (" + n + " INSERT statements, job " + job + ")");
+        System.out.println("flink-sql: job " + job + ", " + n + " INSERT statements in one statement set");
+        System.out.println("flink-sql: job running");
         System.out.flush();
         result.await();
     }
