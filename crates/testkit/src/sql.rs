@@ -86,8 +86,51 @@ pub fn canon(v: &serde_json::Value) -> String {
     match number {
         Some(x) if x.abs() < f64::MIN_POSITIVE => "0".into(),
         Some(x) => format!("{x:.11e}"),
-        None => v.to_string(),
+        None => match v.as_str().and_then(canon_timestamp) {
+            Some(t) => serde_json::Value::String(t).to_string(),
+            None => v.to_string(),
+        },
     }
+}
+
+/// A UTC timestamp as every engine may write it (`2026-11-30T10:00:05.56Z`,
+/// `2026-11-30T10:00Z`, `2026-11-30 10:00:10`) in one form:
+/// `2026-11-30T10:00:05.560Z`. None for other text.
+pub fn canon_timestamp(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| {
+        b.get(r.clone())
+            .is_some_and(|x| x.iter().all(u8::is_ascii_digit))
+    };
+    if b.len() < 16
+        || !digits(0..4)
+        || b[4] != b'-'
+        || !digits(5..7)
+        || b[7] != b'-'
+        || !digits(8..10)
+    {
+        return None;
+    }
+    if !(b[10] == b'T' || b[10] == b' ') || !digits(11..13) || b[13] != b':' || !digits(14..16) {
+        return None;
+    }
+    let mut rest = s[16..].strip_suffix('Z').unwrap_or(&s[16..]);
+    let mut seconds = "00";
+    if let Some(r) = rest.strip_prefix(':') {
+        if r.len() < 2 || !r.as_bytes()[..2].iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        seconds = &r[..2];
+        rest = &r[2..];
+    }
+    let millis = match rest.strip_prefix('.') {
+        None if rest.is_empty() => "000".to_string(),
+        Some(f) if !f.is_empty() && f.bytes().all(|c| c.is_ascii_digit()) => {
+            format!("{:0<3}", &f[..f.len().min(3)])
+        }
+        _ => return None,
+    };
+    Some(format!("{}T{}:{seconds}.{millis}Z", &s[..10], &s[11..16]))
 }
 
 pub fn canon_row(v: &serde_json::Value) -> BTreeMap<String, String> {
