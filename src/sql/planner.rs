@@ -340,18 +340,24 @@ impl Planner<'_> {
         let names: Vec<&str> = rel.columns.iter().map(|c| c.name.as_str()).collect();
         let key: Vec<String> = match (&sink.key, &rel.updating) {
             (Some(k), _) => {
+                // Names match as SQL's do, without regard to case; the key
+                // takes the result's spelling.
+                let mut resolved = Vec::new();
                 for c in k {
-                    if !names.contains(&c.as_str()) {
-                        return Err(SqlError::at(
-                            query.span(),
-                            format!(
-                                "sinks.{name}.key: column {c:?} is not in the result ({})",
-                                names.join(", ")
-                            ),
-                        ));
+                    match names.iter().find(|n| n.eq_ignore_ascii_case(c)) {
+                        Some(n) => resolved.push(n.to_string()),
+                        None => {
+                            return Err(SqlError::at(
+                                query.span(),
+                                format!(
+                                    "sinks.{name}.key: column {c:?} is not in the result ({})",
+                                    names.join(", ")
+                                ),
+                            ))
+                        }
                     }
                 }
-                k.clone()
+                resolved
             }
             (None, Some(unique)) => unique.iter().map(|i| names[*i].to_string()).collect(),
             (None, None) => Vec::new(),

@@ -77,6 +77,12 @@ fn parse_expr(text: &str) -> Result<E, String> {
         .map_err(|e| format!("{e}"))
 }
 
+/// Whether a column of that name (in any case) is declared already.
+fn declared(fields: &[Field], computed: &[(String, E)], name: &str) -> bool {
+    fields.iter().any(|f| f.name.eq_ignore_ascii_case(name))
+        || computed.iter().any(|(c, _)| c.eq_ignore_ascii_case(name))
+}
+
 /// Parses a `schema`; Err names the item that is wrong.
 pub fn parse_schema(text: &str) -> Result<TableSchema, String> {
     let mut fields: Vec<Field> = Vec::new();
@@ -137,10 +143,13 @@ pub fn parse_schema(text: &str) -> Result<TableSchema, String> {
             && rest[2..].starts_with(char::is_whitespace)
         {
             let e = parse_expr(&rest[2..]).map_err(at)?;
+            if declared(&fields, &computed, &name) {
+                return Err(at(format!("column {name:?} is declared twice")));
+            }
             computed.push((name, e));
             continue;
         }
-        if fields.iter().any(|f| f.name == name) || computed.iter().any(|(c, _)| *c == name) {
+        if declared(&fields, &computed, &name) {
             return Err(at(format!("column {name:?} is declared twice")));
         }
         let t = parse_type(rest).map_err(at)?;
@@ -197,5 +206,7 @@ mod tests {
         assert!(e.contains("not TIMESTAMP(3)"), "{e}");
         let e = parse_schema("t TIMESTAMP(3), WATERMARK FOR t AS t * 2").unwrap_err();
         assert!(e.contains("bounded"), "{e}");
+        let e = parse_schema("price BIGINT, PRICE AS price * 2").unwrap_err();
+        assert!(e.contains("item 2") && e.contains("declared twice"), "{e}");
     }
 }
