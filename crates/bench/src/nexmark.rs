@@ -58,7 +58,13 @@ pub fn nexmark(args: NexmarkArgs) {
         .collect();
     lines.extend((0..PARTITIONS).map(|_| kit::flush_bid()));
     std::fs::write(&bid_file, lines.join("\n") + "\n").unwrap();
-    let wanted: Vec<&str> = args.queries.split(',').map(str::trim).collect();
+    // `hot-items` (the spelling) is the sink `hot_items`.
+    let names: Vec<String> = args
+        .queries
+        .split(',')
+        .map(|q| q.trim().replace('-', "_"))
+        .collect();
+    let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
     let queries: Vec<Query> = kit::queries()
         .into_iter()
         .filter(|q| wanted.contains(&q.sink))
