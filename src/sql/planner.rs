@@ -930,8 +930,7 @@ impl Planner<'_> {
             _ => false,
         }) || s.having.as_ref().is_some_and(contains_aggregate);
         if group.is_empty() && !has_aggregates {
-            if let Some(t) = &tvf {
-                let _ = t;
+            if tvf.is_some() {
                 return Err(SqlError::at(
                     s.span(),
                     "a window table function is read by a GROUP BY window_start, window_end (a window aggregate); selecting its rows directly is not supported yet",
