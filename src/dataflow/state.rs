@@ -145,6 +145,10 @@ pub struct KeyedStore {
     timers: TimerService,
     cache: FxHashMap<Bytes, Cached>,
     dirty: usize,
+    /// The dirty entries of map tables, in order: a scan of one key's
+    /// entries (a session window's per record) finds them by range, not by
+    /// walking a cache of every key. Emptied at write-back.
+    dirty_maps: std::collections::BTreeSet<Bytes>,
     cache_limit: usize,
     /// The size of the last snapshot's changes file: the next one's buffer
     /// starts at it.
@@ -226,9 +230,25 @@ impl KeyedStore {
             timers,
             cache: FxHashMap::default(),
             dirty: 0,
+            dirty_maps: Default::default(),
             cache_limit: cache_limit.max(1),
             changes_bytes: 0,
         })
+    }
+
+    /// Whether `full_key` (or a prefix of one) is in a map table.
+    fn in_map_table(&self, full_key: &[u8]) -> bool {
+        full_key
+            .get(2)
+            .and_then(|t| self.tables.get(usize::from(*t)))
+            .is_some_and(|t| t.kind == TableKind::Map)
+    }
+
+    /// Notes a write of `full_key` for [`Self::scan`].
+    fn note_write(&mut self, full_key: &[u8]) {
+        if self.in_map_table(full_key) && !self.dirty_maps.contains(full_key) {
+            self.dirty_maps.insert(Bytes::from_slice(full_key));
+        }
     }
 
     pub(crate) fn corrupt(&self, full_key: &[u8], reason: String) -> WeirError {
@@ -326,6 +346,7 @@ impl KeyedStore {
                 self.dirty += 1;
             }
         }
+        self.note_write(full_key);
         self.write_back_if_due()
     }
 
@@ -398,6 +419,9 @@ impl KeyedStore {
             UpdateFailed::Corrupt(reason) => UpdateFailed::Other(self.corrupt(full_key, reason)),
             e => e,
         })?;
+        if write != Write::Keep {
+            self.note_write(full_key);
+        }
         self.write_back_if_due().map_err(UpdateFailed::Other)?;
         Ok(write)
     }
@@ -418,9 +442,25 @@ impl KeyedStore {
             }
             found.insert(k.to_vec(), Some(v.to_vec()));
         }
-        for (k, c) in &self.cache {
+        let mut overlay = |k: &[u8], c: &Cached| {
             if c.dirty && k.starts_with(prefix) {
                 found.insert(k.to_vec(), c.value.as_ref().map(|v| v.to_vec()));
+            }
+        };
+        if self.in_map_table(prefix) {
+            use std::ops::Bound;
+            let dirty = self
+                .dirty_maps
+                .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+                .take_while(|k| k.starts_with(prefix));
+            for k in dirty {
+                if let Some(c) = self.cache.get(k.as_slice()) {
+                    overlay(k, c);
+                }
+            }
+        } else {
+            for (k, c) in &self.cache {
+                overlay(k, c);
             }
         }
         Ok(found
@@ -443,6 +483,7 @@ impl KeyedStore {
             }
             self.backend.write(batch)?;
             self.dirty = 0;
+            self.dirty_maps.clear();
         }
         if self.cache.len() > self.cache_limit {
             self.cache.clear();
