@@ -308,6 +308,12 @@ impl Context {
         self.watermark = watermark;
     }
 
+    /// The watermark this operator last saw, whatever the key (see
+    /// [`task_watermark`]).
+    pub(crate) fn live_watermark(&self) -> i64 {
+        self.watermark
+    }
+
     /// Entries the state store's cache holds at most (`state.cache_entries`;
     /// 0 without a store): what an operator may hold of its own state in
     /// memory besides.
@@ -611,6 +617,25 @@ impl<T: StateCodec> StateCodec for ListOf<T> {
         }
         Ok(ListOf(items))
     }
+}
+
+thread_local! {
+    static TASK_WATERMARK: std::cell::Cell<i64> =
+        const { std::cell::Cell::new(crate::time::MIN_WATERMARK) };
+}
+
+/// The watermark of the operator whose records this thread is running,
+/// as the task runner set it before handing the operator a batch: what
+/// SQL's `CURRENT_WATERMARK` reads. A task runs on one thread, so this is
+/// the running operator's; [`crate::time::MIN_WATERMARK`] before its first
+/// watermark (and outside a task, in a source's decoder).
+pub fn task_watermark() -> i64 {
+    TASK_WATERMARK.with(|w| w.get())
+}
+
+/// Sets what [`task_watermark`] returns on this thread.
+pub(crate) fn set_task_watermark(watermark: i64) {
+    TASK_WATERMARK.with(|w| w.set(watermark));
 }
 
 /// A node's logic. Every hook but `on_record` has a no-op default.

@@ -190,6 +190,7 @@ impl Chain {
                 let cap = records.len().max(hint);
                 let cap = if cap >= BATCH { BATCH + OVERFLOW } else { cap };
                 let mut out = Collector::with_capacity(cap);
+                crate::dataflow::operator::set_task_watermark(ctx.live_watermark());
                 for r in records.by_ref() {
                     if *keyed {
                         // Failure injection for restart tests, once per

@@ -805,11 +805,19 @@ pub fn call(name: &str, args: Vec<Compiled>, e: &E) -> Result<Compiled> {
             })
         }
         "CURRENT_WATERMARK" => {
-            return Err(err(
-                e,
-                "CURRENT_WATERMARK is not supported yet (a row's operator does not see the \
-                 watermark)",
-            ))
+            // Flink's: the watermark of the operator evaluating the row,
+            // NULL before its first. Its argument names the time column
+            // (Flink's rowtime attribute); only its type is checked here.
+            arity(name, &args, 1..=1, e)?;
+            want(&args, 0, "TIMESTAMP(3)", |t| *t == T::Timestamp, name, e)?;
+            Compiled::new(Ty::Data(T::Timestamp), |_| {
+                let w = crate::dataflow::operator::task_watermark();
+                Ok(if w == crate::time::MIN_WATERMARK {
+                    Value::Null
+                } else {
+                    Value::Timestamp(w)
+                })
+            })
         }
         "NOW" | "CURRENT_TIMESTAMP" | "LOCALTIMESTAMP" | "PROCTIME" | "RAND" | "UUID" => {
             return Err(err(
@@ -1149,5 +1157,26 @@ mod tests {
         assert_eq!({ rescale_round(d(12345, 3), 2).unwrap().unscaled }, 1235);
         assert_eq!({ rescale_round(d(-12345, 3), 2).unwrap().unscaled }, -1235);
         assert_eq!({ rescale_round(d(12, 0), 2).unwrap().unscaled }, 1200);
+    }
+
+    #[test]
+    fn current_watermark_is_the_running_operators_and_null_before_its_first() {
+        use crate::dataflow::operator::set_task_watermark;
+        let e = E::Identifier(sqlparser::ast::Ident::new("date_time"));
+        let column = Compiled::column(0, DataType::Timestamp);
+        let f = call("CURRENT_WATERMARK", vec![column], &e).unwrap();
+        assert_eq!(f.ty, Ty::Data(DataType::Timestamp));
+        let row = [Value::Timestamp(10_000)];
+        set_task_watermark(crate::time::MIN_WATERMARK);
+        assert_eq!((f.eval)(&row), Ok(Value::Null));
+        set_task_watermark(6_000);
+        assert_eq!((f.eval)(&row), Ok(Value::Timestamp(6_000)));
+        let text = Compiled::column(0, DataType::String);
+        let refused = call("CURRENT_WATERMARK", vec![text], &e).unwrap_err();
+        assert!(
+            refused.message.contains("TIMESTAMP(3)"),
+            "{}",
+            refused.message
+        );
     }
 }
