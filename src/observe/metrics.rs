@@ -13,6 +13,21 @@ use serde::Serialize;
 
 use crate::observe::now_ms;
 
+/// Values a SQL expression could not compute (an overflow, a division by
+/// zero, a bad cast) and made NULL, per operator uid. Process-wide, as the
+/// expressions that count them are compiled before any job's metrics
+/// exist; every [`Metrics`] registry exports it.
+pub static EXPRESSION_ERRORS: std::sync::LazyLock<IntCounterVec> = std::sync::LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "weir_expression_errors_total",
+            "Values a SQL expression could not compute and made NULL, per operator",
+        ),
+        &["operator"],
+    )
+    .expect("metric")
+});
+
 /// One sample of one metric, as `/metrics` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Sample {
@@ -276,6 +291,8 @@ impl Metrics {
             .expect("register");
         r.register(Box::new(m.late_records.clone()))
             .expect("register");
+        r.register(Box::new(EXPRESSION_ERRORS.clone()))
+            .expect("register");
         r.register(Box::new(m.open_windows.clone()))
             .expect("register");
         m
@@ -348,6 +365,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expression_errors_are_exported_per_operator() {
+        let m = Metrics::new();
+        crate::sql::note_eval_error("sql-metric-test", "division by zero");
+        crate::sql::note_eval_error("sql-metric-test", "division by zero");
+        let text = m.render();
+        assert!(
+            text.contains("weir_expression_errors_total{operator=\"sql-metric-test\"} 2"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_prometheus_text() {

@@ -123,14 +123,9 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
     if v.is_null() {
         return Ok(Value::Null);
     }
-    Ok(match (t, v) {
+    let out = match (t, v) {
         (T::String, v) => Value::String(to_text(&v)),
-        (T::Int | T::BigInt, Value::Int(i)) => {
-            if *t == T::Int && i32::try_from(i).is_err() {
-                return Err(format!("{i} does not fit INT"));
-            }
-            Value::Int(i)
-        }
+        (T::Int | T::BigInt, Value::Int(i)) => Value::Int(i),
         (T::Int | T::BigInt, Value::Double(d)) => {
             let x = d.trunc();
             if !x.is_finite() || x.abs() >= 9.2e18 {
@@ -193,5 +188,48 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
         (T::Bytes, Value::String(s)) => Value::Bytes(s.into_bytes()),
         (T::Bytes, Value::Bytes(b)) => Value::Bytes(b),
         (t, v) => return Err(format!("cannot cast {v:?} to {t}")),
-    })
+    };
+    // An INT is 32 bits whatever it was cast from (text, a double, a
+    // decimal, a BIGINT); it is held in an i64 like a BIGINT.
+    match (t, &out) {
+        (T::Int, Value::Int(i)) if i32::try_from(*i).is_err() => {
+            Err(format!("{i} does not fit INT"))
+        }
+        _ => Ok(out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_int_is_32_bits_whatever_it_is_cast_from() {
+        let int = DataType::Int;
+        for v in [
+            Value::Int(i64::from(i32::MAX) + 1),
+            Value::String("3000000000".into()),
+            Value::Double(-3e9),
+            Value::Decimal(Decimal {
+                unscaled: 30_000_000_000,
+                scale: 1,
+            }),
+        ] {
+            let shown = format!("{v:?}");
+            let e = cast_value(v, &int).expect_err(&shown);
+            assert!(e.contains("does not fit INT"), "{shown}: {e}");
+        }
+        assert_eq!(
+            cast_value(Value::String(" -2147483648 ".into()), &int),
+            Ok(Value::Int(-2_147_483_648))
+        );
+        assert_eq!(
+            cast_value(Value::Double(2147483647.9), &int),
+            Ok(Value::Int(2_147_483_647))
+        );
+        assert_eq!(
+            cast_value(Value::Int(3_000_000_000), &DataType::BigInt),
+            Ok(Value::Int(3_000_000_000))
+        );
+    }
 }

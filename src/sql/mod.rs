@@ -97,6 +97,9 @@ pub static EVAL_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomic
 /// Counts an evaluation error, logging the first and then every
 /// power-of-two-th, so a stream of bad values does not flood the log.
 pub fn note_eval_error(operator: &str, message: &str) {
+    crate::observe::metrics::EXPRESSION_ERRORS
+        .with_label_values(&[operator])
+        .inc();
     let n = EVAL_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     if n.is_power_of_two() {
         tracing::warn!(

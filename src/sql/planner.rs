@@ -1424,16 +1424,61 @@ impl Planner<'_> {
             match (plain_keys.filter(|_| !distinct_only), plain_args) {
                 (Some(k), Some(a)) => (rel.clone(), k, a),
                 _ => {
+                    // Computed columns are named by their SQL text, so
+                    // that `weir explain` and a late record's dead letter
+                    // (this row, as JSON) read as the query does.
+                    let mut taken: Vec<String> = ["window_start", "window_end"]
+                        .into_iter()
+                        .map(String::from)
+                        .chain(key_exprs.iter().filter_map(|(e, _)| {
+                            column_index(e, &rel.columns)
+                                .map(|c| rel.columns[c].name.to_ascii_lowercase())
+                        }))
+                        .collect();
+                    let mut readable = |text: String, fallback: String| {
+                        let lower = text.to_ascii_lowercase();
+                        let name = if taken.contains(&lower) {
+                            fallback
+                        } else {
+                            text
+                        };
+                        taken.push(name.to_ascii_lowercase());
+                        name
+                    };
                     let mut pre: Vec<(String, Compiled, Option<usize>)> = Vec::new();
                     for (i, (e, c)) in key_exprs.iter().enumerate() {
-                        pre.push((format!("k{i}"), c.clone(), column_index(e, &rel.columns)));
+                        let from = column_index(e, &rel.columns);
+                        let name = match (from, &c.constant) {
+                            (Some(_), _) | (None, Some(_)) => format!("k{i}"),
+                            (None, None) => readable(e.to_string(), format!("k{i}")),
+                        };
+                        pre.push((name, c.clone(), from));
                     }
                     let mut arg_cols = Vec::new();
-                    for (i, (_, _, a, _)) in calls.iter().enumerate() {
+                    for (i, (call, _, a, _)) in calls.iter().enumerate() {
                         match a {
                             Some(c) => {
+                                // `price`, or `* FILTER (WHERE price > 10)`
+                                // for COUNT(*) FILTER (1 where it holds).
+                                let text = match call {
+                                    E::Function(f) => {
+                                        let arg = call_args(f, call)
+                                            .ok()
+                                            .and_then(|args| args.first().map(|a| a.to_string()))
+                                            .unwrap_or_else(|| "*".into());
+                                        Some(match &f.filter {
+                                            Some(p) => format!("{arg} FILTER (WHERE {p})"),
+                                            None => arg,
+                                        })
+                                    }
+                                    _ => None,
+                                };
+                                let name = match text {
+                                    Some(t) => readable(t, format!("a{i}")),
+                                    None => format!("a{i}"),
+                                };
                                 arg_cols.push(Some(pre.len()));
-                                pre.push((format!("a{i}"), c.clone(), None));
+                                pre.push((name, c.clone(), None));
                             }
                             None => arg_cols.push(None),
                         }
