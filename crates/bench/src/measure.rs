@@ -137,6 +137,27 @@ impl ProcessGroup {
     }
 }
 
+/// User + system CPU seconds of the local Kafka broker (the process
+/// running `kafka.Kafka`), or None when none is found: the share of a
+/// run's work the broker does, which a system's own CPU does not show.
+pub fn broker_cpu_seconds() -> Option<f64> {
+    let pid = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg == b"kafka.Kafka")
+            .then_some(pid)
+    })?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let f = stat_fields(pid);
+    let ticks: f64 = (11..=12)
+        .map(|i| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
+        .sum();
+    Some(ticks / hz)
+}
+
 fn stat_fields(pid: i32) -> Vec<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     s.rsplit_once(')')

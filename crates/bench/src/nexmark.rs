@@ -43,6 +43,8 @@ const PARTITIONS: i32 = 4;
 /// One run's figures and whether its output was exact.
 struct Run {
     measured: Measured,
+    /// The broker's CPU seconds over the same span (None: not found).
+    broker_cpu_seconds: Option<f64>,
     check: Result<(), String>,
 }
 
@@ -65,15 +67,13 @@ pub fn nexmark(args: NexmarkArgs) {
         .map(|q| q.trim().replace('-', "_"))
         .collect();
     let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
-    let queries: Vec<Query> = kit::queries()
-        .into_iter()
-        .filter(|q| wanted.contains(&q.sink))
-        .collect();
+    let known = || kit::queries().into_iter().chain([pipe()]);
+    let queries: Vec<Query> = known().filter(|q| wanted.contains(&q.sink)).collect();
     for w in &wanted {
         assert!(
             queries.iter().any(|q| q.sink == *w),
             "unknown query {w}; known: {:?}",
-            kit::queries().iter().map(|q| q.sink).collect::<Vec<_>>()
+            known().map(|q| q.sink).collect::<Vec<_>>()
         );
     }
     let systems: Vec<&str> = args.systems.split(',').map(str::trim).collect();
@@ -99,6 +99,7 @@ pub fn nexmark(args: NexmarkArgs) {
     let mut eps: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     let mut cpu: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     let mut rss: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut broker: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     let mut rows = Vec::new();
     for round in 0..args.rounds {
         for q in &queries {
@@ -111,15 +112,24 @@ pub fn nexmark(args: NexmarkArgs) {
                         let m = &run.measured;
                         let rate = args.events as f64 / m.seconds;
                         let cpu_per_m = m.cpu_seconds / args.events as f64 * 1e6;
+                        let broker_per_m =
+                            run.broker_cpu_seconds.map(|b| b / args.events as f64 * 1e6);
                         let check = run.check.clone().err().unwrap_or_else(|| "exact".into());
                         eprintln!(
-                            "  {:.2}s, {rate:.0} events/s, {cpu_per_m:.2} CPU-s per 1M events, {:.0} MB, {check}",
-                            m.seconds, m.peak_rss_mb
+                            "  {:.2}s, {rate:.0} events/s, {cpu_per_m:.2} CPU-s per 1M events \
+                             (broker {}), {:.0} MB, {check}",
+                            m.seconds,
+                            broker_per_m.map_or("?".into(), |b| format!("{b:.2}")),
+                            m.peak_rss_mb
                         );
                         rows.push(json!({"round": round, "query": q.sink, "system": system,
                             "seconds": m.seconds, "events_per_second": rate,
                             "cpu_s_per_million_events": cpu_per_m, "peak_rss_mb": m.peak_rss_mb,
+                            "broker_cpu_s_per_million_events": broker_per_m,
                             "check": check}));
+                        if let (Ok(()), Some(b)) = (&run.check, broker_per_m) {
+                            broker.entry(key.clone()).or_default().push(b);
+                        }
                         if run.check.is_ok() {
                             eps.entry(key.clone()).or_default().push(rate);
                             cpu.entry(key.clone()).or_default().push(cpu_per_m);
@@ -137,23 +147,27 @@ pub fn nexmark(args: NexmarkArgs) {
         }
     }
     println!(
-        "| query | system | events/s median (min–max) | CPU-s per 1M events median (min–max) | peak RSS MB median | rounds exact |"
+        "| query | system | events/s median (min–max) | CPU-s per 1M events median (min–max) | broker CPU-s per 1M events median (min–max) | peak RSS MB median | rounds exact |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for q in &queries {
         for system in &systems {
             let key = (q.sink.to_string(), system.to_string());
             let (Some(r), Some(c), Some(m)) = (eps.get(&key), cpu.get(&key), rss.get(&key)) else {
                 println!(
-                    "| {} | {system} | failed | | | 0 of {} |",
+                    "| {} | {system} | failed | | | | 0 of {} |",
                     q.sink, args.rounds
                 );
                 continue;
             };
             let (rmin, rmax) = range(r);
             let (cmin, cmax) = range(c);
+            let brokers = broker.get(&key).map_or("?".to_string(), |b| {
+                let (bmin, bmax) = range(b);
+                format!("{:.2} ({bmin:.2}–{bmax:.2})", median(b.clone()))
+            });
             println!(
-                "| {} | {system} | {:.0} ({rmin:.0}–{rmax:.0}) | {:.2} ({cmin:.2}–{cmax:.2}) | {:.0} | {} of {} |",
+                "| {} | {system} | {:.0} ({rmin:.0}–{rmax:.0}) | {:.2} ({cmin:.2}–{cmax:.2}) | {brokers} | {:.0} | {} of {} |",
                 q.sink,
                 median(r.clone()),
                 median(c.clone()),
@@ -170,6 +184,23 @@ pub fn nexmark(args: NexmarkArgs) {
     );
 }
 
+/// The bare consume → produce pipe of q0's rows, to price the per-record
+/// cost of SQL's projection and expressions: `SELECT *` over a table of
+/// exactly q0's columns plans no operator between the source's decoder
+/// and the sink's encoder (weir only; see [`weir_job`]).
+fn pipe() -> Query {
+    let q0 = kit::queries()
+        .into_iter()
+        .find(|q| q.sink == "q0")
+        .expect("q0");
+    Query {
+        sink: "pipe",
+        weir: "SELECT * FROM bid",
+        duckdb: q0.duckdb,
+        updating: false,
+    }
+}
+
 fn run_once(
     system: &str,
     q: &Query,
@@ -184,11 +215,14 @@ fn run_once(
     let name = unique("nexmark");
     let (argv, group, env) = match system {
         "weir" => weir_job(dir.path(), &name, &input, &output, q, parallelism),
+        "flink" if q.sink == "pipe" => return Err("the pipe is weir's only".into()),
         "flink" => flink_job(dir.path(), &name, &input, &output, q, parallelism),
         other => return Err(format!("unknown system {other}")),
     };
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let started = Instant::now();
+    let broker_at_start = measure::broker_cpu_seconds();
+    let mut broker_at_change = broker_at_start;
     let mut pg = ProcessGroup::start(&[argv], &dir.path().join("system.log"), &env);
     let client = measure::consumer(&group);
     let total: i64 = ends.iter().map(|(_, e)| e).sum();
@@ -204,6 +238,7 @@ fn run_once(
             last_end = end;
             last_change = Instant::now();
             cpu_at_change = pg.cpu_seconds();
+            broker_at_change = measure::broker_cpu_seconds();
         }
         if committed && last_end > 0 && last_change.elapsed() >= SETTLE {
             break;
@@ -254,7 +289,14 @@ fn run_once(
             got.iter().zip(expected).find(|(a, b)| a != b)
         ))
     };
-    Ok(Run { measured, check })
+    let broker_cpu_seconds = broker_at_start
+        .zip(broker_at_change)
+        .map(|(start, end)| end - start);
+    Ok(Run {
+        measured,
+        broker_cpu_seconds,
+        check,
+    })
 }
 
 /// An upsert topic's last row per key (tombstones delete), canonical and sorted.
@@ -283,12 +325,18 @@ type Launch = (Vec<String>, String, Vec<(String, String)>);
 
 fn weir_job(dir: &Path, name: &str, input: &str, output: &str, q: &Query, p: u32) -> Launch {
     let sql = format!("{}INSERT INTO {}\n{};\n", views_for(q), q.sink, q.weir);
-    let sections = kit::sql_sections(
+    let mut sections = kit::sql_sections(
         input,
         &unique("nexmark-dlq"),
         &[(q.sink.to_string(), output.to_string())],
         &sql,
     );
+    if q.sink == "pipe" {
+        // The table has q0's columns only, so `SELECT *` is q0's result.
+        let unread = "channel VARCHAR, url VARCHAR,";
+        assert!(sections.contains(unread), "the bid schema changed");
+        sections = sections.replace(unread, "");
+    }
     let toml = format!(
         "[job]\nname = \"{name}\"\nparallelism = {p}\nmax_parallelism = 128\n\n\
          [kafka]\nbootstrap_servers = \"{b}\"\ngroup_id = \"{name}\"\n\n\
