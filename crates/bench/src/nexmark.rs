@@ -104,6 +104,9 @@ pub fn nexmark(args: NexmarkArgs) {
     for round in 0..args.rounds {
         for q in &queries {
             for system in &systems {
+                if q.sink == "pipe" && *system != "weir" {
+                    continue; // the pipe is weir's only
+                }
                 eprintln!("round {round}: {} {system}", q.sink);
                 let result = run_once(system, q, &lines, args.parallelism, &expected[q.sink]);
                 let key = (q.sink.to_string(), system.to_string());
@@ -152,6 +155,9 @@ pub fn nexmark(args: NexmarkArgs) {
     println!("|---|---|---|---|---|---|---|");
     for q in &queries {
         for system in &systems {
+            if q.sink == "pipe" && *system != "weir" {
+                continue;
+            }
             let key = (q.sink.to_string(), system.to_string());
             let (Some(r), Some(c), Some(m)) = (eps.get(&key), cpu.get(&key), rss.get(&key)) else {
                 println!(
@@ -215,7 +221,6 @@ fn run_once(
     let name = unique("nexmark");
     let (argv, group, env) = match system {
         "weir" => weir_job(dir.path(), &name, &input, &output, q, parallelism),
-        "flink" if q.sink == "pipe" => return Err("the pipe is weir's only".into()),
         "flink" => flink_job(dir.path(), &name, &input, &output, q, parallelism),
         other => return Err(format!("unknown system {other}")),
     };
