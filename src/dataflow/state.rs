@@ -151,7 +151,12 @@ pub struct KeyedStore {
     /// of every key. Deletions are left out, so that a key whose entries
     /// are replaced on every record (a session growing) does not pile up
     /// dead keys for every later scan to walk. Emptied at write-back.
+    /// Kept only for the tables in `indexed`: those scanned at least once
+    /// (a session window's), so that a table only ever read by key (a
+    /// tumbling window's) pays nothing for it.
     dirty_maps: std::collections::BTreeSet<Bytes>,
+    /// Per table id, whether `dirty_maps` covers it.
+    indexed: Vec<bool>,
     cache_limit: usize,
     /// The size of the last snapshot's changes file: the next one's buffer
     /// starts at it.
@@ -234,6 +239,7 @@ impl KeyedStore {
             cache: FxHashMap::default(),
             dirty: 0,
             dirty_maps: Default::default(),
+            indexed: Vec::new(),
             cache_limit: cache_limit.max(1),
             changes_bytes: 0,
         })
@@ -247,10 +253,18 @@ impl KeyedStore {
             .is_some_and(|t| t.kind == TableKind::Map)
     }
 
+    /// Whether `dirty_maps` covers the table of `full_key` (or a prefix).
+    fn is_indexed(&self, full_key: &[u8]) -> bool {
+        full_key
+            .get(2)
+            .and_then(|t| self.indexed.get(usize::from(*t)))
+            .is_some_and(|i| *i)
+    }
+
     /// Notes a put (or, `put` false, a deletion) of `full_key` for
     /// [`Self::scan`].
     fn note_write(&mut self, full_key: &[u8], put: bool) {
-        if !self.in_map_table(full_key) {
+        if !self.is_indexed(full_key) {
             return;
         }
         if !put {
@@ -438,6 +452,20 @@ impl KeyedStore {
     /// Entries whose full key starts with `prefix`, cache laid over RocksDB.
     pub(crate) fn scan(&mut self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let map_table = self.in_map_table(prefix);
+        if map_table && !self.is_indexed(prefix) {
+            // The table's first scan: index its cached puts once; writes
+            // keep the index from now on.
+            let table = usize::from(prefix[2]);
+            for (k, c) in &self.cache {
+                if c.dirty && c.value.is_some() && k.get(2) == Some(&prefix[2]) {
+                    self.dirty_maps.insert(k.clone());
+                }
+            }
+            if self.indexed.len() <= table {
+                self.indexed.resize(table + 1, false);
+            }
+            self.indexed[table] = true;
+        }
         let mut found: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
         let db = self.backend.db();
         for item in db.iterator_cf(
