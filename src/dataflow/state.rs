@@ -478,42 +478,41 @@ impl KeyedStore {
             if !k.starts_with(prefix) {
                 break;
             }
-            // A map table's stored entry the cache has changed: its
-            // cached value (none if deleted) wins.
-            match self.cache.get(&*k).filter(|c| map_table && c.dirty) {
+            // A stored entry the cache has changed: its cached value (none
+            // if deleted) wins.
+            match self.cache.get(&*k).filter(|c| c.dirty) {
                 Some(Cached { value: Some(v), .. }) => found.insert(k.to_vec(), v.to_vec()),
                 Some(Cached { value: None, .. }) => None,
                 None => found.insert(k.to_vec(), v.to_vec()),
             };
         }
+        // Entries put since the last write-back, which RocksDB may not hold
+        // yet: a map table's through its index, another's (an interactive
+        // query's rare scan) by walking the cache.
+        let put = |c: &Cached| match c {
+            Cached {
+                value: Some(v),
+                dirty: true,
+            } => Some(v.to_vec()),
+            _ => None,
+        };
         if map_table {
-            // Entries put since the last write-back, RocksDB's or new.
             use std::ops::Bound;
-            let put = self
+            let keys = self
                 .dirty_maps
                 .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
                 .take_while(|k| k.starts_with(prefix));
-            for k in put {
-                if let Some(Cached {
-                    value: Some(v),
-                    dirty: true,
-                }) = self.cache.get(k.as_slice())
-                {
-                    found.insert(k.to_vec(), v.to_vec());
+            for k in keys {
+                if let Some(v) = self.cache.get(k.as_slice()).and_then(put) {
+                    found.insert(k.to_vec(), v);
                 }
             }
         } else {
-            let mut overlaid: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
-                found.into_iter().map(|(k, v)| (k, Some(v))).collect();
-            for (k, c) in &self.cache {
-                if c.dirty && k.starts_with(prefix) {
-                    overlaid.insert(k.to_vec(), c.value.as_ref().map(|v| v.to_vec()));
+            for (k, c) in self.cache.iter().filter(|(k, _)| k.starts_with(prefix)) {
+                if let Some(v) = put(c) {
+                    found.insert(k.to_vec(), v);
                 }
             }
-            found = overlaid
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .collect();
         }
         Ok(found.into_iter().collect())
     }

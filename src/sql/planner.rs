@@ -1460,22 +1460,19 @@ impl Planner<'_> {
                             Some(c) => {
                                 // `price`, or `* FILTER (WHERE price > 10)`
                                 // for COUNT(*) FILTER (1 where it holds).
-                                let text = match call {
+                                let name = match call {
                                     E::Function(f) => {
                                         let arg = call_args(f, call)
                                             .ok()
                                             .and_then(|args| args.first().map(|a| a.to_string()))
                                             .unwrap_or_else(|| "*".into());
-                                        Some(match &f.filter {
+                                        let text = match &f.filter {
                                             Some(p) => format!("{arg} FILTER (WHERE {p})"),
                                             None => arg,
-                                        })
+                                        };
+                                        readable(text, format!("a{i}"))
                                     }
-                                    _ => None,
-                                };
-                                let name = match text {
-                                    Some(t) => readable(t, format!("a{i}")),
-                                    None => format!("a{i}"),
+                                    _ => format!("a{i}"),
                                 };
                                 arg_cols.push(Some(pre.len()));
                                 pre.push((name, c.clone(), None));
