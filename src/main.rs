@@ -66,9 +66,15 @@ fn main() -> ExitCode {
                     Err(_) => sql_problems(&c).err().unwrap_or(ExitCode::from(2)),
                 };
             }
-            match weir::pipelines::graph(&c) {
-                Ok(graph) => {
-                    print!("{}", graph.describe());
+            // A TOML pipeline: its plan, then the SQL it was compiled from.
+            match weir::pipelines::plan(&c) {
+                Ok(plan) => {
+                    print!("{}", plan.describe());
+                    let (job, _) = weir::pipelines::sql_job(&c);
+                    println!("sql ({})", job.origin);
+                    for line in job.text.lines() {
+                        println!("  {line}");
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

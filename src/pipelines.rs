@@ -1,10 +1,10 @@
 //! The TOML pipelines (`[pipeline] kind = "word-count" | "aggregate"`,
-//! with or without `[pipeline.window]`) as job graphs, built through the
-//! same API a Rust job uses ([`crate::dataflow::builder`]), so they run on
+//! with or without `[pipeline.window]`) as SQL, compiled onto job graphs
+//! by the same planner as `[pipeline] sql` ([`sql_job`]), so they run on
 //! the one engine in both modes.
 //!
 //! ```text
-//! word-count: source (text or JSON strings) → split-words → hash(key) → count → sink
+//! word-count: source (text or JSON strings) → UNNEST(WORDS(LOWER(line))) → hash(key) → COUNT(*) → sink
 //! aggregate:  source (key and field by JSON pointer) → hash(key) → f(value) → sink
 //! windowed:   ... → hash(key) → window aggregate (late records: dead letters) → sink
 //! ```
@@ -17,37 +17,59 @@
 //! `emit`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value as Json;
 
 use crate::config::{
     AggregateFunction, BadRecordPolicy, Config, EmitMode, LatePolicy, PipelineConfig, RecordFormat,
-    WindowEmit, SOURCE_UID,
+    SqlJob, SqlPipelineConfig, WindowEmit, SOURCE_UID,
 };
 use crate::dataflow::graph::RecordDecoder;
-use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
+use crate::dataflow::ops::aggregate::AggregateEmit;
 use crate::dataflow::prelude::*;
-use crate::error::Result;
+use crate::error::{Result, WeirError};
+use crate::sql::planner::{AggregateSettings, Catalog, CatalogSink, CatalogSource};
 use crate::time::timestamp::{normalize_pointer, TimestampExtractor};
 use crate::time::NO_TIMESTAMP;
+use crate::window::assign::WindowSpec;
 
 /// The sink's uid in every TOML pipeline's graph.
 pub const SINK_UID: &str = "sink";
 
-/// The job graph of `c`'s `[source]`, `[pipeline]` and `[sink]`.
+/// The job graph of `c`'s `[source]`, `[pipeline]` and `[sink]`, or of
+/// its SQL job.
 pub fn graph(c: &Config) -> Result<Graph> {
-    if let Some(sql) = &c.sql {
-        return crate::sql::plan(c).map(|p| p.graph).map_err(|errors| {
-            crate::error::WeirError::Graph {
-                job: c.job.name.clone(),
-                problems: errors
-                    .iter()
-                    .map(|e| e.render(&sql.origin, &sql.text))
-                    .collect(),
-            }
-        });
-    }
-    let job = JobBuilder::new(&c.job.name);
+    plan(c).map(|p| p.graph)
+}
+
+/// `c`'s job planned: a SQL job's statements, or a TOML pipeline's SQL
+/// ([`sql_job`]) over its catalog.
+pub fn plan(c: &Config) -> Result<crate::sql::Plan> {
+    let (job, catalog) = match &c.sql {
+        Some(sql) => (sql.clone(), Catalog::default()),
+        None => sql_job(c),
+    };
+    crate::sql::planner::plan_with(c, &job, catalog).map_err(|errors| WeirError::Graph {
+        job: c.job.name.clone(),
+        problems: errors
+            .iter()
+            .map(|e| e.render(&job.origin, &job.text))
+            .collect(),
+    })
+}
+
+/// The name a TOML pipeline's SQL gives its sink.
+const OUTPUT: &str = "output";
+
+/// A TOML pipeline as SQL, compiled by the same planner as `[pipeline]
+/// sql`. The catalog holds what its users know and SQL would write
+/// differently: its table's decoder (a text or JSON-string `line`, or a key
+/// and a number by JSON pointers, with their error messages), its sink
+/// (`{"key":"hello","count":3}` keyed by the word itself, a row per
+/// update), its operator's uid and checkpoint kind, and its emission.
+pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
+    let window = c.pipeline.window();
     let event_time =
         c.source.event_time.as_ref().map(|et| {
             TimestampExtractor::new(et.field.as_deref().map(normalize_pointer), et.format)
@@ -56,78 +78,52 @@ pub fn graph(c: &Config) -> Result<Graph> {
     // Late records go to the dead-letter topic as they were read: the
     // record travels with its rows, only then.
     let late_to = late_topic(c);
-    let keep_record = late_to.is_some();
-    let with_record = |mut fields: Vec<(&str, DataType)>| {
-        if keep_record {
-            fields.push(("record", DataType::Bytes));
-        }
-        Schema::of(&fields)
-    };
-    let keyed = match &c.pipeline {
-        PipelineConfig::WordCount { .. } => {
-            let decoder = Words {
-                json: c.source.format == RecordFormat::Json,
-                event_time,
-                keep_record,
-            };
-            let schema = with_record(vec![("line", DataType::String)]);
-            job.source(SOURCE_UID, source(c, &topics, schema, Arc::new(decoder)))
-                .split_words("split-words", "line", "key")
-                .key_by(&["key"])
-        }
-        PipelineConfig::Aggregate {
-            key,
-            field,
-            function,
-            ..
-        } => {
-            let decoder = Fields {
-                key: normalize_pointer(key),
-                field: field.as_deref().map(normalize_pointer),
-                function: *function,
-                event_time,
-                keep_record,
-            };
-            let schema = with_record(vec![("key", DataType::String), ("value", DataType::Double)]);
-            job.source(SOURCE_UID, source(c, &topics, schema, Arc::new(decoder)))
-                .key_by(&["key"])
-        }
+    let columns = Columns {
+        time: window.is_some(),
+        record: late_to.is_some(),
     };
     let function = match &c.pipeline {
         PipelineConfig::WordCount { .. } => AggregateFunction::Count,
         PipelineConfig::Aggregate { function, .. } => *function,
     };
-    let aggs = vec![agg(function)];
-    let uid = c.keyed_uid();
-    let results = match c.pipeline.window() {
-        None => {
-            let emit = match c.sink.emit {
-                EmitMode::EveryUpdate => AggregateEmit::EveryRow,
-                EmitMode::OnCheckpoint => AggregateEmit::OnCheckpoint {
-                    max_changed: c.state.cache_entries,
-                },
-            };
-            keyed.aggregate_emitting(&uid, aggs, emit)
-        }
-        Some(w) => {
-            let mut windowed = keyed
-                .window(w.spec())
-                .allowed_lateness(w.allowed_lateness)
-                .every_update(w.emit == WindowEmit::EveryUpdate);
-            if let Some(topic) = &late_to {
-                windowed = windowed
-                    .late_to(topic)
-                    .late_value("record")
-                    .late_origin("origin");
-            }
-            windowed.aggregate(&uid, aggs)
-        }
+    let (table, decoder, fields): (&str, Arc<dyn RecordDecoder>, _) = match &c.pipeline {
+        PipelineConfig::WordCount { .. } => (
+            "lines",
+            Arc::new(Words {
+                json: c.source.format == RecordFormat::Json,
+                event_time,
+                columns,
+            }),
+            vec![("line", DataType::String)],
+        ),
+        PipelineConfig::Aggregate { key, field, .. } => (
+            "records",
+            Arc::new(Fields {
+                key: normalize_pointer(key),
+                field: field.as_deref().map(normalize_pointer),
+                function,
+                event_time,
+                columns,
+            }),
+            vec![("key", DataType::String), ("value", DataType::Double)],
+        ),
     };
+    let schema = columns.schema(fields);
+    let mut catalog = Catalog::default();
+    catalog.sources.insert(
+        table.into(),
+        CatalogSource {
+            uid: SOURCE_UID.into(),
+            source: source(c, &topics, schema, decoder),
+            time: columns.time.then(|| TIME.into()),
+            dead_letter_topic: late_to.clone(),
+        },
+    );
     let sink = KafkaSink::results(&c.sink.topic, &["key"]).raw_key();
     // A window's result carries its last millisecond as its timestamp, as
     // it always has; a running aggregate's results are stamped by the
     // producer (in batch calls).
-    let sink = match c.pipeline.window() {
+    let sink = match window {
         Some(_) => sink,
         None => sink.without_timestamps(),
     };
@@ -136,7 +132,17 @@ pub fn graph(c: &Config) -> Result<Graph> {
         (BadRecordPolicy::DeadLetter, Some(topic)) => sink.too_large_to(topic),
         _ => sink,
     };
-    let kind = match (&c.pipeline, c.pipeline.window()) {
+    catalog.sinks.insert(
+        OUTPUT.into(),
+        CatalogSink {
+            uid: SINK_UID.into(),
+            topic: c.sink.topic.clone(),
+            sink,
+            mode: "each new result, keyed by the key as text (update-befores and deletions are not written)"
+                .into(),
+        },
+    );
+    let kind = match (&c.pipeline, window) {
         (PipelineConfig::WordCount { .. }, None) => "word-count".to_string(),
         (PipelineConfig::Aggregate { .. }, None) => format!("aggregate/{}", function.name()),
         (PipelineConfig::WordCount { .. }, Some(_)) => "word-count/window".to_string(),
@@ -144,10 +150,185 @@ pub fn graph(c: &Config) -> Result<Graph> {
             format!("aggregate/{}/window", function.name())
         }
     };
-    results
-        .with_kind(&format!("{KIND_PREFIX}{kind}"))
-        .sink(SINK_UID, sink);
-    job.build()
+    // The uids the graphs had before they were compiled from SQL, so that
+    // their checkpoints restore.
+    let planned = |node: &str| format!("{OUTPUT}.{node}");
+    catalog.uids.insert(
+        planned(if window.is_some() {
+            "window-aggregate"
+        } else {
+            "aggregate"
+        }),
+        c.keyed_uid(),
+    );
+    let unnest = match window {
+        Some(_) => format!("{WORDS}.unnest"),
+        None => planned("unnest"),
+    };
+    catalog.uids.insert(unnest, "split-words".into());
+    catalog.aggregate = AggregateSettings {
+        kind: Some(format!("{KIND_PREFIX}{kind}")),
+        emit: match c.sink.emit {
+            EmitMode::EveryUpdate => AggregateEmit::EveryRow,
+            EmitMode::OnCheckpoint => AggregateEmit::OnCheckpoint {
+                max_changed: c.state.cache_entries,
+            },
+        },
+        window_every_update: window.is_some_and(|w| w.emit == WindowEmit::EveryUpdate),
+        late_record: late_to.as_ref().map(|_| (RECORD.into(), ORIGIN.into())),
+    };
+    let job = SqlJob {
+        sources: Default::default(),
+        sinks: Default::default(),
+        pipeline: SqlPipelineConfig {
+            sql: None,
+            sql_file: None,
+            allowed_lateness: window.map_or(Duration::ZERO, |w| w.allowed_lateness),
+            on_late: if late_to.is_some() {
+                LatePolicy::DeadLetter
+            } else {
+                LatePolicy::Drop
+            },
+        },
+        text: sql_text(c, table, function, columns),
+        origin: format!(
+            "the SQL of [pipeline] kind = {:?}",
+            match c.pipeline {
+                PipelineConfig::WordCount { .. } => "word-count",
+                PipelineConfig::Aggregate { .. } => "aggregate",
+            }
+        ),
+    };
+    (job, catalog)
+}
+
+/// The statements of a TOML pipeline over its table `table`:
+///
+/// ```sql
+/// INSERT INTO output
+/// SELECT key, COUNT(*) AS "count"
+/// FROM lines CROSS JOIN UNNEST(WORDS(LOWER(line))) AS t(key)
+/// GROUP BY key
+/// ```
+///
+/// for word count; `SELECT key, SUM(value) AS "sum" FROM records GROUP BY
+/// key` for an aggregate; with a window, the same grouped by a window
+/// function's `window_start, window_end` over the table's `event_time`.
+fn sql_text(c: &Config, table: &str, function: AggregateFunction, columns: Columns) -> String {
+    let name = function.name();
+    let agg = match function {
+        AggregateFunction::Count => format!("COUNT(*) AS \"{name}\""),
+        _ => format!("{}(value) AS \"{name}\"", name.to_uppercase()),
+    };
+    let words = "CROSS JOIN UNNEST(WORDS(LOWER(line))) AS t(key)";
+    let word_count = matches!(c.pipeline, PipelineConfig::WordCount { .. });
+    let Some(w) = c.pipeline.window() else {
+        let from = if word_count {
+            format!("{table} {words}")
+        } else {
+            table.to_string()
+        };
+        return format!("INSERT INTO {OUTPUT}\nSELECT key, {agg}\nFROM {from}\nGROUP BY key\n");
+    };
+    let mut text = String::new();
+    let windowed = if word_count {
+        // The view's columns in the order UNNEST gives them: no map.
+        let mut kept = vec![TIME];
+        if columns.record {
+            kept.extend([RECORD, ORIGIN]);
+        }
+        text.push_str(&format!(
+            "CREATE VIEW {WORDS} AS\nSELECT {}, key\nFROM {table} {words};\n",
+            kept.join(", ")
+        ));
+        WORDS
+    } else {
+        table
+    };
+    let iv = |ms: i64| format!("INTERVAL '{ms}' MILLISECOND");
+    let offset = |ms: i64| {
+        if ms == 0 {
+            String::new()
+        } else {
+            format!(", {}", iv(ms))
+        }
+    };
+    let tvf = match w.spec() {
+        WindowSpec::Tumbling { size, offset: o } => format!(
+            "TUMBLE(TABLE {windowed}, DESCRIPTOR({TIME}), {}{})",
+            iv(size),
+            offset(o)
+        ),
+        WindowSpec::Hopping {
+            size,
+            slide,
+            offset: o,
+        } => format!(
+            "HOP(TABLE {windowed}, DESCRIPTOR({TIME}), {}, {}{})",
+            iv(slide),
+            iv(size),
+            offset(o)
+        ),
+        WindowSpec::Cumulate {
+            step,
+            size,
+            offset: o,
+        } => format!(
+            "CUMULATE(TABLE {windowed}, DESCRIPTOR({TIME}), {}, {}{})",
+            iv(step),
+            iv(size),
+            offset(o)
+        ),
+        WindowSpec::Session { gap } => format!(
+            "SESSION(TABLE {windowed} PARTITION BY key, DESCRIPTOR({TIME}), {})",
+            iv(gap)
+        ),
+    };
+    text.push_str(&format!(
+        "INSERT INTO {OUTPUT}\nSELECT key, window_start, window_end, {agg}\nFROM TABLE({tvf})\nGROUP BY key, window_start, window_end\n"
+    ));
+    text
+}
+
+/// Windowed word count's view of the words.
+const WORDS: &str = "words";
+/// A windowed pipeline's event-time column (the decoder's time).
+const TIME: &str = "event_time";
+/// The record as read, for late records' dead letters.
+const RECORD: &str = "record";
+/// The record's origin (`KafkaSource::with_origin`), likewise.
+const ORIGIN: &str = "origin";
+
+/// The columns a TOML pipeline's decoder adds after its own.
+#[derive(Debug, Clone, Copy)]
+struct Columns {
+    /// `event_time`: windows read it.
+    time: bool,
+    /// `record`: the value as read.
+    record: bool,
+}
+
+impl Columns {
+    fn schema(self, mut fields: Vec<(&str, DataType)>) -> Schema {
+        if self.time {
+            fields.push((TIME, DataType::Timestamp));
+        }
+        if self.record {
+            fields.push((RECORD, DataType::Bytes));
+        }
+        Schema::of(&fields)
+    }
+
+    /// A decoded row: `values`, then the time and the record as asked.
+    fn row(self, mut values: Vec<Value>, time: i64, payload: &[u8]) -> Row {
+        if self.time {
+            values.push(Value::Timestamp(time));
+        }
+        if self.record {
+            values.push(Value::Bytes(payload.to_vec()));
+        }
+        Row::insert(values)
+    }
 }
 
 /// How checkpoints name a TOML pipeline's keyed node: `pipeline:` and
@@ -207,24 +388,6 @@ fn late_topic(c: &Config) -> Option<String> {
     })
 }
 
-/// The aggregate of the value column (1), named by its function, as the
-/// output has always named it (`"count"`, `"sum"`, ...).
-fn agg(function: AggregateFunction) -> Agg {
-    let (function, column) = match function {
-        AggregateFunction::Count => (AggFunction::Count, None),
-        AggregateFunction::Sum => (AggFunction::Sum, Some(1)),
-        AggregateFunction::Min => (AggFunction::Min, Some(1)),
-        AggregateFunction::Max => (AggFunction::Max, Some(1)),
-        AggregateFunction::Avg => (AggFunction::Avg, Some(1)),
-    };
-    Agg {
-        function,
-        column,
-        name: function.name().into(),
-        distinct: false,
-    }
-}
-
 /// Event time of a record: from the JSON value's field, or the Kafka
 /// timestamp; [`NO_TIMESTAMP`] without `[source.event_time]`.
 fn event_time(
@@ -238,21 +401,11 @@ fn event_time(
     }
 }
 
-/// A decoded row, followed by the value as read when late records need it
-/// (`keep_record`: the `record` column).
-fn row(mut values: Vec<Value>, keep_record: bool, payload: &[u8]) -> Row {
-    if keep_record {
-        values.push(Value::Bytes(payload.to_vec()));
-    }
-    Row::insert(values)
-}
-
 /// `word-count`: a text value, or a JSON string, as one `line`.
 struct Words {
     json: bool,
     event_time: Option<TimestampExtractor>,
-    /// A second column with the value as read (late records' dead letters).
-    keep_record: bool,
+    columns: Columns,
 }
 
 impl RecordDecoder for Words {
@@ -282,10 +435,7 @@ impl RecordDecoder for Words {
                 event_time(self.event_time.as_ref(), None, kafka_ts)?,
             )
         };
-        Ok((
-            row(vec![Value::String(line)], self.keep_record, payload),
-            ts,
-        ))
+        Ok((self.columns.row(vec![Value::String(line)], ts, payload), ts))
     }
 }
 
@@ -296,7 +446,7 @@ struct Fields {
     field: Option<String>,
     function: AggregateFunction,
     event_time: Option<TimestampExtractor>,
-    keep_record: bool,
+    columns: Columns,
 }
 
 impl RecordDecoder for Fields {
@@ -344,11 +494,8 @@ impl RecordDecoder for Fields {
         };
         let ts = event_time(self.event_time.as_ref(), Some(&v), kafka_ts)?;
         Ok((
-            row(
-                vec![Value::String(k), Value::Double(value)],
-                self.keep_record,
-                payload,
-            ),
+            self.columns
+                .row(vec![Value::String(k), Value::Double(value)], ts, payload),
             ts,
         ))
     }
@@ -364,9 +511,14 @@ mod tests {
             field: Some("/amount".into()),
             function,
             event_time: None,
-            keep_record: false,
+            columns: NO_COLUMNS,
         }
     }
+
+    const NO_COLUMNS: Columns = Columns {
+        time: false,
+        record: false,
+    };
 
     #[test]
     fn aggregate_records_decode_by_pointer_with_the_messages_users_know() {
@@ -395,7 +547,7 @@ mod tests {
         let text = Words {
             json: false,
             event_time: None,
-            keep_record: false,
+            columns: NO_COLUMNS,
         };
         let (row, ts) = text.decode(Some(b"Hello world"), Some(5)).unwrap();
         assert_eq!(
@@ -409,7 +561,10 @@ mod tests {
         let json = Words {
             json: true,
             event_time: None,
-            keep_record: true,
+            columns: Columns {
+                time: false,
+                record: true,
+            },
         };
         assert_eq!(
             json.decode(Some(br#""a b""#), None).unwrap().0.values[0].as_str(),
@@ -419,5 +574,86 @@ mod tests {
             .decode(Some(b"{}"), None)
             .unwrap_err()
             .contains("not a string"));
+    }
+
+    fn load(pipeline: &str, source: &str) -> Config {
+        let text = format!(
+            "[job]\nname = \"p\"\n[kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\ngroup_id = \"p\"\n\
+             [checkpoint]\ndir = \"/tmp/weir-p/c\"\n[state]\ndir = \"/tmp/weir-p/s\"\n\
+             [source]\ntopics = [\"in\"]\n{source}\n[pipeline]\n{pipeline}\n[sink]\ntopic = \"out\"\n"
+        );
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        Config::load_with_env(f.path(), Some(Default::default())).unwrap()
+    }
+
+    /// Each node's uid and kind, in order.
+    fn nodes(c: &Config) -> Vec<(String, String)> {
+        graph(c)
+            .unwrap()
+            .nodes
+            .iter()
+            .map(|n| (n.uid.clone(), n.kind.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn toml_pipelines_compile_from_sql_onto_the_nodes_their_checkpoints_name() {
+        let n = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(u, k)| (u.to_string(), k.to_string()))
+                .collect()
+        };
+        let wc = load("kind = \"word-count\"", "");
+        assert!(sql_job(&wc)
+            .0
+            .text
+            .contains("FROM lines CROSS JOIN UNNEST(WORDS(LOWER(line))) AS t(key)"));
+        assert_eq!(
+            nodes(&wc),
+            n(&[
+                ("kafka-source", "kafka-source"),
+                ("split-words", "flat-map"),
+                ("word-count", "pipeline:word-count"),
+                ("sink", "kafka-sink"),
+            ])
+        );
+        // A windowed word count with late records to the dead-letter
+        // topic: the words carry the record and its origin, not the line.
+        let windowed = load(
+            "kind = \"word-count\"\n[pipeline.window]\nkind = \"tumbling\"\nsize = \"10s\"\non_late = \"dead-letter\"",
+            "on_bad_record = \"dead-letter\"\ndead_letter_topic = \"dlq\"\n[source.event_time]\nmax_out_of_orderness = \"1s\"",
+        );
+        let g = graph(&windowed).unwrap();
+        let words = &g.nodes[1];
+        assert_eq!(words.uid, "split-words");
+        let names: Vec<&str> = words
+            .schema
+            .fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, ["event_time", "record", "origin", "key"]);
+        assert_eq!(
+            (g.nodes[2].uid.as_str(), g.nodes[2].kind.as_str()),
+            ("word-count-tumbling-10s", "pipeline:word-count/window")
+        );
+        let sum = load(
+            "kind = \"aggregate\"\nkey = \"/user\"\nfield = \"/amount\"\nfunction = \"sum\"",
+            "format = \"json\"",
+        );
+        assert!(sql_job(&sum)
+            .0
+            .text
+            .contains("SELECT key, SUM(value) AS \"sum\"\nFROM records\nGROUP BY key"));
+        assert_eq!(
+            nodes(&sum),
+            n(&[
+                ("kafka-source", "kafka-source"),
+                ("aggregate-sum-amount-by-user", "pipeline:aggregate/sum"),
+                ("sink", "kafka-sink"),
+            ])
+        );
     }
 }

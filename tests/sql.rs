@@ -240,7 +240,7 @@ fn word_count_in_sql_gives_what_the_built_in_word_count_gives() {
     create_topic(&builtin_out, 2);
     create_topic(&sql_out, 2);
     // Words in mixed case between spaces, tabs and ideographic spaces.
-    let (lines, _) = weir_testkit::word_lines(11, 3000, 8, 500);
+    let (lines, expected) = weir_testkit::word_lines(11, 3000, 8, 500);
     weir_testkit::produce(&input, 2, &lines);
 
     let mut builtin =
@@ -316,6 +316,13 @@ GROUP BY word";
         .collect();
     let want: BTreeMap<String, u64> = want.into_iter().collect();
     assert!(want.len() > 100, "the input has many words");
+    // The built-in pipeline is SQL too (its own, over its own decoder):
+    // both are held to the counts of the input as generated.
+    let expected: BTreeMap<String, u64> = expected.into_iter().collect();
+    assert_eq!(
+        want, expected,
+        "the built-in word count against the input's counts"
+    );
     assert_eq!(
         got,
         want,
@@ -501,6 +508,55 @@ fn plan_of(sql: &str, pipeline_extra: &str) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&v.stderr).into_owned(),
         String::from_utf8_lossy(&e.stdout).into_owned(),
     )
+}
+
+#[test]
+fn unnest_carries_only_the_columns_the_select_reads() {
+    // The url is split, and only the parts and the auction go on: the
+    // url, the price and the rest are not copied into every part's row.
+    let some = "INSERT INTO out SELECT auction, part, COUNT(*) AS n
+FROM bid CROSS JOIN UNNEST(SPLIT(url, '/')) AS t(part)
+WHERE CHAR_LENGTH(part) > 0
+GROUP BY auction, part;
+INSERT INTO out2 SELECT * FROM bid CROSS JOIN UNNEST(SPLIT(url, '/')) AS t(part)";
+    let (code, err, plan) = plan_of(some, "");
+    assert_eq!(code, Some(0), "{err}");
+    let unnest = |uid: &str| {
+        plan.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{uid} (flat-map)")))
+            .unwrap_or_else(|| panic!("{uid} in:\n{plan}"))
+            .split_once(": ")
+            .map(|(_, schema)| schema.to_string())
+            .unwrap()
+    };
+    assert_eq!(unnest("out.unnest"), "auction BIGINT, part VARCHAR");
+    // `SELECT *` reads every column.
+    assert!(
+        unnest("out2.unnest").starts_with(
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR"
+        ),
+        "{plan}"
+    );
+    // A TOML word count is this SQL over its own table: its line is not
+    // carried past the split, and its nodes keep the uids its checkpoints
+    // name.
+    let dir = tempfile::tempdir().unwrap();
+    let config = weir_testkit::JobSpec::word_count(dir.path(), "in", "out").write();
+    let e = Command::new(weir())
+        .args(["explain", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&e.stdout);
+    assert!(e.status.success(), "{text}");
+    for want in [
+        "split-words (flat-map) <- kafka-source[0] forward: key VARCHAR\n",
+        "word-count (pipeline:word-count) <- split-words[0] hash(key): key VARCHAR, count BIGINT\n",
+        "sink (kafka-sink) <- word-count[0] forward",
+        "FROM lines CROSS JOIN UNNEST(WORDS(LOWER(line))) AS t(key)",
+    ] {
+        assert!(text.contains(want), "{want:?} in:\n{text}");
+    }
 }
 
 #[test]

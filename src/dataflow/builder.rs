@@ -109,6 +109,17 @@ impl KafkaSource {
         self
     }
 
+    /// The columns of its rows: the schema, then the origin column if any.
+    pub fn columns(&self) -> Schema {
+        let mut schema = self.schema.clone();
+        if let Some(column) = &self.origin {
+            let mut fields = schema.fields.clone();
+            fields.push(Field::new(column, RecordOrigin::data_type()));
+            schema = Schema::new(fields);
+        }
+        schema
+    }
+
     pub fn start(mut self, start: StartPosition) -> Self {
         self.start = start;
         self
@@ -348,12 +359,7 @@ impl JobBuilder {
                 idle_timeout_ms: idle.as_millis() as u64,
             })
         });
-        let mut schema = source.schema;
-        if let Some(column) = &source.origin {
-            let mut fields = schema.fields.clone();
-            fields.push(Field::new(column, RecordOrigin::data_type()));
-            schema = Schema::new(fields);
-        }
+        let schema = source.columns();
         let spec = SourceSpec {
             topics: source.topics,
             format: source.format,

@@ -413,13 +413,34 @@ pub fn call(name: &str, args: Vec<Compiled>, e: &E) -> Result<Compiled> {
             arity(name, &args, 1..=1, e)?;
             s(&args, 0)?;
             let up = name == "UPPER";
-            strict(T::String, args, move |v| {
-                Ok(Value::String(if up {
-                    text(&v[0]).to_uppercase()
-                } else {
-                    text(&v[0]).to_lowercase()
-                }))
-            })
+            // The argument's value is this call's own: ASCII text changes
+            // case in place, without a second copy.
+            let f = args[0].eval.clone();
+            let constant = args[0].constant.is_some();
+            let c = Compiled {
+                eval: Arc::new(move |row| match f(row)? {
+                    Value::String(mut t) if t.is_ascii() => {
+                        if up {
+                            t.make_ascii_uppercase()
+                        } else {
+                            t.make_ascii_lowercase()
+                        }
+                        Ok(Value::String(t))
+                    }
+                    Value::String(t) => Ok(Value::String(if up {
+                        t.to_uppercase()
+                    } else {
+                        t.to_lowercase()
+                    })),
+                    _ => Ok(Value::Null),
+                }),
+                ty: Ty::Data(T::String),
+                constant: None,
+            };
+            match (constant, (c.eval)(&[])) {
+                (true, Ok(v)) => Compiled::constant(v, c.ty),
+                _ => c,
+            }
         }
         "TRIM" | "LTRIM" | "RTRIM" | "BTRIM" => {
             arity(name, &args, 1..=2, e)?;
@@ -567,6 +588,20 @@ pub fn call(name: &str, args: Vec<Compiled>, e: &E) -> Result<Compiled> {
                     x.split(sep).map(|p| Value::String(p.to_string())).collect()
                 };
                 Ok(Value::List(parts))
+            })
+        }
+        "WORDS" => {
+            // The words of a text, split on Unicode whitespace (runs of it
+            // and the ends make no empty words): word count's split.
+            arity(name, &args, 1..=1, e)?;
+            s(&args, 0)?;
+            strict(T::List(Box::new(T::String)), args, |v| {
+                Ok(Value::List(
+                    text(&v[0])
+                        .split_whitespace()
+                        .map(|w| Value::String(w.to_string()))
+                        .collect(),
+                ))
             })
         }
         "REGEXP_EXTRACT" => {
@@ -1178,5 +1213,48 @@ mod tests {
             "{}",
             refused.message
         );
+    }
+
+    #[test]
+    fn words_split_on_unicode_whitespace_without_empty_words() {
+        let e = E::Identifier(sqlparser::ast::Ident::new("line"));
+        let f = call("WORDS", vec![Compiled::column(0, DataType::String)], &e).unwrap();
+        assert_eq!(f.ty, Ty::Data(DataType::List(Box::new(DataType::String))));
+        let words = |s: &str| match (f.eval)(&[Value::from(s)]) {
+            Ok(Value::List(l)) => l
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            words("  Hello\u{3000}WORLD\t hello\u{a0}Ünï "),
+            ["Hello", "WORLD", "hello", "Ünï"]
+        );
+        assert!(words(" \t ").is_empty());
+        assert_eq!((f.eval)(&[Value::Null]), Ok(Value::Null));
+    }
+
+    #[test]
+    fn lower_and_upper_change_case_in_place_for_ascii_and_by_unicode_otherwise() {
+        let e = E::Identifier(sqlparser::ast::Ident::new("s"));
+        let column = || Compiled::column(0, DataType::String);
+        let lower = call("LOWER", vec![column()], &e).unwrap();
+        let upper = call("UPPER", vec![column()], &e).unwrap();
+        let on = |c: &Compiled, s: &str| (c.eval)(&[Value::from(s)]).unwrap();
+        assert_eq!(on(&lower, "Hello WORLD"), Value::from("hello world"));
+        assert_eq!(on(&lower, "ÀÉ İx"), Value::from("àé i\u{307}x"));
+        assert_eq!(on(&upper, "straße"), Value::from("STRASSE"));
+        assert_eq!((lower.eval)(&[Value::Null]), Ok(Value::Null));
+        let folded = call(
+            "LOWER",
+            vec![Compiled::constant(
+                Value::from("AB"),
+                Ty::Data(DataType::String),
+            )],
+            &e,
+        )
+        .unwrap();
+        assert_eq!(folded.constant, Some(Value::from("ab")));
     }
 }

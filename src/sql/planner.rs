@@ -38,7 +38,7 @@ use super::schema::parse_schema;
 use super::{note_eval_error, SqlError};
 use crate::config::{BadRecordPolicy, Config, LatePolicy, RecordFormat, SqlJob};
 use crate::dataflow::graph::RecordDecoder;
-use crate::dataflow::ops::aggregate::{Agg, AggFunction};
+use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
 use crate::dataflow::prelude::*;
 use crate::time::NO_TIMESTAMP;
 
@@ -47,6 +47,9 @@ pub struct Plan {
     pub graph: Graph,
     /// Per sink: its name, topic, and changelog mode as `weir explain` says it.
     pub sinks: Vec<(String, String, String)>,
+    /// The aggregates whose results are updating (running aggregates, and
+    /// windows that update a fired result): the nodes after them are too.
+    pub updating: std::collections::BTreeSet<String>,
 }
 
 impl Plan {
@@ -57,12 +60,12 @@ impl Plan {
         let g = &self.graph;
         let mut out = g.describe();
         out.push_str("operators\n");
-        // Nodes come in order (every edge goes forward): a running
+        // Nodes come in order (every edge goes forward): an updating
         // aggregate makes a stream updating, and what follows it stays so.
         let mut updating = vec![false; g.nodes.len()];
         for (i, n) in g.nodes.iter().enumerate() {
             let from_updating = g.inputs(i).any(|e| updating[e.from]);
-            updating[i] = from_updating || n.kind.starts_with("aggregate/");
+            updating[i] = from_updating || self.updating.contains(&n.uid);
             let changelog = if updating[i] {
                 "updating (insert, update-before, update-after, delete)"
             } else {
@@ -85,6 +88,60 @@ impl Plan {
         }
         out
     }
+}
+
+/// What a caller gives the planner besides a configuration's
+/// `[sources.*]` and `[sinks.*]`: how a TOML pipeline
+/// ([`crate::pipelines`]) is compiled from its SQL. Its tables keep their
+/// own decoders (JSON pointers, a text or JSON-string line), its sink the
+/// output its users know (the word as the Kafka key, a row per update),
+/// and its aggregate the uid, kind and emission its checkpoints and
+/// output have always had; the computation between them is the SQL's.
+#[derive(Default)]
+pub struct Catalog {
+    pub sources: BTreeMap<String, CatalogSource>,
+    pub sinks: BTreeMap<String, CatalogSink>,
+    pub aggregate: AggregateSettings,
+    /// Uids the caller gives nodes, by the uid the planner would give
+    /// them (`output.aggregate`): what a checkpoint written before the
+    /// job was SQL names them.
+    pub uids: BTreeMap<String, String>,
+}
+
+/// A table read by a source the caller built.
+pub struct CatalogSource {
+    pub uid: String,
+    pub source: KafkaSource,
+    /// The column with each row's event time (the decoder fills it with
+    /// the time it gives the row), for window functions' DESCRIPTOR.
+    pub time: Option<String>,
+    /// Where a window over this table sends late records.
+    pub dead_letter_topic: Option<String>,
+}
+
+/// A sink the caller built: `INSERT INTO` its name writes the rows to it
+/// as they are.
+pub struct CatalogSink {
+    pub uid: String,
+    pub topic: String,
+    pub sink: KafkaSink,
+    /// What `weir explain` says of it.
+    pub mode: String,
+}
+
+/// How the aggregates of a job run, where not as Flink SQL's do.
+#[derive(Default)]
+pub struct AggregateSettings {
+    /// The checkpoint kind of the job's first aggregate.
+    pub kind: Option<String>,
+    /// When a running aggregate emits (default: on every change).
+    pub emit: AggregateEmit,
+    /// A window emits its result so far on every row, not once at its end.
+    pub window_every_update: bool,
+    /// A late record's dead letter is the bytes of the first column, with
+    /// the Kafka key and origin of the second (a source's origin column),
+    /// not the row as JSON.
+    pub late_record: Option<(String, String)>,
 }
 
 /// A relation as planned so far: the stream that carries it and what its
@@ -127,6 +184,12 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
         .sql
         .as_ref()
         .ok_or_else(|| vec![SqlError::general("the configuration has no [pipeline] sql")])?;
+    plan_with(config, job, Catalog::default())
+}
+
+/// Compiles `job`'s statements over its own tables and sinks and those of
+/// `catalog`.
+pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan, Vec<SqlError>> {
     let text = blank_table_keywords(&job.text);
     let statements = Parser::new(&GenericDialect {})
         .try_with_sql(&text)
@@ -143,6 +206,8 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
         uids: BTreeMap::new(),
         errors: Vec::new(),
         sinks: Vec::new(),
+        catalog,
+        updating: Default::default(),
     };
     for s in &statements {
         if let Err(e) = planner.statement(s) {
@@ -164,6 +229,7 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
     let Planner {
         job: builder,
         sinks,
+        updating,
         ..
     } = planner;
     let graph = builder.build().map_err(|e| match e {
@@ -172,7 +238,11 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
         }
         other => vec![SqlError::general(other.to_string())],
     })?;
-    Ok(Plan { graph, sinks })
+    Ok(Plan {
+        graph,
+        sinks,
+        updating,
+    })
 }
 
 /// sqlparser's "... at Line: 3, Column: 12" as a located error.
@@ -233,6 +303,9 @@ struct Planner<'a> {
     uids: BTreeMap<String, usize>,
     errors: Vec<SqlError>,
     sinks: Vec<(String, String, String)>,
+    catalog: Catalog,
+    /// Uids of the aggregates whose results are updating.
+    updating: std::collections::BTreeSet<String>,
 }
 
 fn name_of(name: &ast::ObjectName) -> String {
@@ -246,6 +319,8 @@ fn name_of(name: &ast::ObjectName) -> String {
 impl Planner<'_> {
     /// A uid for a new node: `base`, then `base-2`, ... if taken.
     fn uid(&mut self, base: &str) -> String {
+        let given = self.catalog.uids.remove(base);
+        let base = given.as_deref().unwrap_or(base);
         let base: String = base
             .chars()
             .map(|c| {
@@ -284,13 +359,26 @@ impl Planner<'_> {
                     return Err(SqlError::at(s.span(), "INSERT INTO names a [sinks.NAME]"));
                 };
                 let name = name_of(table);
-                let Some((sink_name, sink)) = self
-                    .sql
+                let sql = self.sql;
+                let catalog_sink = self
+                    .catalog
+                    .sinks
+                    .keys()
+                    .find(|n| n.eq_ignore_ascii_case(&name))
+                    .cloned();
+                let config_sink = sql
                     .sinks
                     .iter()
                     .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+                    .map(|(n, c)| (n.clone(), Some(c)));
+                let Some((sink_name, sink)) = config_sink.or(catalog_sink.map(|n| (n, None)))
                 else {
-                    let known: Vec<&str> = self.sql.sinks.keys().map(String::as_str).collect();
+                    let known: Vec<&str> = sql
+                        .sinks
+                        .keys()
+                        .chain(self.catalog.sinks.keys())
+                        .map(String::as_str)
+                        .collect();
                     let hint = super::expr::nearest(&name, known.iter().copied())
                         .map_or(String::new(), |n| format!("; did you mean {n:?}?"));
                     return Err(SqlError::at(
@@ -298,7 +386,7 @@ impl Planner<'_> {
                         format!("no sink {name:?}: INSERT INTO names a [sinks.NAME] of the configuration ({}){hint}", known.join(", ")),
                     ));
                 };
-                if self.sinks.iter().any(|(n, _, _)| n == sink_name) {
+                if self.sinks.iter().any(|(n, _, _)| *n == sink_name) {
                     return Err(SqlError::at(
                         table.span(),
                         format!("sink {sink_name:?} is written by two INSERT statements; write one (a UNION ALL of both)"),
@@ -313,8 +401,23 @@ impl Planner<'_> {
                 let Some(query) = &insert.source else {
                     return Err(SqlError::at(s.span(), "INSERT INTO needs a SELECT"));
                 };
-                let rel = self.query(query, sink_name)?;
-                self.sink(sink_name, sink, rel, query)
+                let rel = self.query(query, &sink_name)?;
+                match sink {
+                    Some(sink) => self.sink(&sink_name, sink, rel, query),
+                    None => {
+                        let c = &self.catalog.sinks[&sink_name];
+                        let (uid, topic, mode, kafka_sink) = (
+                            c.uid.clone(),
+                            c.topic.clone(),
+                            c.mode.clone(),
+                            c.sink.clone(),
+                        );
+                        let uid = self.uid(&uid);
+                        rel.stream.sink(&uid, kafka_sink);
+                        self.sinks.push((sink_name, topic, mode));
+                        Ok(())
+                    }
+                }
             }
             _ => Err(SqlError::at(
                 s.span(),
@@ -510,7 +613,7 @@ impl Planner<'_> {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
         else {
-            return Ok(None);
+            return Ok(self.catalog_source(name));
         };
         let source_name = source_name.clone();
         let fail =
@@ -600,6 +703,50 @@ impl Planner<'_> {
         Ok(Some(rel))
     }
 
+    /// A table of the catalog, planned on first use.
+    fn catalog_source(&mut self, name: &str) -> Option<Rel> {
+        let (n, c) = self
+            .catalog
+            .sources
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))?;
+        let (n, source, uid) = (n.clone(), c.source.clone(), c.uid.clone());
+        let columns: Vec<ScopeColumn> = source
+            .columns()
+            .fields
+            .iter()
+            .map(|f| ScopeColumn {
+                name: f.name.clone(),
+                qualifier: Some(n.clone()),
+                ty: f.data_type.clone(),
+            })
+            .collect();
+        let time = c
+            .time
+            .as_ref()
+            .and_then(|t| columns.iter().position(|x| x.name.eq_ignore_ascii_case(t)));
+        let uid = self.uid(&uid);
+        let stream = self.job.source(&uid, source);
+        let rel = Rel {
+            stream,
+            columns,
+            updating: None,
+            time,
+            source: Some(n),
+            window: None,
+        };
+        self.sources.insert(name.to_ascii_lowercase(), rel.clone());
+        Some(rel)
+    }
+
+    /// The dead-letter topic of the source `name`, if it has one.
+    fn dead_letter_topic(&self, name: &str) -> Option<String> {
+        match self.sql.sources.get(name) {
+            Some(s) => s.dead_letter_topic.clone(),
+            None => self.catalog.sources.get(name)?.dead_letter_topic.clone(),
+        }
+    }
+
     /// FROM: one relation, a window function over one, or a relation
     /// with `CROSS JOIN UNNEST(...)`.
     fn from(
@@ -620,7 +767,8 @@ impl Planner<'_> {
             });
         };
         let (mut rel, tvf) = self.table_factor(&twj.relation, name)?;
-        for j in &twj.joins {
+        for (i, j) in twj.joins.iter().enumerate() {
+            let mentioned = mentioned(select, &twj.joins[i + 1..]);
             match (&j.join_operator, &j.relation) {
                 (
                     JoinOperator::CrossJoin(_) | JoinOperator::CrossApply,
@@ -631,7 +779,14 @@ impl Planner<'_> {
                         ..
                     },
                 ) if tvf.is_none() => {
-                    rel = self.unnest(rel, alias.as_ref(), array_exprs, j.relation.span(), name)?;
+                    rel = self.unnest(
+                        rel,
+                        alias.as_ref(),
+                        array_exprs,
+                        j.relation.span(),
+                        name,
+                        mentioned.as_ref(),
+                    )?;
                 }
                 _ => {
                     return Err(SqlError::at(
@@ -644,6 +799,10 @@ impl Planner<'_> {
         Ok((rel, tvf))
     }
 
+    /// `CROSS JOIN UNNEST(array)`: a row per item, with the columns of
+    /// `rel` that the SELECT mentions (`mentioned`; all of them when None)
+    /// and then the item. A column no later clause can read is not copied
+    /// into every item's row: word count's line is not.
     fn unnest(
         &mut self,
         rel: Rel,
@@ -651,6 +810,7 @@ impl Planner<'_> {
         arrays: &[E],
         span: sqlparser::tokenizer::Span,
         name: &str,
+        mentioned: Option<&std::collections::BTreeSet<String>>,
     ) -> Result<Rel, SqlError> {
         if rel.updating.is_some() {
             return Err(SqlError::at(
@@ -671,7 +831,13 @@ impl Planner<'_> {
             .and_then(|a| a.columns.first())
             .map(|c| c.name.value.clone())
             .unwrap_or_else(|| "EXPR$0".into());
-        let mut columns = rel.columns.clone();
+        let keep: Vec<usize> = (0..rel.columns.len())
+            .filter(|i| {
+                mentioned.is_none_or(|m| m.contains(&rel.columns[*i].name.to_ascii_lowercase()))
+            })
+            .collect();
+        let moved = |c: usize| keep.iter().position(|k| *k == c);
+        let mut columns: Vec<ScopeColumn> = keep.iter().map(|k| rel.columns[*k].clone()).collect();
         columns.push(ScopeColumn {
             name: column,
             qualifier: alias_name,
@@ -681,12 +847,51 @@ impl Planner<'_> {
         let uid = self.uid(&format!("{name}.unnest"));
         let f = c.eval;
         let op = uid.clone();
+        let time = rel.time.and_then(moved);
+        let window = rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?)));
+        // UNNEST(WORDS(s)) splits s as it emits, without an array between.
+        let words = match array {
+            E::Function(w) if function_name(w).eq_ignore_ascii_case("WORDS") => {
+                match call_args(w, array)?.as_slice() {
+                    [text] => Some(compile(text, &mut Scope::plain(&rel.columns))?.eval),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(text) = words {
+            let op = uid.clone();
+            let stream = rel
+                .stream
+                .flat_map(&uid, schema, move |v, emit| match text(v) {
+                    Ok(Value::String(s)) => {
+                        for w in s.split_whitespace() {
+                            let mut row = Vec::with_capacity(keep.len() + 2);
+                            row.extend(keep.iter().map(|k| v[*k].clone()));
+                            row.push(Value::String(w.to_string()));
+                            emit(row);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => note_eval_error(&op, &e),
+                });
+            return Ok(Rel {
+                stream,
+                columns,
+                time,
+                window,
+                ..rel
+            });
+        }
         let stream = rel
             .stream
             .flat_map(&uid, schema, move |v, emit| match f(v) {
                 Ok(Value::List(items)) => {
                     for i in items {
-                        let mut row = v.to_vec();
+                        // Room for one more column: an aggregate keyed by
+                        // these appends its result in place.
+                        let mut row = Vec::with_capacity(keep.len() + 2);
+                        row.extend(keep.iter().map(|k| v[*k].clone()));
                         row.push(i);
                         emit(row);
                     }
@@ -697,6 +902,8 @@ impl Planner<'_> {
         Ok(Rel {
             stream,
             columns,
+            time,
+            window,
             ..rel
         })
     }
@@ -713,6 +920,7 @@ impl Planner<'_> {
                 .sql
                 .sources
                 .keys()
+                .chain(self.catalog.sources.keys())
                 .chain(self.views.keys())
                 .cloned()
                 .collect();
@@ -1340,6 +1548,9 @@ impl Planner<'_> {
             Ok(Compiled::column(base + calls.len() - 1, t))
         };
         let mut outputs = Vec::new();
+        // The items that are an aggregate call as it is: they pass
+        // through too (resolved once every call is collected).
+        let mut direct_calls: Vec<Option<&E>> = Vec::new();
         for item in &s.projection {
             match item {
                 SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
@@ -1370,6 +1581,7 @@ impl Planner<'_> {
                         }
                     });
                     outputs.push((n, c, through));
+                    direct_calls.push(matches!(e, E::Function(_)).then_some(e));
                 }
                 other => return Err(SqlError::at(
                     other.span(),
@@ -1392,6 +1604,14 @@ impl Planner<'_> {
                 Some((h, c))
             }
         };
+        for (o, e) in outputs.iter_mut().zip(&direct_calls) {
+            if let (None, Some(e)) = (o.2, e) {
+                o.2 = calls
+                    .iter()
+                    .position(|(call, _, _, _)| call == *e)
+                    .map(|i| base + i);
+            }
+        }
         // GROUP BY without aggregates and without a window is a distinct:
         // the first row of each key, once (append-only).
         let distinct_only = calls.is_empty() && !window;
@@ -1556,6 +1776,7 @@ impl Planner<'_> {
                 "aggregate"
             }
         ));
+        let agg_kind = self.catalog.aggregate.kind.take();
         let (stream, updating) = if window {
             if input.updating.is_some() {
                 return Err(SqlError::at(
@@ -1575,15 +1796,22 @@ impl Planner<'_> {
                     ))
                 }
             };
-            let mut w = w.allowed_lateness(self.sql.pipeline.allowed_lateness);
+            let every_update = self.catalog.aggregate.window_every_update;
+            let mut w = w
+                .allowed_lateness(self.sql.pipeline.allowed_lateness)
+                .every_update(every_update);
             if self.sql.pipeline.on_late == LatePolicy::DeadLetter {
                 let topic = input
                     .source
                     .as_ref()
-                    .and_then(|src| self.sql.sources.get(src))
-                    .and_then(|src| src.dead_letter_topic.clone());
+                    .and_then(|src| self.dead_letter_topic(src));
                 match topic {
-                    Some(topic) => w = w.late_to(&topic),
+                    Some(topic) => {
+                        w = w.late_to(&topic);
+                        if let Some((value, origin)) = &self.catalog.aggregate.late_record {
+                            w = w.late_value(value).late_origin(origin);
+                        }
+                    }
                     None => {
                         return Err(SqlError::at(
                             s.span(),
@@ -1595,17 +1823,26 @@ impl Planner<'_> {
             // With allowed lateness a late record updates a fired window's
             // row (update-before, update-after): the result is updating,
             // unique by its keys and window.
-            let late_updates = (self.sql.pipeline.allowed_lateness > Duration::ZERO)
+            // So does a window that emits on every row.
+            let late_updates = (self.sql.pipeline.allowed_lateness > Duration::ZERO
+                || every_update)
                 .then(|| (0..key_cols.len() + 2).collect::<Vec<_>>());
             (w.aggregate(&agg_uid, aggs), late_updates)
         } else if distinct_only {
             (keyed.deduplicate(&agg_uid), None)
         } else {
             (
-                keyed.aggregate(&agg_uid, aggs),
+                keyed.aggregate_emitting(&agg_uid, aggs, self.catalog.aggregate.emit),
                 Some((0..key_cols.len()).collect::<Vec<_>>()),
             )
         };
+        let stream = match agg_kind {
+            Some(kind) => stream.with_kind(&kind),
+            None => stream,
+        };
+        if updating.is_some() {
+            self.updating.insert(agg_uid.clone());
+        }
         let mut agg_columns: Vec<ScopeColumn> = key_cols
             .iter()
             .map(|c| ScopeColumn {
@@ -1726,6 +1963,41 @@ fn schema_of(columns: &[ScopeColumn]) -> Schema {
 }
 
 /// Whether `e` calls an aggregate function anywhere.
+/// Every name the SELECT mentions after a join of its FROM (the words of
+/// its list, WHERE, GROUP BY, HAVING and the `later` joins), or None when
+/// it selects `*` (then it reads every column).
+fn mentioned(
+    select: &ast::Select,
+    later: &[ast::Join],
+) -> Option<std::collections::BTreeSet<String>> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let mut texts: Vec<String> = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                texts.push(e.to_string())
+            }
+            _ => return None,
+        }
+    }
+    texts.extend(select.selection.iter().map(|e| e.to_string()));
+    texts.extend(select.having.iter().map(|e| e.to_string()));
+    match &select.group_by {
+        GroupByExpr::Expressions(exprs, _) => texts.extend(exprs.iter().map(|e| e.to_string())),
+        GroupByExpr::All(_) => return None,
+    }
+    texts.extend(later.iter().map(|j| j.relation.to_string()));
+    let mut words = std::collections::BTreeSet::new();
+    for t in &texts {
+        for token in Tokenizer::new(&GenericDialect {}, t).tokenize().ok()? {
+            if let Token::Word(w) = token {
+                words.insert(w.value.to_ascii_lowercase());
+            }
+        }
+    }
+    Some(words)
+}
+
 fn contains_aggregate(e: &E) -> bool {
     let text = e.to_string().to_ascii_uppercase();
     // A cheap pre-check, then the tree.
