@@ -220,7 +220,12 @@ pub fn throughput(
                 // input's committed offsets only say the shuffle is written.
                 let counted = output_counter(&job.output);
                 let started = Instant::now();
-                let mut groups: Vec<ProcessGroup> = (0..n).map(|i| job.start(i, "info")).collect();
+                // WEIR_BENCH_LOG sets the instances' log filter, and keeps
+                // their logs (for an epoch timeline: `weir::engine::group=debug`).
+                let filter = std::env::var("WEIR_BENCH_LOG").ok();
+                let mut groups: Vec<ProcessGroup> = (0..n)
+                    .map(|i| job.start(i, filter.as_deref().unwrap_or("info")))
+                    .collect();
                 let deadline = started + Duration::from_secs(1800);
                 let mut cpu;
                 loop {
@@ -250,6 +255,14 @@ pub fn throughput(
                 let us = cpu * 1e6 / words as f64;
                 for g in groups {
                     g.stop(Duration::from_secs(30));
+                }
+                if filter.is_some() {
+                    for i in 0..n {
+                        let kept = std::env::temp_dir()
+                            .join(format!("weir-scale-r{round}-{}-{n}-i{i}.log", system.name()));
+                        let _ = std::fs::copy(job.instance_dir(i).join("weir.log"), &kept);
+                        eprintln!("log kept: {}", kept.display());
+                    }
                 }
                 let verified = measure::verify(&job.output, &expected);
                 eprintln!(
