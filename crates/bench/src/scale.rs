@@ -258,8 +258,10 @@ pub fn throughput(
                 }
                 if filter.is_some() {
                     for i in 0..n {
-                        let kept = std::env::temp_dir()
-                            .join(format!("weir-scale-r{round}-{}-{n}-i{i}.log", system.name()));
+                        let kept = std::env::temp_dir().join(format!(
+                            "weir-scale-r{round}-{}-{n}-i{i}.log",
+                            system.name()
+                        ));
                         let _ = std::fs::copy(job.instance_dir(i).join("weir.log"), &kept);
                         eprintln!("log kept: {}", kept.display());
                     }
