@@ -8,20 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use weir_testkit::sql::*;
-use weir_testkit::{read_topic, Isolation, OutRecord};
+use weir_testkit::{read_topic, Isolation};
 
-use crate::graph_jobs::{json, table};
+use crate::graph_jobs::json;
 
 pub fn weir() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_weir"))
-}
-
-/// The final upsert table by canonical key, with canonical rows.
-pub fn final_rows(records: &[OutRecord]) -> BTreeMap<String, BTreeMap<String, String>> {
-    table(records)
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, canon_row(&v))))
-        .collect()
 }
 
 /// The bids of a generated Nexmark input, as the tests feed them.
@@ -89,14 +81,9 @@ pub fn assert_matches_duckdb(
             Isolation::Committed,
             timeout,
             Duration::from_secs(2),
-            |r| {
-                let mut got: Vec<_> = final_rows(r).into_values().collect();
-                got.sort();
-                got == want_rows
-            },
+            |r| final_upsert_rows(r) == want_rows,
         );
-        let mut got: Vec<_> = final_rows(&records).into_values().collect();
-        got.sort();
+        let got = final_upsert_rows(&records);
         assert_eq!(
             got.len(),
             want_rows.len(),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use weir_testkit::sql::{self as kit, Query};
-use weir_testkit::{bootstrap, create_topic, read_topic, unique, Isolation, OutRecord};
+use weir_testkit::{bootstrap, create_topic, read_topic, unique, Isolation};
 
 use crate::measure::{self, ProcessGroup};
 use crate::systems::{java_cp, weir_binary, weir_run};
@@ -276,7 +276,7 @@ fn run_once(
         |_| true,
     );
     let got = if q.updating {
-        final_table(&records)
+        kit::final_upsert_rows(&records)
     } else {
         kit::multiset(records.iter().filter_map(|r| {
             r.value
@@ -302,28 +302,6 @@ fn run_once(
         broker_cpu_seconds,
         check,
     })
-}
-
-/// An upsert topic's last row per key (tombstones delete), canonical and sorted.
-fn final_table(records: &[OutRecord]) -> Vec<BTreeMap<String, String>> {
-    let mut t: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    for r in records {
-        let key = r.key.clone().unwrap_or_default();
-        match &r.value {
-            None => {
-                t.remove(&key);
-            }
-            Some(v) => {
-                t.insert(
-                    key,
-                    kit::canon_row(&serde_json::from_str(v).expect("JSON output")),
-                );
-            }
-        }
-    }
-    let mut rows: Vec<_> = t.into_values().collect();
-    rows.sort();
-    rows
 }
 
 type Launch = (Vec<String>, String, Vec<(String, String)>);

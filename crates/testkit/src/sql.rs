@@ -141,6 +141,32 @@ pub fn canon_row(v: &serde_json::Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The final table of an upsert topic as sorted canonical rows: the last
+/// value of each key, a tombstone deleting it. Keys compare as JSON when
+/// they are (the sink writes a key's columns in schema order), else as
+/// written. An updating result is compared with DuckDB's by this.
+pub fn final_upsert_rows(records: &[crate::OutRecord]) -> Vec<BTreeMap<String, String>> {
+    let mut t: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for r in records {
+        let raw = r.key.clone().unwrap_or_default();
+        let key = serde_json::from_str::<serde_json::Value>(&raw).map_or(raw, |k| k.to_string());
+        match &r.value {
+            None => {
+                t.remove(&key);
+            }
+            Some(v) => {
+                t.insert(
+                    key,
+                    canon_row(&serde_json::from_str(v).expect("JSON output")),
+                );
+            }
+        }
+    }
+    let mut rows: Vec<_> = t.into_values().collect();
+    rows.sort();
+    rows
+}
+
 /// Rows as a sorted multiset.
 pub fn multiset(rows: impl Iterator<Item = serde_json::Value>) -> Vec<BTreeMap<String, String>> {
     let mut v: Vec<_> = rows.map(|r| canon_row(&r)).collect();
