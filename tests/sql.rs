@@ -206,11 +206,7 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
             &dir.path().join("c"),
             &sql_sections("bid", "dlq", &sinks, &sql),
         );
-        let out = Command::new(weir())
-            .args(["validate", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap();
+        let out = weir_on("validate", &config);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             out.status.code(),
@@ -459,11 +455,7 @@ GROUP BY auction, window_start, window_end";
         &dir.path().join("c"),
         &sql_sections("bid", "dlq", &sinks, sql),
     );
-    let out = Command::new(weir())
-        .args(["explain", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = weir_on("explain", &config);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -482,6 +474,15 @@ GROUP BY auction, window_start, window_end";
     }
 }
 
+/// `weir <command> --config <config>`, run to its end.
+fn weir_on(command: &str, config: &std::path::Path) -> std::process::Output {
+    Command::new(weir())
+        .args([command, "--config"])
+        .arg(config)
+        .output()
+        .unwrap()
+}
+
 /// `weir validate` (exit code, stderr) and `weir explain` (stdout) of a
 /// job over the bid source with sinks `out` and `out2`.
 fn plan_of(sql: &str, pipeline_extra: &str) -> (Option<i32>, String, String) {
@@ -493,16 +494,8 @@ fn plan_of(sql: &str, pipeline_extra: &str) -> (Option<i32>, String, String) {
     let mut sections = sql_sections("bid", "dlq", &sinks, sql);
     sections.push_str(pipeline_extra);
     let config = graph_config_with(dir.path(), "sql-modes", 2, &dir.path().join("c"), &sections);
-    let v = Command::new(weir())
-        .args(["validate", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let e = Command::new(weir())
-        .args(["explain", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let v = weir_on("validate", &config);
+    let e = weir_on("explain", &config);
     (
         v.status.code(),
         String::from_utf8_lossy(&v.stderr).into_owned(),
@@ -542,11 +535,7 @@ INSERT INTO out2 SELECT * FROM bid CROSS JOIN UNNEST(SPLIT(url, '/')) AS t(part)
     // name.
     let dir = tempfile::tempdir().unwrap();
     let config = weir_testkit::JobSpec::word_count(dir.path(), "in", "out").write();
-    let e = Command::new(weir())
-        .args(["explain", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let e = weir_on("explain", &config);
     let text = String::from_utf8_lossy(&e.stdout);
     assert!(e.status.success(), "{text}");
     for want in [

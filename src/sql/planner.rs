@@ -632,15 +632,7 @@ impl Planner<'_> {
                 (t.physical, t.computed, t.watermark)
             }
         };
-        let mut columns: Vec<ScopeColumn> = physical
-            .fields
-            .iter()
-            .map(|f| ScopeColumn {
-                name: f.name.clone(),
-                qualifier: Some(source_name.clone()),
-                ty: f.data_type.clone(),
-            })
-            .collect();
+        let mut columns = scope_columns(&physical, &source_name);
         let mut computed_fns: Vec<Arc<EvalFn>> = Vec::new();
         for (n, e) in &computed {
             let c = compile(e, &mut Scope::plain(&columns))
@@ -711,16 +703,7 @@ impl Planner<'_> {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))?;
         let (n, source, uid) = (n.clone(), c.source.clone(), c.uid.clone());
-        let columns: Vec<ScopeColumn> = source
-            .columns()
-            .fields
-            .iter()
-            .map(|f| ScopeColumn {
-                name: f.name.clone(),
-                qualifier: Some(n.clone()),
-                ty: f.data_type.clone(),
-            })
-            .collect();
+        let columns = scope_columns(&source.columns(), &n);
         let time = c
             .time
             .as_ref()
@@ -845,12 +828,12 @@ impl Planner<'_> {
         });
         let schema = schema_of(&columns);
         let uid = self.uid(&format!("{name}.unnest"));
-        let f = c.eval;
-        let op = uid.clone();
         let time = rel.time.and_then(moved);
         let window = rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?)));
-        // UNNEST(WORDS(s)) splits s as it emits, without an array between.
-        let words = match array {
+        // Each item of a row's array, handed to `each`. UNNEST(WORDS(s))
+        // splits s as it goes, without an array between.
+        type Items = dyn Fn(&[Value], &mut dyn FnMut(Value)) -> Result<(), String> + Send + Sync;
+        let words_of = match array {
             E::Function(w) if function_name(w).eq_ignore_ascii_case("WORDS") => {
                 match call_args(w, array)?.as_slice() {
                     [text] => Some(compile(text, &mut Scope::plain(&rel.columns))?.eval),
@@ -859,46 +842,38 @@ impl Planner<'_> {
             }
             _ => None,
         };
-        if let Some(text) = words {
-            let op = uid.clone();
-            let stream = rel
-                .stream
-                .flat_map(&uid, schema, move |v, emit| match text(v) {
-                    Ok(Value::String(s)) => {
-                        for w in s.split_whitespace() {
-                            let mut row = Vec::with_capacity(keep.len() + 2);
-                            row.extend(keep.iter().map(|k| v[*k].clone()));
-                            row.push(Value::String(w.to_string()));
-                            emit(row);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => note_eval_error(&op, &e),
-                });
-            return Ok(Rel {
-                stream,
-                columns,
-                time,
-                window,
-                ..rel
-            });
-        }
-        let stream = rel
-            .stream
-            .flat_map(&uid, schema, move |v, emit| match f(v) {
-                Ok(Value::List(items)) => {
-                    for i in items {
-                        // Room for one more column: an aggregate keyed by
-                        // these appends its result in place.
-                        let mut row = Vec::with_capacity(keep.len() + 2);
-                        row.extend(keep.iter().map(|k| v[*k].clone()));
-                        row.push(i);
-                        emit(row);
-                    }
+        let items: Arc<Items> = match words_of {
+            Some(text) => Arc::new(move |v, each| {
+                if let Value::String(s) = text(v)? {
+                    s.split_whitespace()
+                        .for_each(|w| each(Value::String(w.to_string())));
                 }
-                Ok(_) => {}
-                Err(e) => note_eval_error(&op, &e),
+                Ok(())
+            }),
+            None => {
+                let f = c.eval;
+                Arc::new(move |v, each| {
+                    if let Value::List(list) = f(v)? {
+                        list.into_iter().for_each(each);
+                    }
+                    Ok(())
+                })
+            }
+        };
+        let op = uid.clone();
+        let stream = rel.stream.flat_map(&uid, schema, move |v, emit| {
+            let result = items(v, &mut |item| {
+                // Room for one more column: an aggregate keyed by these
+                // appends its result in place.
+                let mut row = Vec::with_capacity(keep.len() + 2);
+                row.extend(keep.iter().map(|k| v[*k].clone()));
+                row.push(item);
+                emit(row);
             });
+            if let Err(e) = result {
+                note_eval_error(&op, &e);
+            }
+        });
         Ok(Rel {
             stream,
             columns,
@@ -1951,6 +1926,19 @@ fn output_name(item: &SelectItem, position: usize) -> String {
             .map_or_else(|| format!("EXPR${position}"), |i| i.value.clone()),
         _ => format!("EXPR${position}"),
     }
+}
+
+/// A table's columns in scope, qualified by its name.
+fn scope_columns(schema: &Schema, table: &str) -> Vec<ScopeColumn> {
+    schema
+        .fields
+        .iter()
+        .map(|f| ScopeColumn {
+            name: f.name.clone(),
+            qualifier: Some(table.to_string()),
+            ty: f.data_type.clone(),
+        })
+        .collect()
 }
 
 fn schema_of(columns: &[ScopeColumn]) -> Schema {
