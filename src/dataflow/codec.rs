@@ -221,10 +221,19 @@ impl StateCodec for Row {
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut input = bytes;
-        let kind = fixed::<1>(&mut input)?[0];
-        let kind = RowKind::from_byte(kind).ok_or_else(|| format!("unknown row kind {kind}"))?;
-        let values = decode_values(&mut input)?;
+        let row = Row::decode_prefix(&mut input)?;
         no_trailing(input)?;
+        Ok(row)
+    }
+}
+
+impl Row {
+    /// Decodes the row at the front of `input` and moves past it (a row's
+    /// encoding says where it ends).
+    pub fn decode_prefix(input: &mut &[u8]) -> Result<Row, String> {
+        let kind = fixed::<1>(input)?[0];
+        let kind = RowKind::from_byte(kind).ok_or_else(|| format!("unknown row kind {kind}"))?;
+        let values = decode_values(input)?;
         Ok(Row { kind, values })
     }
 }

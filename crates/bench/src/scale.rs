@@ -216,9 +216,24 @@ pub fn throughput(
             for &n in instances {
                 let tmp = tempfile::tempdir().unwrap();
                 let job = GroupJob::new(system, &input, tmp.path(), storage);
-                // Done when the committed output holds a result per word: the
-                // input's committed offsets only say the shuffle is written.
-                let counted = output_counter(&job.output);
+                // Done when the group committed every input offset and, after
+                // that, every repartition offset: the input's committed
+                // offsets alone only say the shuffle is written. This polls
+                // offsets, as `weir-bench run` does for single mode; counting
+                // the output with a consumer (as this did before) read 5M
+                // records on the same two cores and finished seconds after
+                // the job did.
+                let client = measure::consumer(&job.group());
+                let probe: BaseConsumer = ClientConfig::new()
+                    .set("bootstrap.servers", bootstrap())
+                    .set("group.id", unique("bench-probe"))
+                    .set("isolation.level", "read_committed")
+                    .set("enable.partition.eof", "true")
+                    .set("enable.auto.commit", "false")
+                    .create()
+                    .expect("probe consumer");
+                let input_ends = measure::end_offsets_with(&client, &input);
+                let input_total: i64 = input_ends.iter().map(|(_, e)| e).sum();
                 let started = Instant::now();
                 // WEIR_BENCH_LOG sets the instances' log filter, and keeps
                 // their logs (for an epoch timeline: `weir::engine::group=debug`).
@@ -230,7 +245,9 @@ pub fn throughput(
                 let mut cpu;
                 loop {
                     cpu = groups.iter().map(ProcessGroup::cpu_seconds).sum::<f64>();
-                    if counted.load(Ordering::Relaxed) >= total_words(&expected) {
+                    if measure::committed_total_with(&client, &input, &input_ends) >= input_total
+                        && shuffle_done(&client, &probe, &job.name)
+                    {
                         break;
                     }
                     assert!(
@@ -338,8 +355,62 @@ pub fn throughput(
     );
 }
 
-fn total_words(expected: &HashMap<String, u64>) -> u64 {
-    expected.values().sum()
+/// Whether the group of `c` has committed every row on job `name`'s
+/// repartition topics, asked once the input is all committed (so nothing
+/// more is written to them). A task's committed offset is one past the
+/// last row it read. Past it there may be only commit markers: one per
+/// writing instance's transaction, and with several instances the last
+/// marker can follow the last row by more than one offset. So a partition
+/// whose committed offset is short of its end is read from there by
+/// `probe` (read_committed, partition EOF on): done if it holds no record.
+fn shuffle_done(c: &BaseConsumer, probe: &BaseConsumer, name: &str) -> bool {
+    let md = c
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    let prefix = format!("{name}.");
+    let topics: Vec<String> = md
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|t| t.starts_with(&prefix) && t.ends_with(".repartition"))
+        .collect();
+    assert!(!topics.is_empty(), "job {name} has no repartition topic");
+    let mut behind = TopicPartitionList::new();
+    for topic in &topics {
+        let ends = measure::end_offsets_with(c, topic);
+        let mut tpl = TopicPartitionList::new();
+        for (p, _) in &ends {
+            tpl.add_partition(topic, *p);
+        }
+        let Ok(got) = c.committed_offsets(tpl, Duration::from_secs(5)) else {
+            return false;
+        };
+        for (p, end) in &ends {
+            let committed = match got.find_partition(topic, *p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => 0,
+            };
+            if committed < *end - 1 {
+                behind
+                    .add_partition_offset(topic, *p, Offset::Offset(committed))
+                    .expect("offset");
+            }
+        }
+    }
+    if behind.count() == 0 {
+        return true;
+    }
+    probe.assign(&behind).expect("assign the probe");
+    let mut at_end = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while at_end < behind.count() && Instant::now() < deadline {
+        match probe.poll(Duration::from_millis(100)) {
+            Some(Ok(_)) => return false,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => at_end += 1,
+            _ => {}
+        }
+    }
+    at_end == behind.count()
 }
 
 /// A read_committed consumer of `output`'s 4 partitions from `from`.
@@ -357,23 +428,6 @@ fn committed_reader(output: &str, from: Offset) -> BaseConsumer {
     }
     c.assign(&tpl).unwrap();
     c
-}
-
-/// Counts the committed records of `output` from its beginning, on a
-/// thread, until the process ends or the count is read.
-fn output_counter(output: &str) -> Arc<std::sync::atomic::AtomicU64> {
-    let c = committed_reader(output, Offset::Beginning);
-    let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let n = count.clone();
-    std::thread::spawn(move || loop {
-        if let Some(Ok(_)) = c.poll(Duration::from_millis(50)) {
-            n.fetch_add(1, Ordering::Relaxed);
-        }
-        if Arc::strong_count(&n) == 1 {
-            return;
-        }
-    });
-    count
 }
 
 /// Reads committed output from its current end and records, per key, when

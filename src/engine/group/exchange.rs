@@ -58,7 +58,7 @@ impl RepartitionOut {
             shaped: vec![0; tasks],
             last: (crate::time::MIN_WATERMARK, false),
             batch: ProduceBatch::default(),
-            buf: Vec::with_capacity(64),
+            buf: Vec::with_capacity(4096),
         }
     }
 
@@ -67,9 +67,21 @@ impl RepartitionOut {
     pub fn send(&mut self, target: usize, element: Element<Record>) -> Result<()> {
         match element {
             Element::Records(records) => {
+                // One Kafka record per run of rows (wire.rs says why),
+                // closed at `wire::ROWS_BYTES`.
+                let mut run = wire::RowsWriter::default();
+                run.begin(self.port, &mut self.buf);
                 for r in &records {
-                    wire::encode_row(self.port, r.timestamp, &r.row, &mut self.buf);
-                    self.batch.push(&r.key, &self.buf);
+                    run.push(&r.key, r.timestamp, &r.row, &mut self.buf);
+                    if self.buf.len() >= wire::ROWS_BYTES {
+                        run.finish(&mut self.buf);
+                        self.batch.push(&[], &self.buf);
+                        run.begin(self.port, &mut self.buf);
+                    }
+                }
+                if run.count() > 0 {
+                    run.finish(&mut self.buf);
+                    self.batch.push(&[], &self.buf);
                 }
                 self.produce(target)
             }

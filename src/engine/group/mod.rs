@@ -60,6 +60,7 @@ use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
+use crate::dataflow::row::Row;
 use crate::dataflow::state::KeyedStore;
 use crate::dataflow::{Record, RecordKey};
 use crate::element::Element;
@@ -223,6 +224,51 @@ impl GraphTask {
                 }
             }
         }
+    }
+
+    /// One row read from the repartition topic at `at` into the batch
+    /// for input `port`, checked to be of this task's key groups
+    /// (`settings`: `job.max_parallelism` and `scale.tasks`).
+    fn apply(
+        &mut self,
+        port: usize,
+        key: &[u8],
+        timestamp: i64,
+        row: Row,
+        at: (&str, i32, i64),
+        settings: (u32, u32),
+    ) -> Result<()> {
+        let (max_p, tasks) = settings;
+        let kg = key_group(key, max_p);
+        if !(self.key_groups.0..self.key_groups.1).contains(&kg) {
+            // Written by an instance with another job.max_parallelism or
+            // scale.tasks: applying it would put the key's state where no
+            // task of this job looks for it.
+            let (topic, partition, offset) = at;
+            return Err(WeirError::Recovery(format!(
+                "{topic}/{partition} offset {offset}: a row of key group {kg} (of \
+                 job.max_parallelism = {max_p}), which task {} does not own (its key groups \
+                 are {:?} with scale.tasks = {tasks}): the instance that wrote it runs with \
+                 other job.max_parallelism or scale.tasks; every instance of a job must have \
+                 the same",
+                self.id, self.key_groups
+            )));
+        }
+        let record = Record {
+            row,
+            timestamp,
+            key_group: kg,
+            key: RecordKey::from_slice(key),
+        };
+        if self.port != port {
+            self.push_batch()?;
+            self.port = port;
+        }
+        self.batch.push(record);
+        if self.batch.len() >= BATCH {
+            self.push_batch()?;
+        }
+        Ok(())
     }
 
     fn push_batch(&mut self) -> Result<()> {
@@ -1420,48 +1466,35 @@ impl GraphInstance {
             offset,
             reason,
         };
+        let plan = &self.plan.stages[stage];
+        let inputs = plan.inputs;
+        let check_port = |port: usize| {
+            if port >= inputs {
+                return Err(bad(format!(
+                    "a row for input {port} of {:?}, which has {inputs}",
+                    self.graph.nodes[plan.entry.head].uid
+                )));
+            }
+            Ok(())
+        };
+        let at = (topic, partition, offset);
+        let settings = (max_p, self.config.scale.tasks);
         match wire::decode(m.payload().unwrap_or_default()).map_err(bad)? {
+            wire::Wire::Rows { port, rows } => {
+                check_port(port)?;
+                for next in rows {
+                    let (key, timestamp, row) = next.map_err(bad)?;
+                    task.apply(port, key, timestamp, row, at, settings)?;
+                }
+            }
             wire::Wire::Row {
                 port,
                 timestamp,
                 row,
             } => {
-                let plan = &self.plan.stages[stage];
-                if port >= plan.inputs {
-                    return Err(bad(format!(
-                        "a row for input {port} of {:?}, which has {}",
-                        self.graph.nodes[plan.entry.head].uid, plan.inputs
-                    )));
-                }
+                check_port(port)?;
                 let key = m.key().unwrap_or_default();
-                let kg = key_group(key, max_p);
-                if !(task.key_groups.0..task.key_groups.1).contains(&kg) {
-                    // Written by an instance with another job.max_parallelism
-                    // or scale.tasks: applying it would put the key's state
-                    // where no task of this job looks for it.
-                    return Err(WeirError::Recovery(format!(
-                        "{topic}/{partition} offset {offset}: a row of key group {kg} (of \
-                         job.max_parallelism = {max_p}), which task {} does not own (its key \
-                         groups are {:?} with scale.tasks = {}): the instance that wrote it runs \
-                         with other job.max_parallelism or scale.tasks; every instance of a job \
-                         must have the same",
-                        task.id, task.key_groups, self.config.scale.tasks
-                    )));
-                }
-                let record = Record {
-                    row,
-                    timestamp,
-                    key_group: kg,
-                    key: RecordKey::from_slice(key),
-                };
-                if task.port != port {
-                    task.push_batch()?;
-                    task.port = port;
-                }
-                task.batch.push(record);
-                if task.batch.len() >= BATCH {
-                    task.push_batch()?;
-                }
+                task.apply(port, key, timestamp, row, at, settings)?;
             }
             wire::Wire::Shape { instance, shape } => {
                 let ours = (max_p, self.config.scale.tasks);

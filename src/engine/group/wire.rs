@@ -1,15 +1,23 @@
-//! Records on a graph's repartition topics. Each is a row for one input
-//! port of the stage that reads the topic, or a writer's watermark:
+//! Records on a graph's repartition topics. Each is a run of rows for one
+//! input port of the stage that reads the topic, or a writer's watermark:
 //!
 //! ```text
-//! row:        0x01 | port (varint) | event time (i64 LE) | row (kind, values)
+//! rows:       0x05 | port (varint) | count (u32 LE) | count × row
+//!             row: key (varint length, bytes) | event time (i64 LE) | row (kind, values)
 //! watermark:  0x02 | writer (varint length, UTF-8) | watermark (i64 LE) | idle (0/1)
 //! shape:      0x04 | instance (varint length, UTF-8) | max_parallelism (varint) | tasks (varint)
+//! row (old):  0x01 | port (varint) | event time (i64 LE) | row (kind, values)
 //! ```
 //!
-//! A row's Kafka key is its key columns' encoding (`codec::encode_key`),
-//! which the reading task routes state by; a watermark and a shape have
-//! an empty key.
+//! A row's key is its key columns' encoding (`codec::encode_key`), which
+//! the reading task routes state by. Many rows share one Kafka record
+//! (with an empty Kafka key): librdkafka, the broker and the reading
+//! consumer each pay per record, and one record per row cost a group-mode
+//! instance more than its operators did. The rows of a record are applied
+//! together, between two snapshots, so the record's offset stays the
+//! task's position. A record of the old single-row type, written by a
+//! version before runs of rows, is still read: its Kafka key is the row's
+//! key.
 //!
 //! A writer's first write to a partition in each epoch (transaction) is
 //! its [`Shape`]: the `job.max_parallelism` and `scale.tasks` its rows'
@@ -23,6 +31,11 @@ use crate::dataflow::row::Row;
 const ROW: u8 = 1;
 const WATERMARK: u8 = 2;
 const SHAPE: u8 = 4;
+const ROWS: u8 = 5;
+
+/// A run of rows is closed once it holds this many bytes, well under
+/// Kafka's default `message.max.bytes` (1 MB).
+pub const ROWS_BYTES: usize = 256 * 1024;
 
 /// What a writer's rows' partitions mean: key group `kg` (of
 /// `max_parallelism`) goes to partition `kg * tasks / max_parallelism`.
@@ -34,12 +47,16 @@ pub struct Shape {
 
 /// One repartition record's value, decoded.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Wire {
+pub enum Wire<'a> {
+    /// One row, written by a version before [`Wire::Rows`]; its key is
+    /// the Kafka record's.
     Row {
         port: usize,
         timestamp: i64,
         row: Row,
     },
+    /// Rows for input `port`, decoded as they are read.
+    Rows { port: usize, rows: Rows<'a> },
     /// `writer` has seen everything up to `watermark`, or is idle.
     Watermark {
         writer: String,
@@ -50,12 +67,95 @@ pub enum Wire {
     Shape { instance: String, shape: Shape },
 }
 
+/// The single-row record of earlier versions; kept to test that they are
+/// still read.
+#[cfg(test)]
 pub fn encode_row(port: usize, timestamp: i64, row: &Row, out: &mut Vec<u8>) {
     out.clear();
     out.push(ROW);
     put_varint(port as u64, out);
     out.extend_from_slice(&timestamp.to_le_bytes());
     row.encode(out);
+}
+
+/// Writes a run of rows into `out`: [`RowsWriter::begin`], a
+/// [`RowsWriter::push`] per row, [`RowsWriter::finish`].
+#[derive(Debug, Default)]
+pub struct RowsWriter {
+    count: u32,
+    count_at: usize,
+}
+
+impl RowsWriter {
+    pub fn begin(&mut self, port: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.push(ROWS);
+        put_varint(port as u64, out);
+        self.count_at = out.len();
+        out.extend_from_slice(&0u32.to_le_bytes());
+        self.count = 0;
+    }
+
+    pub fn push(&mut self, key: &[u8], timestamp: i64, row: &Row, out: &mut Vec<u8>) {
+        put_varint(key.len() as u64, out);
+        out.extend_from_slice(key);
+        out.extend_from_slice(&timestamp.to_le_bytes());
+        row.encode(out);
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn finish(&mut self, out: &mut [u8]) {
+        out[self.count_at..self.count_at + 4].copy_from_slice(&self.count.to_le_bytes());
+    }
+}
+
+/// The rows of a [`Wire::Rows`] record: `(key, event time, row)` each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows<'a> {
+    input: &'a [u8],
+    left: u32,
+}
+
+impl<'a> Rows<'a> {
+    pub fn len(&self) -> u32 {
+        self.left
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    fn next_row(&mut self) -> Result<(&'a [u8], i64, Row), String> {
+        let len = get_varint(&mut self.input)? as usize;
+        let key = take(&mut self.input, len, "a row's key")?;
+        let timestamp = i64_le(&mut self.input, "a row's event time")?;
+        let row = Row::decode_prefix(&mut self.input)?;
+        self.left -= 1;
+        if self.left == 0 && !self.input.is_empty() {
+            return Err(format!("{} bytes after the last row", self.input.len()));
+        }
+        Ok((key, timestamp, row))
+    }
+}
+
+impl<'a> Iterator for Rows<'a> {
+    type Item = Result<(&'a [u8], i64, Row), String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let next = self.next_row();
+        if next.is_err() {
+            // Nothing after a damaged row can be found.
+            self.left = 0;
+        }
+        Some(next)
+    }
 }
 
 pub fn encode_watermark(writer: &str, watermark: i64, idle: bool, out: &mut Vec<u8>) {
@@ -105,7 +205,7 @@ fn i64_le(input: &mut &[u8], what: &str) -> Result<i64, String> {
 }
 
 /// The record's value, or why it is not a repartition record of weir's.
-pub fn decode(bytes: &[u8]) -> Result<Wire, String> {
+pub fn decode(bytes: &[u8]) -> Result<Wire<'_>, String> {
     let mut input = bytes;
     let tag = *take(&mut input, 1, "the record type")?
         .first()
@@ -119,6 +219,18 @@ pub fn decode(bytes: &[u8]) -> Result<Wire, String> {
                 port,
                 timestamp,
                 row,
+            })
+        }
+        ROWS => {
+            let port = get_varint(&mut input)? as usize;
+            let count = take(&mut input, 4, "the row count")?;
+            let left = u32::from_le_bytes(count.try_into().expect("four bytes"));
+            if left == 0 && !input.is_empty() {
+                return Err(format!("{} bytes after zero rows", input.len()));
+            }
+            Ok(Wire::Rows {
+                port,
+                rows: Rows { input, left },
             })
         }
         WATERMARK => {
@@ -195,6 +307,70 @@ mod tests {
                 shape
             })
         );
+    }
+
+    fn rows_record(port: usize, rows: &[(&[u8], i64, Row)]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let mut w = RowsWriter::default();
+        w.begin(port, &mut buf);
+        for (key, ts, row) in rows {
+            w.push(key, *ts, row, &mut buf);
+        }
+        w.finish(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn runs_of_rows_round_trip_with_their_keys_and_times() {
+        let rows: Vec<(&[u8], i64, Row)> = vec![
+            (b"k1", 5, Row::insert(vec![Value::String("a".into())])),
+            (
+                b"",
+                i64::MIN,
+                Row {
+                    kind: RowKind::Delete,
+                    values: vec![Value::Null, Value::Int(-1)],
+                },
+            ),
+            (&[0u8; 300], -7, Row::insert(vec![])),
+        ];
+        let buf = rows_record(3, &rows);
+        let Ok(Wire::Rows { port, rows: read }) = decode(&buf) else {
+            panic!("not a run of rows: {:?}", decode(&buf));
+        };
+        assert_eq!(port, 3);
+        assert_eq!(read.len(), 3);
+        let read: Vec<_> = read.map(Result::unwrap).collect();
+        let want: Vec<_> = rows.iter().map(|(k, t, r)| (*k, *t, r.clone())).collect();
+        assert_eq!(read, want);
+        let empty = rows_record(0, &[]);
+        let Ok(Wire::Rows { rows, .. }) = decode(&empty) else {
+            panic!("an empty run is a run");
+        };
+        assert_eq!(rows.count(), 0);
+    }
+
+    /// A damaged run is an error at the row where it breaks, never rows
+    /// made up from the bytes after it.
+    #[test]
+    fn a_damaged_run_of_rows_is_an_error() {
+        let row = Row::insert(vec![Value::Int(1), Value::String("xy".into())]);
+        let buf = rows_record(0, &[(b"a", 1, row.clone()), (b"b", 2, row)]);
+        for n in 0..buf.len() {
+            let ok = match decode(&buf[..n]) {
+                Err(_) => false,
+                Ok(Wire::Rows { rows, .. }) => rows.into_iter().all(|r| r.is_ok()),
+                Ok(other) => panic!("prefix of {n} bytes read as {other:?}"),
+            };
+            assert!(!ok, "prefix of {n} bytes decoded");
+        }
+        let mut longer = buf.clone();
+        longer.push(0);
+        let Ok(Wire::Rows { rows, .. }) = decode(&longer) else {
+            panic!("the header is whole");
+        };
+        let last = rows.last().expect("two rows");
+        assert!(last.unwrap_err().contains("1 bytes after the last row"));
     }
 
     #[test]
