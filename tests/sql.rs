@@ -37,18 +37,28 @@ fn nexmark_queries_in_sql_are_exact_under_sigkills_against_duckdb() {
     // no answer for it; its sink is checked against what must hold.
     let watermark_topic = unique("sql-current-watermark");
     sinks.push(("current_watermark".into(), watermark_topic.clone()));
+    // q17's updating result once more, as a Debezium changelog: every
+    // update-before and update-after, checked by applying them in order.
+    let q17 = queries.iter().find(|q| q.sink == "q17").expect("q17");
+    let changes_topic = unique("sql-q17-debezium");
+    sinks.push(("q17_changes".into(), changes_topic.clone()));
     for (_, topic) in &sinks {
         create_topic(topic, 2);
     }
     let sql = job_sql(&queries)
         + "INSERT INTO current_watermark\n\
-           SELECT auction, bidder, date_time, CURRENT_WATERMARK(date_time) AS wm FROM bid;\n";
+           SELECT auction, bidder, date_time, CURRENT_WATERMARK(date_time) AS wm FROM bid;\n"
+        + &format!("INSERT INTO q17_changes\n{};\n", q17.weir);
+    let sections = sql_sections(&bid_topic, &dlq, &sinks, &sql).replace(
+        "[sinks.q17_changes]\n",
+        "[sinks.q17_changes]\nchangelog = \"debezium\"\n",
+    );
     let config = graph_config_with(
         dir.path(),
         &unique("sql-nexmark"),
         2,
         &dir.path().join("checkpoints"),
-        &sql_sections(&bid_topic, &dlq, &sinks, &sql),
+        &sections,
     );
     // Ten chunks; two bad records (not JSON, a field of the wrong type)
     // in the middle, which go to the dead-letter topic; the flush last.
@@ -80,6 +90,24 @@ fn nexmark_queries_in_sql_are_exact_under_sigkills_against_duckdb() {
         });
     }
     assert_current_watermark(&watermark_topic, &bids, &flush);
+    let want = multiset(duckdb(&data, q17.duckdb).into_iter());
+    let changes = read_topic(
+        &changes_topic,
+        Isolation::Committed,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |r| final_debezium_rows(r).is_ok_and(|t| t == want),
+    );
+    let got = final_debezium_rows(&changes)
+        .unwrap_or_else(|e| panic!("q17 as Debezium changes: {e}; seed {seed}"));
+    assert_eq!(
+        got, want,
+        "q17 as Debezium changes against DuckDB; seed {seed}"
+    );
+    assert!(
+        changes.len() > want.len(),
+        "the changelog holds updates, not only the final rows"
+    );
     let dead = read_topic(
         &dlq,
         Isolation::Committed,
@@ -486,12 +514,27 @@ fn weir_on(command: &str, config: &std::path::Path) -> std::process::Output {
 /// `weir validate` (exit code, stderr) and `weir explain` (stdout) of a
 /// job over the bid source with sinks `out` and `out2`.
 fn plan_of(sql: &str, pipeline_extra: &str) -> (Option<i32>, String, String) {
+    plan_with(sql, pipeline_extra, &[])
+}
+
+/// [`plan_of`] with more settings on sinks (name, TOML lines).
+fn plan_with(
+    sql: &str,
+    pipeline_extra: &str,
+    sink_settings: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let sinks = [
         ("out".to_string(), "t1".to_string()),
         ("out2".to_string(), "t2".to_string()),
     ];
     let mut sections = sql_sections("bid", "dlq", &sinks, sql);
+    for (sink, lines) in sink_settings {
+        sections = sections.replace(
+            &format!("[sinks.{sink}]\n"),
+            &format!("[sinks.{sink}]\n{lines}\n"),
+        );
+    }
     sections.push_str(pipeline_extra);
     let config = graph_config_with(dir.path(), "sql-modes", 2, &dir.path().join("c"), &sections);
     let v = weir_on("validate", &config);
@@ -588,5 +631,241 @@ INSERT INTO out2 SELECT auction FROM bid";
     assert!(
         err.contains("without GROUP BY is an updating result with no key"),
         "{err}"
+    );
+}
+
+#[test]
+fn each_sink_writes_the_changelog_it_is_set_to_and_refuses_one_it_cannot() {
+    const DEBEZIUM: &str = "changelog = \"debezium\"";
+    let sql = "INSERT INTO out SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction;
+INSERT INTO out2 SELECT auction, price FROM bid";
+    // Unset: an updating result upserts, an append-only one appends.
+    let (code, err, plan) = plan_with(sql, "", &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        plan.contains("out -> topic \"t1\": upsert by (auction)"),
+        "{plan}"
+    );
+    assert!(plan.contains("out2 -> topic \"t2\": append-only"), "{plan}");
+    // Debezium takes either.
+    let (code, err, plan) = plan_with(sql, "", &[("out", DEBEZIUM), ("out2", DEBEZIUM)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        plan.contains("out -> topic \"t1\": debezium: every change as {\"before\", \"after\", \"op\"}, Kafka key (auction)"),
+        "{plan}"
+    );
+    assert!(plan.contains("out2 -> topic \"t2\": debezium"), "{plan}");
+    // An updating result into an append-only sink: refused, naming the
+    // sink and the operator whose results update.
+    let (code, err, _) = plan_with(sql, "", &[("out", "changelog = \"append\"")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "pipeline.sql:1:17: sink \"out\" is append-only (sinks.out.changelog = \"append\"), \
+             but operator \"out.aggregate\" produces updates"
+        ),
+        "{err}"
+    );
+    // An upsert of rows that have no key: refused, saying what to set.
+    let (code, err, _) = plan_with(sql, "", &[("out2", "changelog = \"upsert\"")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("set sinks.out2.key to the columns whose latest row it keeps"),
+        "{err}"
+    );
+    // With the key set, it keeps the latest row per key.
+    let (code, err, plan) = plan_with(
+        sql,
+        "",
+        &[("out2", "changelog = \"upsert\"\nkey = [\"auction\"]")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        plan.contains("out2 -> topic \"t2\": upsert by (auction): a row replaces its key's row"),
+        "{plan}"
+    );
+    // Not a mode.
+    let (code, err, _) = plan_with(sql, "", &[("out", "changelog = \"retract\"")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("retract"), "{err}");
+}
+
+/// A table read from an upsert topic (`primary_key`): each record replaces
+/// its key's row, a tombstone deletes it. An aggregate over the table takes
+/// back a replaced row before it adds the new one, under SIGKILLs; the
+/// final tables are DuckDB's over the last change of each key.
+#[test]
+fn a_table_from_an_upsert_topic_feeds_aggregates_that_take_back_replaced_rows() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("sql-accounts");
+    let dlq = unique("sql-accounts-dlq");
+    create_topic(&topic, 2);
+    create_topic(&dlq, 1);
+    let sinks = [
+        ("by_state".to_string(), unique("sql-by-state")),
+        ("current".to_string(), unique("sql-current")),
+        (
+            "by_state_changes".to_string(),
+            unique("sql-by-state-changes"),
+        ),
+    ];
+    for (_, t) in &sinks {
+        create_topic(t, 2);
+    }
+    // 4,000 changes of 150 accounts, one in seven a tombstone (some of a
+    // key that has no row). Even ids are keyed by a JSON object, odd ones
+    // by the bare number; a key's changes go to one partition, in order.
+    let states = ["OR", "CA", "WA", "ID", "NV", "AZ"];
+    let mut changes: Vec<(i32, String, Option<String>)> = Vec::new();
+    let mut reference = String::new();
+    for seq in 0..4000u64 {
+        let id = rng.below(150);
+        let key = if id.is_multiple_of(2) {
+            format!("{{\"id\":{id}}}")
+        } else {
+            id.to_string()
+        };
+        let deleted = rng.below(7) == 0;
+        let (value, line) = if deleted {
+            (
+                None,
+                format!("{{\"seq\":{seq},\"id\":{id},\"state\":null,\"balance\":null,\"deleted\":true}}"),
+            )
+        } else {
+            let state = states[rng.below(states.len() as u64) as usize];
+            let balance = rng.below(1000);
+            (
+                Some(format!("{{\"id\":{id},\"state\":\"{state}\",\"balance\":{balance}}}")),
+                format!("{{\"seq\":{seq},\"id\":{id},\"state\":\"{state}\",\"balance\":{balance},\"deleted\":false}}"),
+            )
+        };
+        changes.push(((id % 2) as i32, key, value));
+        reference.push_str(&line);
+        reference.push('\n');
+    }
+    std::fs::write(dir.path().join("account_changes.jsonl"), reference).unwrap();
+    // A row without its key: a bad record, to the dead-letter topic.
+    changes.insert(
+        2000,
+        (0, "7".into(), Some(r#"{"state":"OR","balance":1}"#.into())),
+    );
+    let sql = "INSERT INTO by_state
+  SELECT state, COUNT(*) AS accounts, SUM(balance) AS total FROM accounts GROUP BY state;
+INSERT INTO current SELECT id, state, balance FROM accounts;
+INSERT INTO by_state_changes
+  SELECT state, COUNT(*) AS accounts, SUM(balance) AS total FROM accounts GROUP BY state;";
+    let mut sections = format!(
+        r#"
+[sources.accounts]
+topics = ["{topic}"]
+format = "json"
+schema = "id BIGINT, state VARCHAR, balance BIGINT"
+primary_key = ["id"]
+on_bad_record = "dead-letter"
+dead_letter_topic = "{dlq}"
+"#
+    );
+    for (name, t) in &sinks {
+        sections.push_str(&format!(
+            "\n[sinks.{name}]\ntopic = \"{t}\"\ndelivery = \"exactly-once\"\n"
+        ));
+    }
+    sections = sections.replace(
+        "[sinks.by_state_changes]\n",
+        "[sinks.by_state_changes]\nchangelog = \"debezium\"\n",
+    );
+    sections.push_str(&format!("\n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n"));
+    let config = graph_config_with(
+        dir.path(),
+        &unique("sql-table"),
+        2,
+        &dir.path().join("checkpoints"),
+        &sections,
+    );
+    let explain = weir_on("explain", &config);
+    let plan = String::from_utf8_lossy(&explain.stdout);
+    assert!(
+        plan.contains(
+            "source.accounts.normalize (changelog-normalize) <- source.accounts[0] hash(id)"
+        ),
+        "{plan}"
+    );
+    let chunks: Vec<&[(i32, String, Option<String>)]> = changes.chunks(400).collect();
+    let mut weir = feed_with_kills_by(
+        &Job {
+            binary: weir(),
+            config: &config,
+            env: &[],
+        },
+        chunks.len(),
+        5,
+        &mut rng,
+        |i| weir_testkit::produce_records(&topic, chunks[i]),
+    );
+    let last = "WITH last AS (SELECT * FROM account_changes
+                  QUALIFY row_number() OVER (PARTITION BY id ORDER BY seq DESC) = 1)";
+    let context = || format!("seed {seed}; log: {}", log_tail(&weir.log_text()));
+    for (q, topic) in [
+        (
+            Query {
+                sink: "by_state",
+                weir: "",
+                duckdb: format!(
+                    "{last} SELECT state, count(*) AS accounts, sum(balance) AS total
+                     FROM last WHERE NOT deleted GROUP BY state"
+                )
+                .leak(),
+                updating: true,
+            },
+            &sinks[0].1,
+        ),
+        (
+            Query {
+                sink: "current",
+                weir: "",
+                duckdb: format!("{last} SELECT id, state, balance FROM last WHERE NOT deleted")
+                    .leak(),
+                updating: true,
+            },
+            &sinks[1].1,
+        ),
+    ] {
+        assert_matches_duckdb(&q, topic, dir.path(), Duration::from_secs(90), &context);
+    }
+    let want = multiset(
+        duckdb(
+            dir.path(),
+            &format!(
+                "{last} SELECT state, count(*) AS accounts, sum(balance) AS total
+                 FROM last WHERE NOT deleted GROUP BY state"
+            ),
+        )
+        .into_iter(),
+    );
+    let changes = read_topic(
+        &sinks[2].1,
+        Isolation::Committed,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |r| final_debezium_rows(r).is_ok_and(|t| t == want),
+    );
+    let got = final_debezium_rows(&changes)
+        .unwrap_or_else(|e| panic!("by_state as Debezium changes: {e}; {}", context()));
+    assert_eq!(got, want, "by_state as Debezium changes; {}", context());
+    let dead = read_topic(
+        &dlq,
+        Isolation::Committed,
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        |r| !r.is_empty(),
+    );
+    assert_eq!(dead.len(), 1, "the row without its key, once");
+    let log = weir.log_text();
+    weir.stop(Duration::from_secs(30));
+    assert!(
+        log.matches("job running").count() >= 6,
+        "the job was restarted after each kill"
     );
 }

@@ -558,6 +558,9 @@ pub struct SqlSourceConfig {
     /// watermark back.
     #[serde(with = "humantime_serde", default)]
     pub idle_timeout: Option<Duration>,
+    /// The table's key: the topic is an upsert stream (each record
+    /// replaces its key's row, a tombstone deletes it).
+    pub primary_key: Option<Vec<String>>,
 }
 
 /// `[sinks.NAME]` of a SQL job: a topic an `INSERT INTO NAME` writes.
@@ -573,6 +576,22 @@ pub struct SqlSinkConfig {
     /// Kafka key columns; default: the result's unique key (its GROUP BY
     /// columns), else none.
     pub key: Option<Vec<String>>,
+    /// How changes are written. Unset: `append` for an append-only
+    /// result, `upsert` for an updating one.
+    pub changelog: Option<SinkChangelog>,
+}
+
+/// `[sinks.NAME] changelog`: what a sink writes for each kind of change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkChangelog {
+    /// Each row once; an updating result is refused.
+    Append,
+    /// The latest row per key: a change is the key's new row, a deletion a
+    /// tombstone.
+    Upsert,
+    /// Every change in Debezium's `{"before","after","op"}` JSON.
+    Debezium,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

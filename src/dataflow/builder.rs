@@ -35,6 +35,7 @@ use super::graph::{
 use super::operator::Operator;
 use super::operator::RecordOrigin;
 use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
+use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
 use super::ops::where_filter::WhereFilter;
@@ -187,6 +188,11 @@ impl KafkaSink {
     /// Every change with an `"op"` field.
     pub fn changelog(topic: &str, key: &[&str]) -> Self {
         Self::new(topic, SinkMode::Changelog, key)
+    }
+
+    /// Every change in Debezium's `{"before","after","op"}` envelope.
+    pub fn debezium(topic: &str, key: &[&str]) -> Self {
+        Self::new(topic, SinkMode::Debezium, key)
     }
 
     /// Each new result (insert or update-after) as a value keyed by
@@ -672,6 +678,20 @@ impl KeyedStream {
             late_topic: None,
         };
         self.keyed(uid, "deduplicate", self.stream.schema(), op)
+    }
+
+    /// The rows of an upsert stream (each row replaces its key's, a
+    /// delete removes it) as whole changes: inserts, update-before and
+    /// update-after pairs, deletes of the row the key had.
+    pub fn normalize_upserts(&self, uid: &str) -> Stream {
+        let op = OperatorSpec {
+            factory: Arc::new(|| Box::new(ChangelogNormalize)),
+            inputs: 1,
+            keyed: true,
+            tables: ChangelogNormalize::tables(),
+            late_topic: None,
+        };
+        self.keyed(uid, "changelog-normalize", self.stream.schema(), op)
     }
 
     /// Windows of event time per key.

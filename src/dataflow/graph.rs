@@ -59,6 +59,17 @@ pub trait RecordDecoder: Send + Sync {
         payload: Option<&[u8]>,
         kafka_ts: Option<i64>,
     ) -> std::result::Result<(super::row::Row, i64), String>;
+
+    /// As [`RecordDecoder::decode`], with the record's Kafka key: a table
+    /// read from an upsert topic takes a tombstone's key from it.
+    fn decode_keyed(
+        &self,
+        _key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        kafka_ts: Option<i64>,
+    ) -> std::result::Result<(super::row::Row, i64), String> {
+        self.decode(payload, kafka_ts)
+    }
 }
 
 impl std::fmt::Debug for SourceFormat {
@@ -115,6 +126,10 @@ pub enum SinkMode {
     Upsert,
     /// Every change, with an `"op"` field (`+I`, `-U`, `+U`, `-D`).
     Changelog,
+    /// Every change as Debezium's JSON envelope, as Flink's `debezium-json`
+    /// writes it: an insert or update-after is `{"before":null,"after":row,"op":"c"}`,
+    /// an update-before or delete `{"before":row,"after":null,"op":"d"}`.
+    Debezium,
     /// Inserts and update-afters as values by the key columns;
     /// update-befores and deletes are not written (results whose key alone
     /// does not name them, as a window's).

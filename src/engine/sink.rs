@@ -17,6 +17,8 @@ pub struct SinkWriter {
     pub output: Output,
     encoder: RowEncoder,
     key: Vec<u8>,
+    /// A row's JSON before it goes into an envelope (Debezium).
+    scratch: Vec<u8>,
 }
 
 impl SinkWriter {
@@ -28,6 +30,7 @@ impl SinkWriter {
             schema,
             output,
             key: Vec::with_capacity(64),
+            scratch: Vec::new(),
         }
     }
 
@@ -66,6 +69,20 @@ impl SinkWriter {
             // The update-after that follows replaces it.
             (SinkMode::Upsert, RowKind::UpdateBefore) => return Ok(()),
             (SinkMode::Upsert, RowKind::Delete) => return self.output.send_tombstone(&self.key),
+            (SinkMode::Debezium, kind) => {
+                self.encoder.encode(&r.row, &mut self.scratch);
+                let buf = &mut self.output.buf;
+                buf.clear();
+                if matches!(kind, RowKind::Insert | RowKind::UpdateAfter) {
+                    buf.extend_from_slice(b"{\"before\":null,\"after\":");
+                    buf.extend_from_slice(&self.scratch);
+                    buf.extend_from_slice(b",\"op\":\"c\"}");
+                } else {
+                    buf.extend_from_slice(b"{\"before\":");
+                    buf.extend_from_slice(&self.scratch);
+                    buf.extend_from_slice(b",\"after\":null,\"op\":\"d\"}");
+                }
+            }
             (SinkMode::Changelog, kind) => {
                 self.encoder.encode(&r.row, &mut self.output.buf);
                 // `{"op":"+I",` in front of the row's own fields.

@@ -269,7 +269,7 @@ pub fn decode(
     kafka_ts: Option<i64>,
     origin: Origin<'_>,
 ) -> std::result::Result<(Row, i64), String> {
-    let (mut row, ts) = decode_value(spec, schema, payload, kafka_ts)?;
+    let (mut row, ts) = decode_value(spec, schema, origin.key, payload, kafka_ts)?;
     if spec.origin {
         row.values.push(RecordOrigin::value(
             origin.key,
@@ -284,11 +284,12 @@ pub fn decode(
 fn decode_value(
     spec: &SourceSpec,
     schema: &Schema,
+    key: Option<&[u8]>,
     payload: Option<&[u8]>,
     kafka_ts: Option<i64>,
 ) -> std::result::Result<(Row, i64), String> {
     if let SourceFormat::Custom(decoder) = &spec.format {
-        return decoder.decode(payload, kafka_ts);
+        return decoder.decode_keyed(key, payload, kafka_ts);
     }
     let payload = payload.ok_or("record has no value (null)")?;
     let row = match spec.format {

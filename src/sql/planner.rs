@@ -153,6 +153,8 @@ struct Rel {
     /// None: append-only. Some(key): an updating result whose rows are
     /// unique by these columns (empty: by none the planner can name).
     updating: Option<Vec<usize>>,
+    /// The operator whose results make this relation updating (its uid).
+    updated_by: Option<String>,
     /// The event-time column (rows carry its value as their time).
     time: Option<usize>,
     /// The source the rows come from, for its dead-letter topic.
@@ -466,19 +468,59 @@ impl Planner<'_> {
             (None, None) => Vec::new(),
         };
         let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
-        let (kafka_sink, mode) = match &rel.updating {
-            None => (
+        let keyed = |what: &str| {
+            if key.is_empty() {
+                what.to_string()
+            } else {
+                format!("{what}, Kafka key ({})", key.join(", "))
+            }
+        };
+        use crate::config::SinkChangelog;
+        let changelog = sink.changelog.unwrap_or(match rel.updating {
+            Some(_) => SinkChangelog::Upsert,
+            None => SinkChangelog::Append,
+        });
+        let (kafka_sink, mode) = match (changelog, &rel.updating) {
+            (SinkChangelog::Append, None) => (
                 KafkaSink::append(&sink.topic, &key_refs),
-                format!(
-                    "append-only{}",
-                    if key.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", Kafka key ({})", key.join(", "))
-                    }
-                ),
+                keyed("append-only"),
             ),
-            Some(unique) => {
+            (SinkChangelog::Append, Some(_)) => {
+                let by = rel.updated_by.as_deref().unwrap_or("an aggregate");
+                return Err(SqlError::at(
+                    query.span(),
+                    format!(
+                        "sink {name:?} is append-only (sinks.{name}.changelog = \"append\"), but \
+                         operator {by:?} produces updates (a GROUP BY without a window changes \
+                         rows it wrote before): set sinks.{name}.changelog = \"upsert\" or \
+                         \"debezium\", or aggregate per window"
+                    ),
+                ));
+            }
+            (SinkChangelog::Debezium, _) => (
+                KafkaSink::debezium(&sink.topic, &key_refs),
+                keyed("debezium: every change as {\"before\", \"after\", \"op\"}"),
+            ),
+            (SinkChangelog::Upsert, None) => {
+                if key.is_empty() {
+                    return Err(SqlError::at(
+                        query.span(),
+                        format!(
+                            "sink {name:?} upserts (sinks.{name}.changelog = \"upsert\") an \
+                             append-only result with no key: set sinks.{name}.key to the columns \
+                             whose latest row it keeps"
+                        ),
+                    ));
+                }
+                (
+                    KafkaSink::upsert(&sink.topic, &key_refs),
+                    format!(
+                        "upsert by ({}): a row replaces its key's row",
+                        key.join(", ")
+                    ),
+                )
+            }
+            (SinkChangelog::Upsert, Some(unique)) => {
                 if unique.is_empty() {
                     return Err(SqlError::at(
                         query.span(),
@@ -661,9 +703,57 @@ impl Planner<'_> {
                 .map(|c| crate::dataflow::row::Field::new(c.name.clone(), c.ty.clone()))
                 .collect(),
         );
+        let primary_key = match &s.primary_key {
+            None => Vec::new(),
+            Some(_) if s.format == RecordFormat::Text => {
+                return Err(SqlError::at(
+                    at.span(),
+                    format!("sources.{source_name}.primary_key: a text source has no columns to key by; use format = \"json\""),
+                ))
+            }
+            Some(k) if k.is_empty() => {
+                return Err(SqlError::at(
+                    at.span(),
+                    format!("sources.{source_name}.primary_key: name at least one column"),
+                ))
+            }
+            Some(k) => {
+                let mut idx = Vec::new();
+                for c in k {
+                    match physical.fields.iter().position(|f| f.name.eq_ignore_ascii_case(c)) {
+                        Some(i) if !idx.contains(&i) => idx.push(i),
+                        Some(_) => {
+                            return Err(SqlError::at(
+                                at.span(),
+                                format!("sources.{source_name}.primary_key: column {c:?} is named twice"),
+                            ))
+                        }
+                        None => {
+                            let names: Vec<&str> =
+                                physical.fields.iter().map(|f| f.name.as_str()).collect();
+                            return Err(SqlError::at(
+                                at.span(),
+                                format!(
+                                    "sources.{source_name}.primary_key: column {c:?} is not a column of the schema ({})",
+                                    names.join(", ")
+                                ),
+                            ));
+                        }
+                    }
+                }
+                idx
+            }
+        };
         let decoder = SqlDecoder {
             source: source_name.clone(),
             text: s.format == RecordFormat::Text,
+            key_schema: Schema::new(
+                primary_key
+                    .iter()
+                    .map(|i| physical.fields[*i].clone())
+                    .collect(),
+            ),
+            primary_key: primary_key.clone(),
             physical,
             computed: computed_fns,
             time,
@@ -682,11 +772,24 @@ impl Planner<'_> {
             }
         }
         let uid = self.uid(&format!("source.{source_name}"));
-        let stream = self.job.source(&uid, k);
+        let mut stream = self.job.source(&uid, k);
+        let (mut updating, mut updated_by) = (None, None);
+        if !primary_key.is_empty() {
+            // An upsert topic: the rows it replaces are in the table's state.
+            let names: Vec<&str> = primary_key
+                .iter()
+                .map(|i| columns[*i].name.as_str())
+                .collect();
+            let uid = self.uid(&format!("source.{source_name}.normalize"));
+            stream = stream.key_by(&names).normalize_upserts(&uid);
+            updating = Some(primary_key);
+            updated_by = Some(uid);
+        }
         let rel = Rel {
             stream,
             columns,
-            updating: None,
+            updating,
+            updated_by,
             time,
             source: Some(source_name),
             window: None,
@@ -714,6 +817,7 @@ impl Planner<'_> {
             stream,
             columns,
             updating: None,
+            updated_by: None,
             time,
             source: Some(n),
             window: None,
@@ -1266,6 +1370,7 @@ impl Planner<'_> {
             columns,
             time,
             updating,
+            updated_by: rel.updated_by,
             source: rel.source,
             window,
         })
@@ -1842,10 +1947,12 @@ impl Planner<'_> {
                 ty: agg_type(*f, a.as_ref()),
             });
         }
+        let updated_by = updating.is_some().then(|| agg_uid.clone());
         let mut out = Rel {
             stream,
             columns: agg_columns,
             updating,
+            updated_by,
             time: None,
             source: input.source.clone(),
             window: window.then_some((key_cols.len(), key_cols.len() + 1)),
@@ -2072,6 +2179,67 @@ struct SqlDecoder {
     physical: Schema,
     computed: Vec<Arc<EvalFn>>,
     time: Option<usize>,
+    /// A table's primary key (columns of `physical`), and their schema.
+    primary_key: Vec<usize>,
+    key_schema: Schema,
+}
+
+impl SqlDecoder {
+    /// A tombstone's row: a delete with the key's columns taken from the
+    /// Kafka key, the others NULL. The key is a JSON object of the key
+    /// columns (as an upsert sink writes it) or, for a one-column key, its
+    /// value as JSON or, for a VARCHAR, as bare text.
+    fn tombstone(&self, key: Option<&[u8]>) -> std::result::Result<Row, String> {
+        let key = key.ok_or(
+            "a tombstone (a record without a value) has no Kafka key, so the row it deletes is unknown",
+        )?;
+        let text =
+            std::str::from_utf8(key).map_err(|e| format!("the Kafka key is not UTF-8: {e}"))?;
+        let keys = if text.trim_start().starts_with('{') {
+            crate::dataflow::json::decode_row(key, &self.key_schema)
+                .map_err(|e| format!("the Kafka key {text:?}: {e}"))?
+                .values
+        } else if let [only] = &self.key_schema.fields[..] {
+            let name = serde_json::to_string(&only.name).expect("a string");
+            if serde_json::from_str::<serde_json::Value>(text).is_ok() {
+                let object = format!("{{{name}:{text}}}");
+                crate::dataflow::json::decode_row(object.as_bytes(), &self.key_schema)
+                    .map_err(|e| format!("the Kafka key {text:?}: {e}"))?
+                    .values
+            } else if only.data_type == DataType::String {
+                vec![Value::String(text.to_string())]
+            } else {
+                return Err(format!(
+                    "the Kafka key {text:?} is not a {} value for primary key column {:?}",
+                    only.data_type, only.name
+                ));
+            }
+        } else {
+            return Err(format!(
+                "the Kafka key {text:?} is not a JSON object of the primary key's {} columns",
+                self.key_schema.len()
+            ));
+        };
+        let mut values = vec![Value::Null; self.physical.len() + self.computed.len()];
+        for ((c, v), f) in self
+            .primary_key
+            .iter()
+            .zip(keys)
+            .zip(&self.key_schema.fields)
+        {
+            if v.is_null() {
+                return Err(format!(
+                    "the tombstone's Kafka key {text:?} has no value for primary key column {:?}",
+                    f.name
+                ));
+            }
+            values[*c] = v;
+        }
+        Ok(Row {
+            kind: crate::dataflow::row::RowKind::Delete,
+            values,
+        })
+    }
 }
 
 impl RecordDecoder for SqlDecoder {
@@ -2118,6 +2286,32 @@ impl RecordDecoder for SqlDecoder {
                 }
             },
         };
+        Ok((row, ts))
+    }
+
+    fn decode_keyed(
+        &self,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        kafka_ts: Option<i64>,
+    ) -> std::result::Result<(Row, i64), String> {
+        if self.primary_key.is_empty() {
+            return self.decode(payload, kafka_ts);
+        }
+        if payload.is_none() {
+            // A deletion has no time of its own to order windows by; a
+            // table's changes are not windowed.
+            return Ok((self.tombstone(key)?, NO_TIMESTAMP));
+        }
+        let (row, ts) = self.decode(payload, kafka_ts)?;
+        for &c in &self.primary_key {
+            if row.values[c].is_null() {
+                return Err(format!(
+                    "primary key column {:?} is missing or null",
+                    self.physical.fields[c].name
+                ));
+            }
+        }
         Ok((row, ts))
     }
 }

@@ -229,6 +229,10 @@ def cmd_gen(a):
 
 # --------------------------------------------------------------------- query
 SCHEMAS = {
+    # The changes of a table read from an upsert topic, in the order they
+    # were written (`seq`); `deleted` marks a tombstone (tests/sql.rs).
+    "account_changes": dict(seq="BIGINT", id="BIGINT", state="VARCHAR", balance="BIGINT",
+                            deleted="BOOLEAN"),
     "person": dict(id="BIGINT", name="VARCHAR", email_address="VARCHAR",
                    credit_card="VARCHAR", city="VARCHAR", state="VARCHAR",
                    date_time="TIMESTAMP", extra="VARCHAR"),

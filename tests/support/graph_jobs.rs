@@ -163,18 +163,31 @@ pub fn feed_with_kills(
     kills: usize,
     rng: &mut Rng,
 ) -> WeirProcess {
-    let (binary, config, env) = (job.binary.as_path(), job.config, job.env);
     let (input, partitions) = input;
+    feed_with_kills_by(job, chunks.len(), kills, rng, |i| {
+        produce(input, partitions, &chunks[i])
+    })
+}
+
+/// As [`feed_with_kills`], with `send(i)` writing chunk `i` of `chunks`.
+pub fn feed_with_kills_by(
+    job: &Job,
+    chunks: usize,
+    kills: usize,
+    rng: &mut Rng,
+    send: impl Fn(usize),
+) -> WeirProcess {
+    let (binary, config, env) = (job.binary.as_path(), job.config, job.env);
     let mut weir = WeirProcess::start(binary, config, env);
     assert!(
         weir.wait_for_log("job running", 1, Duration::from_secs(60)),
         "never ran: {}",
         log_tail(&weir.log_text())
     );
-    let every = (chunks.len() / (kills + 1)).max(1);
+    let every = (chunks / (kills + 1)).max(1);
     let mut killed = 0;
-    for (i, chunk) in chunks.iter().enumerate() {
-        produce(input, partitions, chunk);
+    for i in 0..chunks {
+        send(i);
         if killed < kills && i % every == every - 1 {
             // While the chunk is being worked on and its output written,
             // somewhere inside an epoch (the interval is 300 ms).

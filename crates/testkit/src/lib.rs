@@ -247,6 +247,40 @@ pub fn produce_keyed(topic: &str, partition: i32, key: &str, value: &str) {
     p.flush(Duration::from_secs(60)).expect("flush test input");
 }
 
+/// Produces `(partition, key, value)` records in order (a value of None
+/// is a tombstone) and waits for every ack.
+pub fn produce_records(topic: &str, records: &[(i32, String, Option<String>)]) {
+    let p = producer();
+    for (partition, key, value) in records {
+        let mut rec: BaseRecord<'_, str, str> = BaseRecord::to(topic)
+            .key(key.as_str())
+            .partition(*partition);
+        if let Some(v) = value {
+            rec = rec.payload(v.as_str());
+        }
+        let mut rec = rec;
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((e, back)) => {
+                    assert!(
+                        matches!(
+                            e,
+                            rdkafka::error::KafkaError::MessageProduction(
+                                rdkafka::types::RDKafkaErrorCode::QueueFull
+                            )
+                        ),
+                        "send test input: {e}"
+                    );
+                    rec = back;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush test input");
+}
+
 /// Sends `values` through `p`, the i-th to partition `(first + i) %
 /// partitions`, waiting while the queue is full, then waits for every ack.
 fn send_round_robin<V: AsRef<[u8]>>(

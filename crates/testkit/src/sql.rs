@@ -167,6 +167,50 @@ pub fn final_upsert_rows(records: &[crate::OutRecord]) -> Vec<BTreeMap<String, S
     rows
 }
 
+/// The final table of a Debezium changelog topic (`{"before","after","op"}`
+/// per record, keyed by the result's key) as sorted canonical rows, after
+/// checking that every change applies to the table as it is: a `"c"` to a
+/// key without a row, a `"d"` to the key's current row. A change committed
+/// twice, or an update-after without its update-before, breaks that.
+pub fn final_debezium_rows(
+    records: &[crate::OutRecord],
+) -> Result<Vec<BTreeMap<String, String>>, String> {
+    let mut t: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (i, r) in records.iter().enumerate() {
+        let raw = r.key.clone().unwrap_or_default();
+        let key = serde_json::from_str::<serde_json::Value>(&raw).map_or(raw, |k| k.to_string());
+        let Some(v) = &r.value else {
+            return Err(format!("record {i} (key {key}) is a tombstone"));
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(v).map_err(|e| format!("record {i} is not JSON: {e}"))?;
+        match (v["op"].as_str(), &v["before"], &v["after"]) {
+            (Some("c"), serde_json::Value::Null, after) if after.is_object() => {
+                if let Some(old) = t.insert(key.clone(), canon_row(after)) {
+                    return Err(format!(
+                        "record {i}: \"c\" for key {key}, which has a row ({old:?})"
+                    ));
+                }
+            }
+            (Some("d"), before, serde_json::Value::Null) if before.is_object() => {
+                let before = canon_row(before);
+                match t.remove(&key) {
+                    Some(row) if row == before => {}
+                    other => {
+                        return Err(format!(
+                            "record {i}: \"d\" of {before:?} for key {key}, whose row is {other:?}"
+                        ))
+                    }
+                }
+            }
+            _ => return Err(format!("record {i} is not a Debezium change: {v}")),
+        }
+    }
+    let mut rows: Vec<_> = t.into_values().collect();
+    rows.sort();
+    Ok(rows)
+}
+
 /// Rows as a sorted multiset.
 pub fn multiset(rows: impl Iterator<Item = serde_json::Value>) -> Vec<BTreeMap<String, String>> {
     let mut v: Vec<_> = rows.map(|r| canon_row(&r)).collect();

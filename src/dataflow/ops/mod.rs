@@ -4,6 +4,7 @@
 //! `KeyedStream::process` (or, built in, with one builder method).
 
 pub mod aggregate;
+pub mod changelog_normalize;
 pub mod deduplicate;
 pub mod stateless;
 pub mod where_filter;
