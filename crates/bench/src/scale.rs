@@ -224,14 +224,7 @@ pub fn throughput(
                 // records on the same two cores and finished seconds after
                 // the job did.
                 let client = measure::consumer(&job.group());
-                let probe: BaseConsumer = ClientConfig::new()
-                    .set("bootstrap.servers", bootstrap())
-                    .set("group.id", unique("bench-probe"))
-                    .set("isolation.level", "read_committed")
-                    .set("enable.partition.eof", "true")
-                    .set("enable.auto.commit", "false")
-                    .create()
-                    .expect("probe consumer");
+
                 let input_ends = measure::end_offsets_with(&client, &input);
                 let input_total: i64 = input_ends.iter().map(|(_, e)| e).sum();
                 let started = Instant::now();
@@ -246,7 +239,7 @@ pub fn throughput(
                 loop {
                     cpu = groups.iter().map(ProcessGroup::cpu_seconds).sum::<f64>();
                     if measure::committed_total_with(&client, &input, &input_ends) >= input_total
-                        && shuffle_done(&client, &probe, &job.name)
+                        && shuffle_done(&client, &job.name)
                     {
                         break;
                     }
@@ -362,8 +355,11 @@ pub fn throughput(
 /// writing instance's transaction, and with several instances the last
 /// marker can follow the last row by more than one offset. So a partition
 /// whose committed offset is short of its end is read from there by
-/// `probe` (read_committed, partition EOF on): done if it holds no record.
-fn shuffle_done(c: &BaseConsumer, probe: &BaseConsumer, name: &str) -> bool {
+/// a probe (read_committed, partition EOF on): done if it holds no record.
+/// The probe is a new consumer each time: one reassigned between calls
+/// still held the last call's end-of-partition events, and counted them
+/// as this call's (a run then ended before its rows were all applied).
+fn shuffle_done(c: &BaseConsumer, name: &str) -> bool {
     let md = c
         .fetch_metadata(None, Duration::from_secs(10))
         .expect("metadata");
@@ -400,6 +396,14 @@ fn shuffle_done(c: &BaseConsumer, probe: &BaseConsumer, name: &str) -> bool {
     if behind.count() == 0 {
         return true;
     }
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("bench-probe"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("probe consumer");
     probe.assign(&behind).expect("assign the probe");
     let mut at_end = 0;
     let deadline = Instant::now() + Duration::from_secs(10);
