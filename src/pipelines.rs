@@ -189,6 +189,7 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
             } else {
                 LatePolicy::Drop
             },
+            state_ttl: None,
         },
         text: sql_text(c, table, function, columns),
         origin: format!(

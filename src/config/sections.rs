@@ -615,6 +615,11 @@ pub struct SqlPipelineConfig {
     /// the dead-letter topic of the window's source.
     #[serde(default)]
     pub on_late: LatePolicy,
+    /// How long a join keeps a row after its event time (Flink's
+    /// `table.exec.state.ttl`, on event time here): once the watermark
+    /// passes, the row is dropped and later rows no longer match it.
+    #[serde(with = "humantime_serde", default)]
+    pub state_ttl: Option<Duration>,
 }
 
 /// A SQL job: its tables, its sinks and its statements (the text is read

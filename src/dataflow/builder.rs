@@ -37,6 +37,7 @@ use super::operator::RecordOrigin;
 use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
 use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
+use super::ops::join::{Join, JoinSpec};
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
 use super::ops::where_filter::WhereFilter;
 use super::ops::window::WindowAggregate;
@@ -550,6 +551,21 @@ impl Stream {
         }
     }
 
+    /// Keyed by the columns at `columns` (names can be ambiguous after a
+    /// join; the planner knows the positions).
+    pub(crate) fn key_by_indexes(&self, columns: Vec<usize>) -> KeyedStream {
+        let len = self.schema().len();
+        if columns.is_empty() || columns.iter().any(|c| *c >= len) {
+            self.job.problem(format!(
+                "key_by: columns {columns:?} are not all in the stream"
+            ));
+        }
+        KeyedStream {
+            stream: self.clone(),
+            key: columns,
+        }
+    }
+
     /// This stream and `others` (of the same schema) as one.
     pub fn union(&self, uid: &str, others: &[Stream]) -> Stream {
         let schema = self.schema();
@@ -849,6 +865,39 @@ impl WindowedStream {
 }
 
 impl ConnectedStreams {
+    /// The equi-join of the two streams on their keys ([`Join`]): rows of
+    /// the first stream's columns, then the second's. `spec`'s keys are
+    /// taken from the two keyed streams.
+    pub fn join(self, uid: &str, mut spec: JoinSpec) -> Stream {
+        let (a, b) = (self.first.stream.schema(), self.second.stream.schema());
+        spec.keys = [self.first.key.clone(), self.second.key.clone()];
+        spec.widths = [a.len(), b.len()];
+        // A name both sides have is told apart by a suffix on the second.
+        let mut fields = a.fields.clone();
+        for f in &b.fields {
+            let mut f = f.clone();
+            let base = f.name.clone();
+            let mut n = 2;
+            while fields.iter().any(|x| x.name == f.name) {
+                f.name = format!("{base}_{n}");
+                n += 1;
+            }
+            fields.push(f);
+        }
+        // A join whose rows expire by the watermark is an interval join
+        // (a window join is one whose bounds are the windows).
+        let kind = format!(
+            "{}join/{}",
+            if spec.bounded() { "interval-" } else { "" },
+            spec.kind.name().replace(' ', "-")
+        );
+        let tables = Join::tables();
+        self.process(uid, Schema::new(fields), tables, move || {
+            Join::new(spec.clone())
+        })
+        .with_kind(&kind)
+    }
+
     /// A keyed two-input operator: `on_record`'s `input` is 0 for the first
     /// stream and 1 for the second. Both keys must have the same types, so
     /// that equal keys meet in one subtask.

@@ -8,6 +8,7 @@ use serde_json::{json, Value as Json};
 use super::codec::{get_varint, StateCodec};
 pub use super::json::value_json;
 use super::ops::aggregate::Accumulators;
+use super::ops::join::JoinEntry;
 use super::row::{Decimal, Row, Value};
 use super::state::{KeyedStore, TableKind};
 use crate::checkpoint::metadata::KeyColumn;
@@ -32,6 +33,12 @@ pub fn decode_by_codec(codec: &str, bytes: &[u8]) -> std::result::Result<Json, S
                 .collect(),
         ),
         "i64" => json!(i64::decode(bytes)?),
+        "join-entry" => {
+            let e = JoinEntry::decode(bytes)?;
+            let time = |t: i64| (t != i64::MIN && t != i64::MAX).then_some(t);
+            json!({"count": e.count, "matches": e.matches, "time": time(e.time),
+                   "expires": time(e.expires)})
+        }
         "accumulators" => {
             let acc = Accumulators::decode(bytes)?;
             let parts: Vec<Json> = acc

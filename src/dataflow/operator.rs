@@ -160,6 +160,8 @@ pub struct Context {
     value: Vec<u8>,
     /// Records dropped for arriving after their window closed.
     late: u64,
+    /// Rows dropped from state by a time-to-live or the watermark.
+    expired: u64,
     /// Late records for the node's dead-letter topic, if it has one.
     late_records: Vec<LateRecord>,
     /// Whether a consumer of this node's output needs update-before rows.
@@ -190,6 +192,7 @@ impl Context {
             scratch: Vec::with_capacity(64),
             value: Vec::with_capacity(64),
             late: 0,
+            expired: 0,
             late_records: Vec::new(),
             update_before: true,
             key_columns: Vec::new(),
@@ -389,6 +392,16 @@ impl Context {
 
     pub(crate) fn take_late(&mut self) -> u64 {
         std::mem::take(&mut self.late)
+    }
+
+    /// Counts `n` rows dropped from state because their time ran out
+    /// (`weir_state_expired_total`).
+    pub fn count_expired(&mut self, n: u64) {
+        self.expired += n;
+    }
+
+    pub(crate) fn take_expired(&mut self) -> u64 {
+        std::mem::take(&mut self.expired)
     }
 
     /// A record no window takes any more, for the node's dead-letter topic

@@ -459,7 +459,8 @@ impl Chain {
         }
     }
 
-    /// Moves `weir_open_windows` by what node `slot` opened and closed.
+    /// Moves `weir_open_windows` by what node `slot` opened and closed,
+    /// and counts the rows its state expired (`weir_state_expired_total`).
     fn count_windows(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
         if let SlotBody::Operator { ctx, .. } = &mut s.body {
@@ -469,6 +470,13 @@ impl Chain {
                     .open_windows
                     .with_label_values(&[s.uid.as_str(), &self.subtask.to_string()])
                     .add(n);
+            }
+            let expired = ctx.take_expired();
+            if expired != 0 {
+                self.metrics
+                    .state_expired
+                    .with_label_values(&[s.uid.as_str()])
+                    .inc_by(expired);
             }
         }
     }

@@ -81,6 +81,9 @@ pub struct Metrics {
     pub transactions_renewed: IntCounter,
     /// Windows open (not yet fired and expired) per keyed subtask.
     pub open_windows: IntGaugeVec,
+    /// Rows a join dropped from its state because their time ran out
+    /// (`state_ttl`, or an interval or window join's watermark).
+    pub state_expired: IntCounterVec,
 }
 
 fn seconds_histogram(name: &str, help: &str) -> Histogram {
@@ -244,6 +247,15 @@ impl Metrics {
                 &["operator", "subtask"],
             )
             .expect("metric"),
+            state_expired: IntCounterVec::new(
+                Opts::new(
+                    "weir_state_expired_total",
+                    "Rows dropped from an operator's state because their time ran out \
+                     (state_ttl, or the watermark passed what they could still match)",
+                ),
+                &["operator"],
+            )
+            .expect("metric"),
             registry,
         };
         let r = &m.registry;
@@ -294,6 +306,8 @@ impl Metrics {
         r.register(Box::new(EXPRESSION_ERRORS.clone()))
             .expect("register");
         r.register(Box::new(m.open_windows.clone()))
+            .expect("register");
+        r.register(Box::new(m.state_expired.clone()))
             .expect("register");
         m
     }

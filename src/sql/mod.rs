@@ -13,6 +13,7 @@ pub mod cast;
 pub mod compiled;
 pub mod expr;
 pub mod functions;
+pub mod joins;
 pub mod planner;
 pub mod schema;
 pub mod types;

@@ -34,11 +34,13 @@ use super::expr::{
     boolean, call_args, compile, err, function_name, interval, is_aggregate, Compiled, EvalFn,
     Scope, ScopeColumn, Ty,
 };
+use super::joins;
 use super::schema::parse_schema;
 use super::{note_eval_error, SqlError};
 use crate::config::{BadRecordPolicy, Config, LatePolicy, RecordFormat, SqlJob};
 use crate::dataflow::graph::RecordDecoder;
 use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
+use crate::dataflow::ops::join::{JoinCondition, JoinKind, JoinSpec};
 use crate::dataflow::prelude::*;
 use crate::time::NO_TIMESTAMP;
 
@@ -162,6 +164,9 @@ struct Rel {
     /// A window aggregate's result: its window_start and window_end
     /// columns (a later GROUP BY of both keeps the windows).
     window: Option<(usize, usize)>,
+    /// A window's `window_end` column, kept when its start is not: never
+    /// earlier than its row's event time, so it can bound a join's state.
+    window_end: Option<usize>,
 }
 
 impl Rel {
@@ -628,6 +633,11 @@ impl Planner<'_> {
                     stream,
                     time: if a.time == b.time { a.time } else { None },
                     window: if a.window == b.window { a.window } else { None },
+                    window_end: if a.window_end == b.window_end {
+                        a.window_end
+                    } else {
+                        None
+                    },
                     source: if a.source == b.source {
                         a.source.clone()
                     } else {
@@ -793,6 +803,7 @@ impl Planner<'_> {
             time,
             source: Some(source_name),
             window: None,
+            window_end: None,
         };
         self.sources.insert(key, rel.clone());
         Ok(Some(rel))
@@ -821,6 +832,7 @@ impl Planner<'_> {
             time,
             source: Some(n),
             window: None,
+            window_end: None,
         };
         self.sources.insert(name.to_ascii_lowercase(), rel.clone());
         Some(rel)
@@ -834,24 +846,30 @@ impl Planner<'_> {
         }
     }
 
-    /// FROM: one relation, a window function over one, or a relation
-    /// with `CROSS JOIN UNNEST(...)`.
+    /// FROM: one relation, a window function over one, a relation with
+    /// `CROSS JOIN UNNEST(...)`, or joins ([`Planner::joins`]). Also
+    /// returns what is left of WHERE to filter by (joins take the
+    /// conjuncts they can use).
     fn from(
         &mut self,
         select: &ast::Select,
         name: &str,
-    ) -> Result<(Rel, Option<WindowTvf>), SqlError> {
+    ) -> Result<(Rel, Option<WindowTvf>, Option<E>), SqlError> {
+        let is_unnest = |j: &ast::Join| matches!(j.relation, TableFactor::UNNEST { .. });
+        if select.from.len() > 1
+            || select
+                .from
+                .iter()
+                .any(|t| t.joins.iter().any(|j| !is_unnest(j)))
+        {
+            let (rel, rest) = self.joins(select, name)?;
+            return Ok((rel, None, rest));
+        }
         let [twj] = select.from.as_slice() else {
-            return Err(match select.from.first() {
-                None => SqlError::at(
-                    select.span(),
-                    "a SELECT needs FROM: weir's queries read a source or a view",
-                ),
-                Some(_) => SqlError::at(
-                    select.from[1].span(),
-                    "FROM a, b (a join) is not supported yet: joins come with the join issue",
-                ),
-            });
+            return Err(SqlError::at(
+                select.span(),
+                "a SELECT needs FROM: weir's queries read a source or a view",
+            ));
         };
         let (mut rel, tvf) = self.table_factor(&twj.relation, name)?;
         for (i, j) in twj.joins.iter().enumerate() {
@@ -875,15 +893,289 @@ impl Planner<'_> {
                         mentioned.as_ref(),
                     )?;
                 }
-                _ => {
+                _ => return Err(SqlError::at(
+                    j.relation.span(),
+                    "CROSS JOIN takes UNNEST(array); to join two tables, JOIN ... ON their keys",
+                )),
+            }
+        }
+        Ok((rel, tvf, select.selection.clone()))
+    }
+
+    /// FROM with joins: `a [INNER] JOIN b ON ...`, `a LEFT | RIGHT | FULL
+    /// [OUTER] JOIN b ON ...`, and `FROM a, b WHERE ...` (an inner join
+    /// whose conditions are in WHERE), left to right: each join is one
+    /// two-input operator, so a three-way join is a chain of two. Returns
+    /// what is left of WHERE.
+    fn joins(&mut self, select: &ast::Select, name: &str) -> Result<(Rel, Option<E>), SqlError> {
+        let mut wheres: Vec<Option<E>> = select
+            .selection
+            .as_ref()
+            .map(joins::conjuncts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut rel: Option<Rel> = None;
+        for twj in &select.from {
+            let first = self.join_input(&twj.relation, name)?;
+            rel = Some(match rel.take() {
+                None => first,
+                Some(left) => self.join_step(
+                    left,
+                    first,
+                    (JoinKind::Inner, Vec::new()),
+                    &mut wheres,
+                    twj.relation.span(),
+                    name,
+                )?,
+            });
+            for j in &twj.joins {
+                let Some((kind, on)) = joins::join_kind(&j.join_operator) else {
                     return Err(SqlError::at(
                         j.relation.span(),
-                        "joins are not supported yet (they come with the join issue); CROSS JOIN UNNEST(array) is",
-                    ))
+                        "this join is not supported: JOIN, INNER JOIN, or LEFT, RIGHT or FULL [OUTER] JOIN, with ON",
+                    ));
+                };
+                let right = self.join_input(&j.relation, name)?;
+                let on = on.map(joins::conjuncts).unwrap_or_default();
+                let left = rel.take().expect("set above");
+                rel = Some(self.join_step(
+                    left,
+                    right,
+                    (kind, on),
+                    &mut wheres,
+                    j.relation.span(),
+                    name,
+                )?);
+            }
+        }
+        let rest = joins::conjoin(wheres.into_iter().flatten().collect());
+        Ok((rel.expect("FROM has a table"), rest))
+    }
+
+    /// One input of a join: a table, a view or a subquery.
+    fn join_input(&mut self, t: &TableFactor, name: &str) -> Result<Rel, SqlError> {
+        if matches!(t, TableFactor::UNNEST { .. }) {
+            return Err(SqlError::at(
+                t.span(),
+                "UNNEST in a query with joins is not supported yet: UNNEST in a view, and join the view",
+            ));
+        }
+        match self.table_factor(t, name)? {
+            (rel, None) => Ok(rel),
+            (_, Some(_)) => Err(SqlError::at(
+                t.span(),
+                "a window table function is read by a GROUP BY window_start, window_end: join that aggregate (a subquery) instead",
+            )),
+        }
+    }
+
+    /// One join of `left` and `right` by `kind` with the ON conjuncts;
+    /// an inner join also takes the WHERE conjuncts over its two inputs.
+    /// A conjunct over one input filters it first where that keeps the
+    /// join's meaning; equalities of the two sides are the keys; the rest
+    /// is the residual condition each pair of rows must meet.
+    fn join_step(
+        &mut self,
+        left: Rel,
+        right: Rel,
+        (kind, on): (JoinKind, Vec<E>),
+        wheres: &mut [Option<E>],
+        span: sqlparser::tokenizer::Span,
+        name: &str,
+    ) -> Result<Rel, SqlError> {
+        let mut conds = on;
+        if kind == JoinKind::Inner {
+            for w in wheres.iter_mut() {
+                let takes = match w {
+                    Some(e) => joins::sides(e, &left.columns, &right.columns)?.2,
+                    None => false,
+                };
+                if takes {
+                    conds.extend(w.take());
                 }
             }
         }
-        Ok((rel, tvf))
+        let push_left =
+            matches!(kind, JoinKind::Inner | JoinKind::Right) && left.updating.is_none();
+        let push_right =
+            matches!(kind, JoinKind::Inner | JoinKind::Left) && right.updating.is_none();
+        let (mut keys, mut to_left, mut to_right, mut residual) = (vec![], vec![], vec![], vec![]);
+        for c in &conds {
+            if let Some((a, b)) = joins::equality(c, &left.columns, &right.columns)? {
+                keys.push((a.clone(), b.clone()));
+                continue;
+            }
+            match joins::sides(c, &left.columns, &right.columns)? {
+                (true, false, true) if push_left => to_left.push(c.clone()),
+                (false, true, true) if push_right => to_right.push(c.clone()),
+                _ => residual.push(c.clone()),
+            }
+        }
+        if keys.is_empty() {
+            return Err(SqlError::at(
+                span,
+                format!(
+                    "a join needs an equality of the two sides' columns (a.k = b.k) in ON{}: weir does not run cross joins",
+                    if kind == JoinKind::Inner { " or WHERE" } else { "" }
+                ),
+            ));
+        }
+        let mut left = left;
+        let mut right = right;
+        if let Some(f) = joins::conjoin(to_left) {
+            left = self.filter(left, &f, &format!("{name}.where"))?;
+        }
+        if let Some(f) = joins::conjoin(to_right) {
+            right = self.filter(right, &f, &format!("{name}.where"))?;
+        }
+        let (left, lk) = self.key_columns(left, keys.iter().map(|k| &k.0), name)?;
+        let (right, rk) = self.key_columns(right, keys.iter().map(|k| &k.1), name)?;
+        for ((a, b), (l, r)) in keys.iter().zip(lk.iter().zip(&rk)) {
+            let (lt, rt) = (&left.columns[*l].ty, &right.columns[*r].ty);
+            if lt != rt {
+                return Err(err(
+                    a,
+                    format!("the join keys {a} ({lt}) and {b} ({rt}) have different types: CAST one to the other's"),
+                ));
+            }
+        }
+        let joined: Vec<ScopeColumn> = left.columns.iter().chain(&right.columns).cloned().collect();
+        let uid = self.uid(&format!("{name}.join"));
+        let condition: Option<JoinCondition> = match joins::conjoin(residual) {
+            None => None,
+            Some(e) => {
+                let c = compile(&e, &mut Scope::plain(&joined))?;
+                boolean(&c, &e)?;
+                let (f, op) = (c.eval, uid.clone());
+                Some(Arc::new(move |v: &[Value]| match f(v) {
+                    Ok(Value::Bool(b)) => b,
+                    Ok(_) => false,
+                    Err(e) => {
+                        note_eval_error(&op, &e);
+                        false
+                    }
+                }))
+            }
+        };
+        let append = left.updating.is_none() && right.updating.is_none();
+        let watermarked =
+            |r: &Rel| -> Vec<usize> { r.time.into_iter().chain(r.window_end).collect() };
+        let mut expiry = [None, None];
+        if kind == JoinKind::Inner && append {
+            let found = joins::expiries(
+                &conds,
+                &joins::JoinSide {
+                    columns: &left.columns,
+                    watermarked: watermarked(&left),
+                },
+                &joins::JoinSide {
+                    columns: &right.columns,
+                    watermarked: watermarked(&right),
+                },
+            );
+            // Both or neither: a late row must be dropped on both sides
+            // once either side's rows can go.
+            if found.iter().all(Option::is_some) {
+                expiry = found;
+            }
+        }
+        let ttl = self.sql.pipeline.state_ttl.map(|d| d.as_millis() as i64);
+        if ttl.is_some() {
+            for (side, r) in [("left", &left), ("right", &right)] {
+                if r.time.is_none() && r.window_end.is_none() {
+                    return Err(SqlError::at(
+                        span,
+                        format!(
+                            "[pipeline] state_ttl counts from each row's event time, and the join's {side} input has none: declare a WATERMARK on its source"
+                        ),
+                    ));
+                }
+            }
+        }
+        let spec = JoinSpec {
+            kind,
+            keys: [Vec::new(), Vec::new()],
+            widths: [0, 0],
+            condition,
+            expiry,
+            ttl,
+        };
+        let stream = Stream::connect(
+            left.stream.key_by_indexes(lk.clone()),
+            right.stream.key_by_indexes(rk.clone()),
+        )
+        .join(&uid, spec);
+        let n = left.columns.len();
+        let updating = if kind == JoinKind::Inner && append {
+            None
+        } else {
+            Some(match (&left.updating, &right.updating) {
+                (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() => {
+                    a.iter().copied().chain(b.iter().map(|i| i + n)).collect()
+                }
+                _ => Vec::new(),
+            })
+        };
+        let window = match (left.window, right.window) {
+            (Some(lw), Some(rw)) if lk.iter().zip(&rk).any(|(a, b)| *a == lw.1 && *b == rw.1) => {
+                Some(lw)
+            }
+            _ => None,
+        };
+        Ok(Rel {
+            stream,
+            columns: joined,
+            updated_by: updating.as_ref().map(|_| uid.clone()),
+            updating,
+            time: None,
+            source: None,
+            window_end: window.map(|w| w.1),
+            window,
+        })
+    }
+
+    /// The columns of `rel` that `exprs` name, computing those that are
+    /// not plain columns into hidden columns at the end (`$key0`, ...).
+    fn key_columns<'e>(
+        &mut self,
+        rel: Rel,
+        exprs: impl Iterator<Item = &'e E>,
+        name: &str,
+    ) -> Result<(Rel, Vec<usize>), SqlError> {
+        let mut keys = Vec::new();
+        let mut computed = Vec::new();
+        for e in exprs {
+            match joins::resolve(e, &rel.columns)? {
+                Some(i) => keys.push(i),
+                None => {
+                    let c = compile(e, &mut Scope::plain(&rel.columns))?;
+                    keys.push(rel.columns.len() + computed.len());
+                    computed.push(c);
+                }
+            }
+        }
+        if computed.is_empty() {
+            return Ok((rel, keys));
+        }
+        let qualifiers: Vec<Option<String>> =
+            rel.columns.iter().map(|c| c.qualifier.clone()).collect();
+        let mut outputs: Vec<(String, Compiled, Option<usize>)> = rel
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), Compiled::column(i, c.ty.clone()), Some(i)))
+            .collect();
+        let first = outputs.len();
+        for (i, c) in computed.into_iter().enumerate() {
+            outputs.push((format!("$key{}", first + i), c, None));
+        }
+        let mut rel = self.finish_projection(rel, outputs, &format!("{name}.join-key"))?;
+        for (c, q) in rel.columns.iter_mut().zip(qualifiers) {
+            c.qualifier = q;
+        }
+        Ok((rel, keys))
     }
 
     /// `CROSS JOIN UNNEST(array)`: a row per item, with the columns of
@@ -934,6 +1226,7 @@ impl Planner<'_> {
         let uid = self.uid(&format!("{name}.unnest"));
         let time = rel.time.and_then(moved);
         let window = rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?)));
+        let window_end = rel.window_end.and_then(moved);
         // Each item of a row's array, handed to `each`. UNNEST(WORDS(s))
         // splits s as it goes, without an array between.
         type Items = dyn Fn(&[Value], &mut dyn FnMut(Value)) -> Result<(), String> + Send + Sync;
@@ -983,6 +1276,7 @@ impl Planner<'_> {
             columns,
             time,
             window,
+            window_end,
             ..rel
         })
     }
@@ -1197,8 +1491,8 @@ impl Planner<'_> {
                 format!("SELECT {d} is not supported yet: GROUP BY the columns instead"),
             ));
         }
-        let (mut rel, tvf) = self.from(s, name)?;
-        if let Some(w) = &s.selection {
+        let (mut rel, tvf, rest) = self.from(s, name)?;
+        if let Some(w) = &rest {
             rel = self.filter(rel, w, &format!("{name}.where"))?;
         }
         let group: Vec<&E> = match &s.group_by {
@@ -1260,7 +1554,13 @@ impl Planner<'_> {
         for item in items {
             match item {
                 SelectItem::Wildcard(_) => {
-                    for (i, c) in rel.columns.iter().enumerate() {
+                    // `$key0`, ...: a join's computed keys, not the user's.
+                    for (i, c) in rel
+                        .columns
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| !c.name.starts_with('$'))
+                    {
                         outputs.push((c.name.clone(), Compiled::column(i, c.ty.clone()), Some(i)));
                     }
                 }
@@ -1327,6 +1627,7 @@ impl Planner<'_> {
         let moved = |i: usize| outputs.iter().position(|(_, _, from)| *from == Some(i));
         let time = rel.time.and_then(moved);
         let window = rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?)));
+        let window_end = rel.window_end.and_then(moved);
         let updating = rel.updating.as_ref().map(|key| {
             key.iter()
                 .map(|k| moved(*k))
@@ -1344,6 +1645,7 @@ impl Planner<'_> {
                 time,
                 updating,
                 window,
+                window_end,
                 ..rel
             });
         }
@@ -1373,6 +1675,7 @@ impl Planner<'_> {
             updated_by: rel.updated_by,
             source: rel.source,
             window,
+            window_end,
         })
     }
 
@@ -1956,6 +2259,7 @@ impl Planner<'_> {
             time: None,
             source: input.source.clone(),
             window: window.then_some((key_cols.len(), key_cols.len() + 1)),
+            window_end: window.then_some(key_cols.len() + 1),
         };
         if let Some((h, c)) = having {
             if out.updating.is_some() {
@@ -2109,7 +2413,7 @@ fn contains_aggregate(e: &E) -> bool {
 }
 
 /// True if `pred` holds for `e` or any expression inside it.
-fn walk(e: &E, pred: &mut dyn FnMut(&E) -> bool) -> bool {
+pub(super) fn walk(e: &E, pred: &mut dyn FnMut(&E) -> bool) -> bool {
     if pred(e) {
         return true;
     }

@@ -23,10 +23,12 @@ gen    Write DIR/person.jsonl, DIR/auction.jsonl, DIR/bid.jsonl (one JSON object
        strings are shorter.  Because of the jitter, a bid's date_time may be
        up to D ms earlier than that of the auction/person it references.
 
-query  Load each DIR/{person,auction,bid}.jsonl present as a DuckDB table named
+query  Load each DIR/{person,auction,bid}.jsonl present (and the other tables
+       of SCHEMAS: account_changes, side_input) as a DuckDB table named
        after the file stem, with an explicit schema (BIGINT, VARCHAR, and
-       TIMESTAMP for date_time/expires, session TimeZone=UTC), run the SQL and
-       print one JSON object per result row, keys = column names in order.
+       TIMESTAMP for date_time/expires/valid_from, session TimeZone=UTC),
+       run the SQL and print one JSON object per result row, keys = column
+       names in order.
 
          reference.py query --dir DIR (--sql-file F | --sql "SELECT ...")
 
@@ -242,6 +244,10 @@ SCHEMAS = {
                     extra="VARCHAR"),
     "bid": dict(auction="BIGINT", bidder="BIGINT", price="BIGINT", channel="VARCHAR",
                 url="VARCHAR", date_time="TIMESTAMP", extra="VARCHAR"),
+    # Nexmark q13's versioned side input (crates/testkit/src/nexmark.rs,
+    # side_input_rows): an upsert table keyed by `key`, each version valid
+    # from `valid_from` on, in event time.
+    "side_input": dict(key="BIGINT", value="VARCHAR", valid_from="TIMESTAMP"),
 }
 
 

@@ -136,3 +136,110 @@ pub fn assert_matches_duckdb(
         );
     }
 }
+
+/// The three Nexmark streams of a generated input, to feed in step.
+pub struct Streams {
+    /// The generated files, with the flush events (DuckDB reads them).
+    pub data: PathBuf,
+    /// Per table (person, auction, bid), its events in event order.
+    pub tables: Vec<(&'static str, Vec<String>)>,
+    /// Per table, one far-future event per input partition, to feed last.
+    pub flush: Vec<(&'static str, Vec<String>)>,
+}
+
+/// `events` Nexmark events at 100 per second, each up to 3 s early (the
+/// watermark allows 4 s, so none is late), as three streams.
+pub fn nexmark_streams(dir: &Path, seed: u64, events: u64, partitions: usize) -> Streams {
+    use weir_testkit::nexmark::{flush_auction, flush_person};
+    let data = dir.join("data");
+    generate(&data, events, seed % 10_000, 100, 3000);
+    let mut tables = Vec::new();
+    let mut flush = Vec::new();
+    for (table, last) in [
+        ("person", flush_person()),
+        ("auction", flush_auction()),
+        ("bid", flush_bid()),
+    ] {
+        let file = data.join(format!("{table}.jsonl"));
+        let lines: Vec<String> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        let last = vec![last; partitions];
+        let mut all = lines.clone();
+        all.extend(last.iter().cloned());
+        std::fs::write(&file, all.join("\n") + "\n").unwrap();
+        tables.push((table, lines));
+        flush.push((table, last));
+    }
+    Streams {
+        data,
+        tables,
+        flush,
+    }
+}
+
+impl Streams {
+    /// Chunk `i` of `n` (then the flush as chunk `n`): the i-th part of
+    /// each table, so that the three advance in event time together.
+    pub fn chunk(&self, i: usize, n: usize) -> Vec<(&'static str, Vec<String>)> {
+        if i == n {
+            return self.flush.clone();
+        }
+        self.tables
+            .iter()
+            .map(|(t, lines)| {
+                let per = lines.len().div_ceil(n);
+                let from = (i * per).min(lines.len());
+                let to = ((i + 1) * per).min(lines.len());
+                (*t, lines[from..to].to_vec())
+            })
+            .collect()
+    }
+}
+
+/// A SQL job's sections over the three Nexmark tables (`topics`: table
+/// name to topic), JSON with a 4 s watermark each, one exactly-once
+/// `[sinks.NAME]` per (name, topic), and `[pipeline] sql` with `pipeline`
+/// lines before it.
+pub fn nexmark_sections(
+    topics: &BTreeMap<&str, String>,
+    sinks: &[(String, String)],
+    pipeline: &str,
+    sql: &str,
+) -> String {
+    let schemas = [
+        (
+            "person",
+            "id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, city VARCHAR,
+  state VARCHAR, date_time TIMESTAMP(3), extra VARCHAR",
+        ),
+        (
+            "auction",
+            "id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT, reserve BIGINT,
+  date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT, extra VARCHAR",
+        ),
+        (
+            "bid",
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+  date_time TIMESTAMP(3), extra VARCHAR",
+        ),
+    ];
+    let mut t = String::new();
+    for (table, schema) in schemas {
+        t.push_str(&format!(
+            "\n[sources.{table}]\ntopics = [\"{}\"]\nformat = \"json\"\nschema = \"\"\"\n  {schema},\n  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND\n\"\"\"\n",
+            topics[table]
+        ));
+    }
+    for (name, topic) in sinks {
+        t.push_str(&format!(
+            "\n[sinks.{name}]\ntopic = \"{topic}\"\ndelivery = \"exactly-once\"\n"
+        ));
+    }
+    t.push_str(&format!(
+        "\n[pipeline]\n{pipeline}\nsql = \"\"\"\n{sql}\n\"\"\"\n"
+    ));
+    t
+}

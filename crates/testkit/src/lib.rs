@@ -3,6 +3,7 @@
 //! process itself. The reader is a plain rdkafka consumer, not weir's code
 //! path, so a bug in weir's Kafka handling cannot hide from it.
 
+pub mod nexmark;
 pub mod sql;
 pub mod throttle;
 pub use throttle::Throttle;

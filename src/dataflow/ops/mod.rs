@@ -6,6 +6,7 @@
 pub mod aggregate;
 pub mod changelog_normalize;
 pub mod deduplicate;
+pub mod join;
 pub mod stateless;
 pub mod where_filter;
 pub mod window;
