@@ -380,6 +380,7 @@ fn a_sql_aggregate_is_listed_by_the_console_and_its_state_read_live_and_offline(
         duckdb: "SELECT auction, count(*) AS bids, sum(price) AS volume FROM bid
                  WHERE date_time < TIMESTAMP '2030-01-01' GROUP BY auction",
         updating: true,
+        compare: &[],
     };
     assert_matches_duckdb(&query, &out, &data, Duration::from_secs(90), &|| {
         format!("seed {seed}; log: {}", log_tail(&job.log_text()))
@@ -818,6 +819,7 @@ dead_letter_topic = "{dlq}"
                 )
                 .leak(),
                 updating: true,
+                compare: &[],
             },
             &sinks[0].1,
         ),
@@ -828,6 +830,7 @@ dead_letter_topic = "{dlq}"
                 duckdb: format!("{last} SELECT id, state, balance FROM last WHERE NOT deleted")
                     .leak(),
                 updating: true,
+                compare: &[],
             },
             &sinks[1].1,
         ),
@@ -870,23 +873,15 @@ dead_letter_topic = "{dlq}"
     );
 }
 
-/// The queries of the join test that weir runs so far (the top-N ones
-/// come with ROW_NUMBER).
-fn join_queries_now() -> Vec<weir_testkit::sql::Query> {
-    weir_testkit::nexmark::join_queries()
-        .into_iter()
-        .filter(|q| !["q9", "q18", "q19"].contains(&q.sink))
-        .collect()
-}
-
-/// Nexmark's joins (q3, q4, q5, q7, q8, q20, q23) as one job over three
-/// topics with parallelism 2, SIGKILLed five times while it works, each
-/// checked against DuckDB over the same events: the regular joins (one
-/// feeding two aggregates that take back updates), the interval joins
-/// (q4, q7) whose state the watermark frees, the window joins (q5, q8) and
-/// the three-way join.
+/// Nexmark's joins and top-N queries (q3, q4, q5, q7, q8, q9, q18, q19,
+/// q20, q23) as one job over three topics with parallelism 2, SIGKILLed
+/// five times while it works, each checked against DuckDB over the same
+/// events: the regular joins (one feeding two aggregates that take back
+/// updates), the interval joins (q4, q7, q9) whose state the watermark
+/// frees, the window joins (q5, q8), the three-way join (q23), and top-N
+/// by ROW_NUMBER (q9 and q18 keep one row per key, q19 ten).
 #[test]
-fn nexmark_joins_in_sql_are_exact_under_sigkills_against_duckdb() {
+fn nexmark_joins_and_top_n_in_sql_are_exact_under_sigkills_against_duckdb() {
     let seed = seed();
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -898,7 +893,7 @@ fn nexmark_joins_in_sql_are_exact_under_sigkills_against_duckdb() {
     for t in topics.values() {
         create_topic(t, 2);
     }
-    let queries = join_queries_now();
+    let queries = weir_testkit::nexmark::join_queries();
     let sinks: Vec<(String, String)> = queries
         .iter()
         .map(|q| (q.sink.to_string(), unique(&format!("sqlj-{}", q.sink))))
@@ -926,7 +921,7 @@ fn nexmark_joins_in_sql_are_exact_under_sigkills_against_duckdb() {
     );
     // q4's and q7's BETWEENs bound both sides; q5's and q8's equal windows
     // too: their state goes with the watermark.
-    for q in ["q4", "q5", "q7", "q8"] {
+    for q in ["q4", "q5", "q7", "q8", "q9"] {
         assert!(
             plan.contains(&format!("{q}.join (interval-join/inner)")),
             "{q} plans as an interval join:\n{plan}"
@@ -939,6 +934,12 @@ fn nexmark_joins_in_sql_are_exact_under_sigkills_against_duckdb() {
         );
     }
     let chunks = 10;
+    for q in ["q9", "q18", "q19"] {
+        assert!(
+            plan.contains(&format!("{q}.top-n (top-n)")),
+            "{q} plans as a top-N:\n{plan}"
+        );
+    }
     let mut weir = feed_with_kills_by(
         &Job {
             binary: weir(),

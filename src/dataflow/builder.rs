@@ -39,6 +39,7 @@ use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
 use super::ops::join::{Join, JoinSpec};
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
+use super::ops::top_n::{TopN, TopNSpec};
 use super::ops::where_filter::WhereFilter;
 use super::ops::window::WindowAggregate;
 use super::ops::words::SplitWords;
@@ -708,6 +709,31 @@ impl KeyedStream {
             late_topic: None,
         };
         self.keyed(uid, "changelog-normalize", self.stream.schema(), op)
+    }
+
+    /// The best `spec.limit` rows per key by `spec.order` ([`TopN`]), each
+    /// with its rank (BIGINT, from 1) as a last column named `rank_as`.
+    pub fn top_n(&self, uid: &str, spec: TopNSpec, rank_as: &str) -> Stream {
+        let mut schema = self.stream.schema();
+        if spec.order.iter().any(|k| k.column >= schema.len()) || spec.limit == 0 {
+            self.stream.job.problem(format!(
+                "top_n {uid:?}: order columns must be in {schema} and the limit at least 1"
+            ));
+        }
+        let kind = if spec.window_end.is_some() {
+            "window-top-n"
+        } else {
+            "top-n"
+        };
+        schema.fields.push(Field::new(rank_as, DataType::BigInt));
+        let op = OperatorSpec {
+            factory: Arc::new(move || Box::new(TopN::new(spec.clone()))),
+            inputs: 1,
+            keyed: true,
+            tables: TopN::tables(),
+            late_topic: None,
+        };
+        self.keyed(uid, kind, schema, op)
     }
 
     /// Windows of event time per key.

@@ -231,6 +231,45 @@ pub fn expiries(conjuncts: &[E], left: &JoinSide, right: &JoinSide) -> [Option<E
     found
 }
 
+/// `rn <= N` (also `rn < N`, `rn = 1`, `N >= rn`, `N > rn`) for the rank
+/// column `rank`: the N it keeps.
+pub fn rank_bound(e: &E, rank: &str) -> Option<usize> {
+    let E::BinaryOp { left, op, right } = e else {
+        return None;
+    };
+    let is_rank = |x: &E| match x {
+        E::Identifier(i) => i.value.eq_ignore_ascii_case(rank),
+        E::CompoundIdentifier(p) => p.last().is_some_and(|i| i.value.eq_ignore_ascii_case(rank)),
+        _ => false,
+    };
+    let number = |x: &E| match x {
+        E::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => n.parse::<usize>().ok(),
+            _ => None,
+        },
+        _ => None,
+    };
+    let (op, n) = if is_rank(left) {
+        (op.clone(), number(right)?)
+    } else if is_rank(right) {
+        let flipped = match op {
+            BinaryOperator::GtEq => BinaryOperator::LtEq,
+            BinaryOperator::Gt => BinaryOperator::Lt,
+            BinaryOperator::Eq => BinaryOperator::Eq,
+            _ => return None,
+        };
+        (flipped, number(left)?)
+    } else {
+        return None;
+    };
+    match op {
+        BinaryOperator::LtEq => Some(n),
+        BinaryOperator::Lt => Some(n.saturating_sub(1)),
+        BinaryOperator::Eq if n == 1 => Some(1),
+        _ => None,
+    }
+}
+
 /// The join kind an operator names, and its ON condition (None: a
 /// condition-less `JOIN`, whose conditions are in WHERE).
 pub fn join_kind(

@@ -204,6 +204,7 @@ fn pipe() -> Query {
         weir: "SELECT * FROM bid",
         duckdb: q0.duckdb,
         updating: false,
+        compare: &[],
     }
 }
 

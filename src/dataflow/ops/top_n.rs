@@ -1,0 +1,291 @@
+//! Top-N per key: `ROW_NUMBER() OVER (PARTITION BY k ORDER BY o) <= N`
+//! (Flink's `AppendOnlyTopNFunction` and, per window, `WindowRankOperator`).
+//! Deduplication is its `N = 1` case: `ORDER BY t DESC` keeps the last row
+//! by event time, `ORDER BY t ASC` the first.
+//!
+//! Each key's best N rows, in order, are one value of the `top` table.
+//! A row that ranks within N goes in at its place; rows that rank equal
+//! keep their order of arrival (the earlier ranks first), and the row
+//! pushed past N leaves. Every row carries its rank as a last column:
+//!
+//! - **Running** (no window): each rank whose row changed is updated —
+//!   insert when the rank is first filled, else update-before of the old
+//!   row and update-after of the new one. The result is unique by (key,
+//!   rank), or by key alone when N is 1.
+//! - **Per window** (the key holds a window's `window_end`): nothing is
+//!   emitted until the watermark passes the window's end; then its N rows,
+//!   each once, and the key's state goes. The result is append-only; a
+//!   row behind the watermark is late and dropped (counted).
+
+use crate::dataflow::codec::StateCodec;
+use crate::dataflow::expr::compare;
+use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::row::{Row, RowKind, Value};
+use crate::dataflow::state::{Table, TableSpec};
+use crate::error::Result;
+use crate::time::NO_TIMESTAMP;
+use std::cmp::Ordering;
+
+/// One ORDER BY column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    pub column: usize,
+    pub descending: bool,
+    pub nulls_first: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopNSpec {
+    pub order: Vec<SortKey>,
+    pub limit: usize,
+    /// The input's `window_end` column, when the key holds the window.
+    pub window_end: Option<usize>,
+}
+
+pub struct TopN {
+    spec: TopNSpec,
+}
+
+/// A key's best rows, in rank order.
+struct Ranked(Vec<Vec<Value>>);
+
+impl StateCodec for Ranked {
+    const NAME: &'static str = "ranked-rows";
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        crate::dataflow::codec::put_varint(self.0.len() as u64, out);
+        for r in &self.0 {
+            r.encode(out);
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let mut input = bytes;
+        let n = crate::dataflow::codec::get_varint(&mut input)? as usize;
+        let mut rows = Vec::with_capacity(n.min(input.len()));
+        for _ in 0..n {
+            rows.push(crate::dataflow::codec::decode_values(&mut input)?);
+        }
+        if !input.is_empty() {
+            return Err(format!("{} bytes after the ranked rows", input.len()));
+        }
+        Ok(Ranked(rows))
+    }
+}
+
+impl TopN {
+    pub const TOP: Table = Table(0);
+
+    pub fn new(spec: TopNSpec) -> Self {
+        Self { spec }
+    }
+
+    pub fn tables() -> Vec<TableSpec> {
+        vec![TableSpec::value::<Ranked>("top")]
+    }
+
+    fn cmp(&self, a: &[Value], b: &[Value]) -> Ordering {
+        for k in &self.spec.order {
+            let (x, y) = (&a[k.column], &b[k.column]);
+            let o = match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) if k.nulls_first => Ordering::Less,
+                (true, false) => Ordering::Greater,
+                (false, true) if k.nulls_first => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                (false, false) if k.descending => compare(y, x),
+                (false, false) => compare(x, y),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    fn ranked(values: &[Value], rank: usize) -> Vec<Value> {
+        let mut v = Vec::with_capacity(values.len() + 1);
+        v.extend_from_slice(values);
+        v.push(Value::Int(rank as i64 + 1));
+        v
+    }
+}
+
+impl Operator for TopN {
+    fn on_record(
+        &mut self,
+        _: usize,
+        r: Record,
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        if !r.row.kind.is_addition() {
+            return Err(ctx.failure(
+                "top-N takes an append-only input, and a row was taken back (the planner refuses updating inputs)",
+            ));
+        }
+        let window_end = match self.spec.window_end {
+            Some(c) => match r.row.get(c).as_timestamp() {
+                Some(end) => {
+                    if r.timestamp != NO_TIMESTAMP && end - 1 <= ctx.watermark() {
+                        ctx.count_late();
+                        return Ok(());
+                    }
+                    Some(end)
+                }
+                None => return Ok(()), // No window: no rank.
+            },
+            None => None,
+        };
+        let values = r.row.values;
+        let old = ctx.get::<Ranked>(Self::TOP)?.map_or_else(Vec::new, |r| r.0);
+        let pos = old.partition_point(|x| self.cmp(x, &values) != Ordering::Greater);
+        if pos >= self.spec.limit {
+            return Ok(());
+        }
+        let mut top = old.clone();
+        top.insert(pos, values);
+        top.truncate(self.spec.limit);
+        match window_end {
+            Some(end) => {
+                if old.is_empty() {
+                    ctx.register_timer(end - 1, b"w")?;
+                }
+            }
+            None => {
+                let before = ctx.update_before_needed();
+                for (k, new) in top.iter().enumerate().skip(pos) {
+                    match old.get(k) {
+                        None => out.emit(Row::insert(Self::ranked(new, k)), r.timestamp),
+                        Some(was) => {
+                            if before {
+                                out.emit(
+                                    Row::new(RowKind::UpdateBefore, Self::ranked(was, k)),
+                                    r.timestamp,
+                                );
+                            }
+                            out.emit(
+                                Row::new(RowKind::UpdateAfter, Self::ranked(new, k)),
+                                r.timestamp,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        ctx.put(Self::TOP, &Ranked(top))
+    }
+
+    fn on_timer(
+        &mut self,
+        time: i64,
+        _tag: &[u8],
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        if let Some(top) = ctx.get::<Ranked>(Self::TOP)? {
+            for (k, row) in top.0.iter().enumerate() {
+                out.emit(Row::insert(Self::ranked(row, k)), time);
+            }
+            ctx.delete(Self::TOP)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::operator::testing::Harness;
+
+    fn top(limit: usize, window_end: Option<usize>) -> Harness<TopN> {
+        let spec = TopNSpec {
+            order: vec![SortKey {
+                column: 1,
+                descending: true,
+                nulls_first: false,
+            }],
+            limit,
+            window_end,
+        };
+        Harness::keyed(TopN::new(spec), TopN::tables(), vec![0])
+    }
+
+    fn shown(rows: Vec<(Row, i64)>) -> Vec<String> {
+        rows.into_iter()
+            .map(|(r, _)| {
+                let v: Vec<String> = r
+                    .values
+                    .iter()
+                    .map(|v| match v {
+                        Value::Int(i) => i.to_string(),
+                        Value::Null => "_".into(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect();
+                format!("{}{}", r.kind.short(), v.join(","))
+            })
+            .collect()
+    }
+
+    fn bid(auction: i64, price: Option<i64>) -> Row {
+        Row::insert(vec![
+            Value::Int(auction),
+            price.map_or(Value::Null, Value::Int),
+        ])
+    }
+
+    #[test]
+    fn ranks_shift_as_better_rows_arrive_and_the_last_falls_out() {
+        let mut h = top(2, None);
+        assert_eq!(shown(h.record(0, bid(1, Some(5)), 1).unwrap()), ["+I1,5,1"]);
+        assert_eq!(shown(h.record(0, bid(1, Some(3)), 2).unwrap()), ["+I1,3,2"]);
+        assert_eq!(
+            shown(h.record(0, bid(1, Some(9)), 3).unwrap()),
+            ["-U1,5,1", "+U1,9,1", "-U1,3,2", "+U1,5,2"]
+        );
+        assert!(
+            h.record(0, bid(1, Some(1)), 4).unwrap().is_empty(),
+            "below the top 2"
+        );
+        // An equal price ranks after the row that came first.
+        assert_eq!(
+            shown(h.record(0, bid(1, Some(5)), 5).unwrap()),
+            Vec::<String>::new()
+        );
+        assert!(
+            h.record(0, bid(1, None), 6).unwrap().is_empty(),
+            "NULLs last"
+        );
+        assert_eq!(shown(h.record(0, bid(2, Some(1)), 7).unwrap()), ["+I2,1,1"]);
+    }
+
+    #[test]
+    fn a_window_emits_its_top_rows_once_when_it_closes() {
+        // Column 2 is the window's end.
+        let mut h = Harness::keyed(
+            TopN::new(TopNSpec {
+                order: vec![SortKey {
+                    column: 1,
+                    descending: true,
+                    nulls_first: false,
+                }],
+                limit: 2,
+                window_end: Some(2),
+            }),
+            TopN::tables(),
+            vec![0, 2],
+        );
+        let row = |p: i64| Row::insert(vec![Value::Int(1), Value::Int(p), Value::Timestamp(10)]);
+        for p in [4, 8, 6] {
+            assert!(h.record(0, row(p), 9).unwrap().is_empty());
+        }
+        assert_eq!(
+            shown(h.watermark(9).unwrap()),
+            ["+I1,8,Timestamp(10),1", "+I1,6,Timestamp(10),2"]
+        );
+        assert!(h.watermark(20).unwrap().is_empty(), "emitted once");
+        assert!(h.record(0, row(9), 9).unwrap().is_empty());
+        assert_eq!(h.ctx.take_late(), 1);
+    }
+}
