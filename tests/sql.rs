@@ -967,3 +967,174 @@ fn nexmark_joins_and_top_n_in_sql_are_exact_under_sigkills_against_duckdb() {
         "the job was restarted after each kill"
     );
 }
+
+/// A table that changes while the stream flows, joined two ways in one
+/// job under five SIGKILLs: Nexmark q13 joins each bid with the version of
+/// `side_input` valid at the bid's event time (a temporal join), checked
+/// against DuckDB's ASOF join; a regular join of the same bids with the
+/// same table takes back every joined row whose version is replaced and
+/// joins the new one, so its Debezium changelog, applied change by change,
+/// ends at the join with each key's last version.
+#[test]
+fn a_table_changing_while_bids_flow_joins_by_version_in_time_and_retracts_in_a_regular_join() {
+    use weir_testkit::nexmark::{flush_side_input, q13, side_input_rows};
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let Bids { data, bids, flush } = nexmark_bids(dir.path(), seed, 2);
+    let versions = side_input_rows(seed);
+    let mut side_file = versions.clone();
+    side_file.push(flush_side_input());
+    std::fs::write(data.join("side_input.jsonl"), side_file.join("\n") + "\n").unwrap();
+
+    let (bid_topic, side_topic, dlq) =
+        (unique("sqlt-bid"), unique("sqlt-side"), unique("sqlt-dlq"));
+    create_topic(&bid_topic, 2);
+    create_topic(&side_topic, 2);
+    create_topic(&dlq, 1);
+    let sinks = vec![
+        ("q13".to_string(), unique("sqlt-q13")),
+        ("regular".to_string(), unique("sqlt-regular")),
+    ];
+    for (_, t) in &sinks {
+        create_topic(t, 2);
+    }
+    let q13 = q13();
+    let sql = format!(
+        "INSERT INTO q13\n{};\n\
+         INSERT INTO regular\n\
+         SELECT B.auction, B.bidder, B.price, B.date_time, S.value\n\
+         FROM bid B JOIN side_input AS S ON MOD(B.auction, 10000) = S.key;\n",
+        q13.weir
+    );
+    let side = format!(
+        r#"
+[sources.side_input]
+topics = ["{side_topic}"]
+format = "json"
+primary_key = ["key"]
+schema = """
+  key BIGINT, value VARCHAR, valid_from TIMESTAMP(3),
+  WATERMARK FOR valid_from AS valid_from - INTERVAL '4' SECOND
+"""
+"#
+    );
+    let sections = sql_sections(&bid_topic, &dlq, &sinks, &sql)
+        .replace("\n[pipeline]", &format!("{side}\n[pipeline]"))
+        .replace(
+            "[sinks.regular]\n",
+            "[sinks.regular]\nchangelog = \"debezium\"\nkey = [\"auction\", \"bidder\", \"price\", \"date_time\", \"value\"]\n",
+        );
+    let config = graph_config_with(
+        dir.path(),
+        &unique("sql-temporal"),
+        2,
+        &dir.path().join("checkpoints"),
+        &sections,
+    );
+    let explain = weir_on("explain", &config);
+    let plan = String::from_utf8_lossy(&explain.stdout).to_string();
+    assert!(plan.contains("q13.temporal-join (temporal-join)"), "{plan}");
+    assert!(plan.contains("regular.join (join/inner)"), "{plan}");
+
+    // Bids in ten chunks; the table's first versions with the first chunk,
+    // its later versions spread over the next eight (each to the partition
+    // of its key, as a compacted topic keeps them), the flushes last.
+    let mut bid_chunks: Vec<Vec<String>> = bids
+        .chunks(bids.len() / 10 + 1)
+        .map(<[String]>::to_vec)
+        .collect();
+    bid_chunks.push(flush);
+    let (first, later): (Vec<&String>, Vec<&String>) = versions
+        .iter()
+        .partition(|v| v.contains("2026-11-30T09:00:00"));
+    let mut side_chunks: Vec<Vec<String>> = vec![Vec::new(); bid_chunks.len()];
+    side_chunks[0] = first.into_iter().cloned().collect();
+    for (j, v) in later.iter().enumerate() {
+        side_chunks[1 + j * 8 / later.len().max(1)].push((*v).clone());
+    }
+    let keyed = |lines: &[String]| -> Vec<(i32, String, Option<String>)> {
+        lines
+            .iter()
+            .map(|l| {
+                let key = serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                    .as_i64()
+                    .unwrap();
+                ((key % 2) as i32, key.to_string(), Some(l.clone()))
+            })
+            .collect()
+    };
+    let last = side_chunks.len() - 1;
+    let side_records: Vec<Vec<(i32, String, Option<String>)>> = side_chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut records = keyed(c);
+            if i == last {
+                // The flush version to each partition: a partition's
+                // watermark stays where its last record left it.
+                for p in 0..2 {
+                    records.push((p, "999999".into(), Some(flush_side_input())));
+                }
+            }
+            records
+        })
+        .collect();
+    let mut weir = feed_with_kills_by(
+        &Job {
+            binary: weir(),
+            config: &config,
+            env: &[],
+        },
+        bid_chunks.len(),
+        5,
+        &mut rng,
+        |i| {
+            weir_testkit::produce_records(&side_topic, &side_records[i]);
+            weir_testkit::produce(&bid_topic, 2, &bid_chunks[i]);
+        },
+    );
+    let context = || format!("seed {seed}; log: {}", log_tail(&weir.log_text()));
+    assert_matches_duckdb(&q13, &sinks[0].1, &data, Duration::from_secs(120), &context);
+
+    let want = multiset(
+        duckdb(
+            &data,
+            "SELECT B.auction, B.bidder, B.price, B.date_time, S.value
+             FROM bid B JOIN (SELECT * FROM side_input
+                              QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1) S
+             ON B.auction % 10000 = S.key",
+        )
+        .into_iter(),
+    );
+    assert!(!want.is_empty(), "the regular join has rows to check");
+    let changes = read_topic(
+        &sinks[1].1,
+        Isolation::Committed,
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+        |r| final_debezium_multiset(r).is_ok_and(|t| t == want),
+    );
+    let got = final_debezium_multiset(&changes)
+        .unwrap_or_else(|e| panic!("the regular join's changes: {e}; {}", context()));
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "rows of the regular join; {}",
+        context()
+    );
+    assert_eq!(got, want, "the regular join against DuckDB; {}", context());
+    let retracted = changes
+        .iter()
+        .filter(|r| {
+            r.value
+                .as_deref()
+                .is_some_and(|v| v.contains(r#""op":"d""#))
+        })
+        .count();
+    assert!(
+        retracted > 0,
+        "a replaced version took back the rows it had joined"
+    );
+    weir.stop(Duration::from_secs(30));
+}

@@ -39,6 +39,7 @@ use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
 use super::ops::join::{Join, JoinSpec};
 use super::ops::stateless::{Filter, FlatMap, Map, Union};
+use super::ops::temporal_join::{TemporalJoin, TemporalJoinSpec};
 use super::ops::top_n::{TopN, TopNSpec};
 use super::ops::where_filter::WhereFilter;
 use super::ops::window::WindowAggregate;
@@ -891,6 +892,26 @@ impl WindowedStream {
 }
 
 impl ConnectedStreams {
+    /// The first stream's rows joined with the second's, a table's
+    /// changelog keyed by its primary key, as the table was at each row's
+    /// event time, or at its arrival ([`TemporalJoin`]): the first
+    /// stream's columns, then the table's.
+    pub fn temporal_join(self, uid: &str, mut spec: TemporalJoinSpec) -> Stream {
+        let (a, b) = (self.first.stream.schema(), self.second.stream.schema());
+        spec.keys = [self.first.key.clone(), self.second.key.clone()];
+        spec.widths = [a.len(), b.len()];
+        let kind = if spec.event_time {
+            "temporal-join"
+        } else {
+            "lookup-join"
+        };
+        let schema = joined_schema(&a, &b);
+        self.process(uid, schema, TemporalJoin::tables(), move || {
+            TemporalJoin::new(spec.clone())
+        })
+        .with_kind(kind)
+    }
+
     /// The equi-join of the two streams on their keys ([`Join`]): rows of
     /// the first stream's columns, then the second's. `spec`'s keys are
     /// taken from the two keyed streams.
@@ -898,18 +919,7 @@ impl ConnectedStreams {
         let (a, b) = (self.first.stream.schema(), self.second.stream.schema());
         spec.keys = [self.first.key.clone(), self.second.key.clone()];
         spec.widths = [a.len(), b.len()];
-        // A name both sides have is told apart by a suffix on the second.
-        let mut fields = a.fields.clone();
-        for f in &b.fields {
-            let mut f = f.clone();
-            let base = f.name.clone();
-            let mut n = 2;
-            while fields.iter().any(|x| x.name == f.name) {
-                f.name = format!("{base}_{n}");
-                n += 1;
-            }
-            fields.push(f);
-        }
+        let schema = joined_schema(&a, &b);
         // A join whose rows expire by the watermark is an interval join
         // (a window join is one whose bounds are the windows).
         let kind = format!(
@@ -918,10 +928,8 @@ impl ConnectedStreams {
             spec.kind.name().replace(' ', "-")
         );
         let tables = Join::tables();
-        self.process(uid, Schema::new(fields), tables, move || {
-            Join::new(spec.clone())
-        })
-        .with_kind(&kind)
+        self.process(uid, schema, tables, move || Join::new(spec.clone()))
+            .with_kind(&kind)
     }
 
     /// A keyed two-input operator: `on_record`'s `input` is 0 for the first
@@ -973,6 +981,23 @@ impl ConnectedStreams {
         );
         Stream { job, node }
     }
+}
+
+/// The columns of `a`, then `b`'s; a name both have is told apart by a
+/// suffix on the second (`date_time_2`).
+fn joined_schema(a: &Schema, b: &Schema) -> Schema {
+    let mut fields = a.fields.clone();
+    for f in &b.fields {
+        let mut f = f.clone();
+        let base = f.name.clone();
+        let mut n = 2;
+        while fields.iter().any(|x| x.name == f.name) {
+            f.name = format!("{base}_{n}");
+            n += 1;
+        }
+        fields.push(f);
+    }
+    Schema::new(fields)
 }
 
 #[cfg(test)]

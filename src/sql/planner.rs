@@ -41,6 +41,7 @@ use crate::config::{BadRecordPolicy, Config, LatePolicy, RecordFormat, SqlJob};
 use crate::dataflow::graph::RecordDecoder;
 use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
 use crate::dataflow::ops::join::{JoinCondition, JoinKind, JoinSpec};
+use crate::dataflow::ops::temporal_join::TemporalJoinSpec;
 use crate::dataflow::ops::top_n::{SortKey, TopNSpec};
 use crate::dataflow::prelude::*;
 use crate::time::NO_TIMESTAMP;
@@ -198,7 +199,7 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
 /// Compiles `job`'s statements over its own tables and sinks and those of
 /// `catalog`.
 pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan, Vec<SqlError>> {
-    let text = blank_table_keywords(&job.text);
+    let (text, as_of) = temporal_versions(&blank_table_keywords(&job.text));
     let statements = Parser::new(&GenericDialect {})
         .try_with_sql(&text)
         .and_then(|mut p| p.parse_statements())
@@ -216,6 +217,7 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
         sinks: Vec::new(),
         catalog,
         updating: Default::default(),
+        as_of,
     };
     for s in &statements {
         if let Err(e) = planner.statement(s) {
@@ -303,6 +305,40 @@ fn blank_table_keywords(sql: &str) -> String {
     .into_owned()
 }
 
+/// sqlparser's generic dialect does not read `t FOR SYSTEM_TIME AS OF e`
+/// (a temporal join's table). The clause is blanked (spaces, so that
+/// every line and column stays where the user wrote it) and returned with
+/// where the table's name ends, for the planner to find by the table.
+fn temporal_versions(sql: &str) -> (String, Vec<AsOf>) {
+    let re = regex::Regex::new(
+        r"(?i)([A-Za-z_][A-Za-z0-9_]*)(\s+)FOR\s+SYSTEM_TIME\s+AS\s+OF\s+([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)?(?:\s*\(\s*\))?)",
+    )
+    .expect("a valid regex");
+    let mut found = Vec::new();
+    let mut out = String::with_capacity(sql.len());
+    let mut last = 0;
+    for c in re.captures_iter(sql) {
+        let (name, clause_start, end) = (
+            c.get(1).expect("group"),
+            c.get(2).expect("group").end(),
+            c.get(0).expect("match").end(),
+        );
+        let before = &sql[..name.end()];
+        let line = before.matches('\n').count() as u64 + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() as u64 + 1;
+        found.push(((line, column), c[3].to_string()));
+        out.push_str(&sql[last..clause_start]);
+        out.extend(
+            sql[clause_start..end]
+                .chars()
+                .map(|ch| if ch == '\n' { '\n' } else { ' ' }),
+        );
+        last = end;
+    }
+    out.push_str(&sql[last..]);
+    (out, found)
+}
+
 struct Planner<'a> {
     job: JobBuilder,
     sql: &'a SqlJob,
@@ -314,7 +350,13 @@ struct Planner<'a> {
     catalog: Catalog,
     /// Uids of the aggregates whose results are updating.
     updating: std::collections::BTreeSet<String>,
+    /// `t FOR SYSTEM_TIME AS OF e`, blanked from the text before parsing:
+    /// where `t`'s name ends (line, column), and `e`.
+    as_of: Vec<AsOf>,
 }
+
+/// Where a table's name ends (line, column), and its AS OF expression.
+type AsOf = ((u64, u64), String);
 
 fn name_of(name: &ast::ObjectName) -> String {
     name.0
@@ -937,13 +979,19 @@ impl Planner<'_> {
             .collect();
         let mut rel: Option<Rel> = None;
         for twj in &select.from {
+            if self.as_of(&twj.relation)?.is_some() {
+                return Err(SqlError::at(
+                    twj.relation.span(),
+                    "FOR SYSTEM_TIME AS OF belongs to the table on the right of a JOIN (the stream JOIN t FOR SYSTEM_TIME AS OF s.time)",
+                ));
+            }
             let first = self.join_input(&twj.relation, name)?;
             rel = Some(match rel.take() {
                 None => first,
                 Some(left) => self.join_step(
                     left,
                     first,
-                    (JoinKind::Inner, Vec::new()),
+                    (JoinKind::Inner, Vec::new(), None),
                     &mut wheres,
                     twj.relation.span(),
                     name,
@@ -956,13 +1004,14 @@ impl Planner<'_> {
                         "this join is not supported: JOIN, INNER JOIN, or LEFT, RIGHT or FULL [OUTER] JOIN, with ON",
                     ));
                 };
+                let as_of = self.as_of(&j.relation)?;
                 let right = self.join_input(&j.relation, name)?;
                 let on = on.map(joins::conjuncts).unwrap_or_default();
                 let left = rel.take().expect("set above");
                 rel = Some(self.join_step(
                     left,
                     right,
-                    (kind, on),
+                    (kind, on, as_of),
                     &mut wheres,
                     j.relation.span(),
                     name,
@@ -1141,6 +1190,27 @@ impl Planner<'_> {
         Ok(Some((projected, joins::conjoin(rest))))
     }
 
+    /// The AS OF expression of a table written `t FOR SYSTEM_TIME AS OF e`
+    /// ([`temporal_versions`] took it out of the text), if it was.
+    fn as_of(&self, t: &TableFactor) -> Result<Option<E>, SqlError> {
+        let TableFactor::Table { name: table, .. } = t else {
+            return Ok(None);
+        };
+        let end = table.span().end;
+        let Some((_, text)) = self
+            .as_of
+            .iter()
+            .find(|((line, column), _)| *line == end.line && column.abs_diff(end.column) <= 1)
+        else {
+            return Ok(None);
+        };
+        Parser::new(&GenericDialect {})
+            .try_with_sql(text)
+            .and_then(|mut p| p.parse_expr())
+            .map(Some)
+            .map_err(|e| SqlError::at(t.span(), format!("FOR SYSTEM_TIME AS OF {text}: {e}")))
+    }
+
     /// One input of a join: a table, a view or a subquery.
     fn join_input(&mut self, t: &TableFactor, name: &str) -> Result<Rel, SqlError> {
         if matches!(t, TableFactor::UNNEST { .. }) {
@@ -1167,7 +1237,7 @@ impl Planner<'_> {
         &mut self,
         left: Rel,
         right: Rel,
-        (kind, on): (JoinKind, Vec<E>),
+        (kind, on, as_of): (JoinKind, Vec<E>, Option<E>),
         wheres: &mut [Option<E>],
         span: sqlparser::tokenizer::Span,
         name: &str,
@@ -1229,7 +1299,14 @@ impl Planner<'_> {
             }
         }
         let joined: Vec<ScopeColumn> = left.columns.iter().chain(&right.columns).cloned().collect();
-        let uid = self.uid(&format!("{name}.join"));
+        let uid = self.uid(&format!(
+            "{name}.{}",
+            if as_of.is_some() {
+                "temporal-join"
+            } else {
+                "join"
+            }
+        ));
         let condition: Option<JoinCondition> = match joins::conjoin(residual) {
             None => None,
             Some(e) => {
@@ -1246,6 +1323,9 @@ impl Planner<'_> {
                 }))
             }
         };
+        if let Some(at) = as_of {
+            return self.temporal_join(left, right, (lk, rk), kind, at, condition, &uid);
+        }
         let append = left.updating.is_none() && right.updating.is_none();
         let watermarked =
             |r: &Rel| -> Vec<usize> { r.time.into_iter().chain(r.window_end).collect() };
@@ -1323,6 +1403,88 @@ impl Planner<'_> {
             source: None,
             window_end: window.map(|w| w.1),
             window,
+        })
+    }
+
+    /// The join of a stream (`left`) with a table's versions (`right`):
+    /// `AS OF` the stream's event-time column joins the version valid then,
+    /// `AS OF PROCTIME()` the table's row when the stream's row arrives.
+    #[allow(clippy::too_many_arguments)]
+    fn temporal_join(
+        &mut self,
+        left: Rel,
+        right: Rel,
+        (lk, rk): (Vec<usize>, Vec<usize>),
+        kind: JoinKind,
+        at: E,
+        condition: Option<JoinCondition>,
+        uid: &str,
+    ) -> Result<Rel, SqlError> {
+        if !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+            return Err(err(&at, "a temporal join is an INNER or a LEFT join"));
+        }
+        let Some(pk) = right.updating.clone().filter(|k| !k.is_empty()) else {
+            return Err(err(
+                &at,
+                "FOR SYSTEM_TIME AS OF reads the versions of a table: a source with primary_key",
+            ));
+        };
+        if left.updating.is_some() {
+            return Err(err(
+                &at,
+                "the stream side of a temporal join must be append-only",
+            ));
+        }
+        if !pk.iter().all(|c| rk.contains(c)) {
+            let names: Vec<&str> = pk.iter().map(|c| right.columns[*c].name.as_str()).collect();
+            return Err(err(
+                &at,
+                format!(
+                    "a temporal join's ON must name the table's primary key ({}): a row joins one version of one key",
+                    names.join(", ")
+                ),
+            ));
+        }
+        let event_time = match &at {
+            E::Function(f) if function_name(f).eq_ignore_ascii_case("PROCTIME") => false,
+            e => match joins::resolve(e, &left.columns)? {
+                Some(c) if Some(c) == left.time => true,
+                _ => {
+                    return Err(err(
+                        e,
+                        format!("AS OF {e}: AS OF takes the stream's event-time column (its WATERMARK) or PROCTIME()"),
+                    ))
+                }
+            },
+        };
+        if event_time && right.time.is_none() {
+            return Err(err(
+                &at,
+                "the table has no event time, so it has no versions by time: declare a WATERMARK in its schema, or join AS OF PROCTIME()",
+            ));
+        }
+        let spec = TemporalJoinSpec {
+            outer: kind == JoinKind::Left,
+            event_time,
+            keys: [Vec::new(), Vec::new()],
+            widths: [0, 0],
+            condition,
+        };
+        let stream = Stream::connect(
+            left.stream.key_by_indexes(lk),
+            right.stream.key_by_indexes(rk),
+        )
+        .temporal_join(uid, spec);
+        Ok(Rel {
+            stream,
+            columns: left.columns.iter().chain(&right.columns).cloned().collect(),
+            updating: None,
+            updated_by: None,
+            // A joined row has its stream row's time.
+            time: left.time,
+            source: None,
+            window: None,
+            window_end: None,
         })
     }
 

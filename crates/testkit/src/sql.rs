@@ -211,6 +211,45 @@ pub fn final_debezium_rows(
     Ok(rows)
 }
 
+/// The rows a Debezium changelog leaves (a multiset: a result without a
+/// key that names its rows, as a join's), after checking each change in
+/// topic order: a `"d"` must take away a row that is there. Changes of one
+/// row must share a partition (the sink keys them by the row's columns).
+pub fn final_debezium_multiset(
+    records: &[crate::OutRecord],
+) -> Result<Vec<BTreeMap<String, String>>, String> {
+    let mut rows: BTreeMap<BTreeMap<String, String>, usize> = BTreeMap::new();
+    for (i, r) in records.iter().enumerate() {
+        let Some(v) = &r.value else {
+            return Err(format!("record {i} is a tombstone"));
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(v).map_err(|e| format!("record {i} is not JSON: {e}"))?;
+        match (v["op"].as_str(), &v["before"], &v["after"]) {
+            (Some("c"), serde_json::Value::Null, after) if after.is_object() => {
+                *rows.entry(canon_row(after)).or_default() += 1;
+            }
+            (Some("d"), before, serde_json::Value::Null) if before.is_object() => {
+                let row = canon_row(before);
+                match rows.get_mut(&row) {
+                    Some(n) if *n > 1 => *n -= 1,
+                    Some(_) => {
+                        rows.remove(&row);
+                    }
+                    None => {
+                        return Err(format!("record {i}: \"d\" of {row:?}, which is not there"))
+                    }
+                }
+            }
+            _ => return Err(format!("record {i} is not a Debezium change: {v}")),
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .flat_map(|(r, n)| std::iter::repeat_n(r, n))
+        .collect())
+}
+
 /// Rows as a sorted multiset.
 pub fn multiset(rows: impl Iterator<Item = serde_json::Value>) -> Vec<BTreeMap<String, String>> {
     let mut v: Vec<_> = rows.map(|r| canon_row(&r)).collect();

@@ -8,6 +8,7 @@ pub mod changelog_normalize;
 pub mod deduplicate;
 pub mod join;
 pub mod stateless;
+pub mod temporal_join;
 pub mod top_n;
 pub mod where_filter;
 pub mod window;
