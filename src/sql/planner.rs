@@ -169,6 +169,10 @@ struct Rel {
     /// A window's `window_end` column, kept when its start is not: never
     /// earlier than its row's event time, so it can bound a join's state.
     window_end: Option<usize>,
+    /// Whether rows carry an event time (from a source with a WATERMARK;
+    /// a join's row has the later of its two rows'): what `state_ttl`
+    /// counts from.
+    timed: bool,
 }
 
 impl Rel {
@@ -539,9 +543,10 @@ impl Planner<'_> {
                     query.span(),
                     format!(
                         "sink {name:?} is append-only (sinks.{name}.changelog = \"append\"), but \
-                         operator {by:?} produces updates (a GROUP BY without a window changes \
-                         rows it wrote before): set sinks.{name}.changelog = \"upsert\" or \
-                         \"debezium\", or aggregate per window"
+                         operator {by:?} produces updates (it changes rows it wrote before: a \
+                         GROUP BY without a window, an outer join, a join of a table, a top-N): \
+                         set sinks.{name}.changelog = \"upsert\" or \"debezium\", or aggregate \
+                         per window"
                     ),
                 ));
             }
@@ -573,9 +578,13 @@ impl Planner<'_> {
                     return Err(SqlError::at(
                         query.span(),
                         format!(
-                            "sink {name:?} receives an updating result (a GROUP BY without a window) \
-                             whose GROUP BY columns are not all selected: select them, so that each \
-                             change can replace its key's row"
+                            "sink {name:?} receives an updating result (from operator {:?}) with \
+                             no key that names its rows: a GROUP BY whose columns are not all \
+                             selected (select them), or a join or top-N whose inputs' keys are not \
+                             (a join of inputs without primary keys has none): each change must \
+                             replace its key's row, or set sinks.{name}.changelog = \"debezium\" \
+                             to write every change",
+                            rel.updated_by.as_deref().unwrap_or("?")
                         ),
                     ));
                 }
@@ -628,7 +637,7 @@ impl Planner<'_> {
         if let Some(o) = &q.order_by {
             return Err(SqlError::at(
                 o.span(),
-                "ORDER BY on a stream is not supported (a stream has no end to sort to; top-N is ROW_NUMBER, which comes with joins)",
+                "ORDER BY on a stream is not supported (a stream has no end to sort to; top-N is ROW_NUMBER() OVER (... ORDER BY ...) filtered by its rank in an outer query)",
             ));
         }
         if let Some(l) = &q.limit_clause {
@@ -676,6 +685,7 @@ impl Planner<'_> {
                     stream,
                     time: if a.time == b.time { a.time } else { None },
                     window: if a.window == b.window { a.window } else { None },
+                    timed: a.timed && b.timed,
                     window_end: if a.window_end == b.window_end {
                         a.window_end
                     } else {
@@ -847,6 +857,7 @@ impl Planner<'_> {
             source: Some(source_name),
             window: None,
             window_end: None,
+            timed: time.is_some(),
         };
         self.sources.insert(key, rel.clone());
         Ok(Some(rel))
@@ -876,6 +887,7 @@ impl Planner<'_> {
             source: Some(n),
             window: None,
             window_end: None,
+            timed: time.is_some(),
         };
         self.sources.insert(name.to_ascii_lowercase(), rel.clone());
         Some(rel)
@@ -1176,6 +1188,7 @@ impl Planner<'_> {
             source: rel.source.clone(),
             window: rel.window,
             window_end: rel.window_end,
+            timed: rel.timed,
         };
         let mut items = inner.projection.clone();
         items[at] = SelectItem::ExprWithAlias {
@@ -1351,7 +1364,7 @@ impl Planner<'_> {
         let ttl = self.sql.pipeline.state_ttl.map(|d| d.as_millis() as i64);
         if ttl.is_some() {
             for (side, r) in [("left", &left), ("right", &right)] {
-                if r.time.is_none() && r.window_end.is_none() {
+                if !r.timed {
                     return Err(SqlError::at(
                         span,
                         format!(
@@ -1402,6 +1415,7 @@ impl Planner<'_> {
             time: None,
             source: None,
             window_end: window.map(|w| w.1),
+            timed: left.timed && right.timed,
             window,
         })
     }
@@ -1485,6 +1499,7 @@ impl Planner<'_> {
             source: None,
             window: None,
             window_end: None,
+            timed: left.timed,
         })
     }
 
@@ -2030,6 +2045,7 @@ impl Planner<'_> {
             source: rel.source,
             window,
             window_end,
+            timed: rel.timed,
         })
     }
 
@@ -2614,6 +2630,7 @@ impl Planner<'_> {
             source: input.source.clone(),
             window: window.then_some((key_cols.len(), key_cols.len() + 1)),
             window_end: window.then_some(key_cols.len() + 1),
+            timed: input.timed,
         };
         if let Some((h, c)) = having {
             if out.updating.is_some() {
