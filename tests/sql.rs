@@ -218,6 +218,16 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         ),
         ("SELECT a.auction FROM bid a\nJOIN bid b ON a.price > b.price", "bid b", "a join needs an equality of the two sides' columns"),
         ("SELECT b.price FROM bid a\nJOIN bid b ON a.auction = b.channel", "a.auction", "have different types"),
+        (
+            "SELECT a.auction FROM bid a\nJOIN bid AS b FOR SYSTEM_TIME AS OF a.date_time ON a.auction = b.auction",
+            " FOR SYSTEM_TIME",
+            "is not on the table of a join",
+        ),
+        (
+            "SELECT a.auction FROM bid a\nJOIN bid FOR SYSTEM_TIME AS OF a.date_time AS b ON a.auction = b.auction",
+            "a.date_time AS b",
+            "FOR SYSTEM_TIME AS OF reads the versions of a table: a source with primary_key",
+        ),
         ("SELECT a.auction FROM bid a\nJOIN bid b ON a.auction = b.auction AND date_time > 0", "date_time >", "qualify it"),
         (
             "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price) AS rn FROM bid)\nWHERE price > 3",
@@ -501,7 +511,7 @@ GROUP BY auction, window_start, window_end";
     for want in [
         "per_auction.aggregate (aggregate/count) <- source.bid[0] hash(auction)",
         "windows.window-aggregate (window-aggregate) <- source.bid[0] hash(auction)",
-        "per_auction.aggregate: updating (insert, update-before, update-after, delete); state: acc (value, accumulators)",
+        "per_auction.aggregate: updating, upsert by (auction) (insert, update-before, update-after, delete); state: acc (value, accumulators)",
         "windows.window-aggregate: append-only; state: windows (map, accumulators)",
         "per_auction -> topic \"t1\": upsert by (auction)",
         "windows -> topic \"t2\": append-only",
@@ -714,6 +724,10 @@ INSERT INTO out2 SELECT auction, price FROM bid";
     let (code, err, plan) = plan_with(join, "", &[("out", DEBEZIUM)]);
     assert_eq!(code, Some(0), "{err}");
     assert!(plan.contains("out.join (join/left-outer)"), "{plan}");
+    assert!(
+        plan.contains("out.join: updating, retracting (insert, delete): no key names its rows"),
+        "{plan}"
+    );
     // Not a mode.
     let (code, err, _) = plan_with(sql, "", &[("out", "changelog = \"retract\"")]);
     assert_eq!(code, Some(2), "{err}");

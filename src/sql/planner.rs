@@ -51,9 +51,12 @@ pub struct Plan {
     pub graph: Graph,
     /// Per sink: its name, topic, and changelog mode as `weir explain` says it.
     pub sinks: Vec<(String, String, String)>,
-    /// The aggregates whose results are updating (running aggregates, and
-    /// windows that update a fired result): the nodes after them are too.
-    pub updating: std::collections::BTreeSet<String>,
+    /// The operators whose results are updating (running aggregates,
+    /// windows that update a fired result, tables, joins that retract,
+    /// running top-N), with their changelog as `weir explain` says it:
+    /// the nodes after them carry the same. None: append-only whatever
+    /// its inputs are (a temporal join of a table).
+    pub updating: BTreeMap<String, Option<String>>,
 }
 
 impl Plan {
@@ -66,14 +69,16 @@ impl Plan {
         out.push_str("operators\n");
         // Nodes come in order (every edge goes forward): an updating
         // aggregate makes a stream updating, and what follows it stays so.
-        let mut updating = vec![false; g.nodes.len()];
+        let mut updating: Vec<Option<&str>> = vec![None; g.nodes.len()];
         for (i, n) in g.nodes.iter().enumerate() {
-            let from_updating = g.inputs(i).any(|e| updating[e.from]);
-            updating[i] = from_updating || self.updating.contains(&n.uid);
-            let changelog = if updating[i] {
-                "updating (insert, update-before, update-after, delete)"
-            } else {
-                "append-only"
+            let from_updating = g.inputs(i).find_map(|e| updating[e.from]);
+            updating[i] = match self.updating.get(&n.uid) {
+                Some(mode) => mode.as_deref(),
+                None => from_updating,
+            };
+            let changelog = match updating[i] {
+                Some(mode) => format!("updating, {mode}"),
+                None => "append-only".into(),
             };
             let state = match &n.body {
                 NodeBody::Operator(op) if !op.tables.is_empty() => op
@@ -222,6 +227,7 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
         catalog,
         updating: Default::default(),
         as_of,
+        as_of_used: Default::default(),
     };
     for s in &statements {
         if let Err(e) = planner.statement(s) {
@@ -230,6 +236,18 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
     }
     // Only when every statement planned: a failed INSERT would be named twice.
     let planned = planner.errors.is_empty();
+    for (i, ((line, column), e)) in planner.as_of.iter().enumerate() {
+        if planned && !planner.as_of_used.contains(&i) {
+            planner.errors.push(SqlError {
+                line: *line,
+                column: *column,
+                end: None,
+                message: format!(
+                    "FOR SYSTEM_TIME AS OF {e} is not on the table of a join: it follows the name of a table on the right of a JOIN, before its alias (s JOIN t FOR SYSTEM_TIME AS OF s.time AS x ON ...)"
+                ),
+            });
+        }
+    }
     for name in job.sinks.keys().filter(|_| planned) {
         if !planner.sinks.iter().any(|(n, _, _)| n == name) {
             planner.errors.push(SqlError::general(format!(
@@ -352,11 +370,14 @@ struct Planner<'a> {
     errors: Vec<SqlError>,
     sinks: Vec<(String, String, String)>,
     catalog: Catalog,
-    /// Uids of the aggregates whose results are updating.
-    updating: std::collections::BTreeSet<String>,
+    /// Operators whose results are updating, with their changelog (None:
+    /// append-only over an updating input).
+    updating: BTreeMap<String, Option<String>>,
     /// `t FOR SYSTEM_TIME AS OF e`, blanked from the text before parsing:
     /// where `t`'s name ends (line, column), and `e`.
     as_of: Vec<AsOf>,
+    /// The AS OF clauses a join took: one no join takes is refused.
+    as_of_used: std::collections::BTreeSet<usize>,
 }
 
 /// Where a table's name ends (line, column), and its AS OF expression.
@@ -845,6 +866,8 @@ impl Planner<'_> {
                 .collect();
             let uid = self.uid(&format!("source.{source_name}.normalize"));
             stream = stream.key_by(&names).normalize_upserts(&uid);
+            self.updating
+                .insert(uid.clone(), Some(changelog_mode(&primary_key, &columns)));
             updating = Some(primary_key);
             updated_by = Some(uid);
         }
@@ -1176,8 +1199,9 @@ impl Planner<'_> {
             (None, _) if w.partition_by.is_empty() => Some(vec![rank]),
             (None, _) => Some(pcols.iter().copied().chain([rank]).collect()),
         };
-        if updating.is_some() {
-            self.updating.insert(uid.clone());
+        if let Some(key) = &updating {
+            self.updating
+                .insert(uid.clone(), Some(changelog_mode(key, &columns)));
         }
         let ranked = Rel {
             stream,
@@ -1205,18 +1229,20 @@ impl Planner<'_> {
 
     /// The AS OF expression of a table written `t FOR SYSTEM_TIME AS OF e`
     /// ([`temporal_versions`] took it out of the text), if it was.
-    fn as_of(&self, t: &TableFactor) -> Result<Option<E>, SqlError> {
+    fn as_of(&mut self, t: &TableFactor) -> Result<Option<E>, SqlError> {
         let TableFactor::Table { name: table, .. } = t else {
             return Ok(None);
         };
         let end = table.span().end;
-        let Some((_, text)) = self
+        let Some(i) = self
             .as_of
             .iter()
-            .find(|((line, column), _)| *line == end.line && column.abs_diff(end.column) <= 1)
+            .position(|((line, column), _)| *line == end.line && column.abs_diff(end.column) <= 1)
         else {
             return Ok(None);
         };
+        self.as_of_used.insert(i);
+        let text = &self.as_of[i].1;
         Parser::new(&GenericDialect {})
             .try_with_sql(text)
             .and_then(|mut p| p.parse_expr())
@@ -1398,8 +1424,9 @@ impl Planner<'_> {
                 _ => Vec::new(),
             })
         };
-        if updating.is_some() {
-            self.updating.insert(uid.clone());
+        if let Some(key) = &updating {
+            self.updating
+                .insert(uid.clone(), Some(changelog_mode(key, &joined)));
         }
         let window = match (left.window, right.window) {
             (Some(lw), Some(rw)) if lk.iter().zip(&rk).any(|(a, b)| *a == lw.1 && *b == rw.1) => {
@@ -1489,6 +1516,8 @@ impl Planner<'_> {
             right.stream.key_by_indexes(rk),
         )
         .temporal_join(uid, spec);
+        // Append-only, though the table's changelog comes in.
+        self.updating.insert(uid.to_string(), None);
         Ok(Rel {
             stream,
             columns: left.columns.iter().chain(&right.columns).cloned().collect(),
@@ -2593,9 +2622,6 @@ impl Planner<'_> {
             Some(kind) => stream.with_kind(&kind),
             None => stream,
         };
-        if updating.is_some() {
-            self.updating.insert(agg_uid.clone());
-        }
         let mut agg_columns: Vec<ScopeColumn> = key_cols
             .iter()
             .map(|c| ScopeColumn {
@@ -2621,6 +2647,10 @@ impl Planner<'_> {
             });
         }
         let updated_by = updating.is_some().then(|| agg_uid.clone());
+        if let Some(key) = &updating {
+            let mode = changelog_mode(key, &agg_columns);
+            self.updating.insert(agg_uid.clone(), Some(mode));
+        }
         let mut out = Rel {
             stream,
             columns: agg_columns,
@@ -2673,6 +2703,23 @@ fn agg_type(f: AggFunction, arg: Option<&Compiled>) -> DataType {
         (_, Some(t)) => t.clone(),
         (_, None) => DataType::BigInt,
     }
+}
+
+/// An updating result's changelog as `weir explain` says it: upserts by
+/// the columns that name its rows, or, with none, inserts and deletes of
+/// whole rows.
+fn changelog_mode(key: &[usize], columns: &[ScopeColumn]) -> String {
+    if key.is_empty() {
+        return "retracting (insert, delete): no key names its rows".into();
+    }
+    let names: Vec<&str> = key
+        .iter()
+        .filter_map(|k| columns.get(*k).map(|c| c.name.as_str()))
+        .collect();
+    format!(
+        "upsert by ({}) (insert, update-before, update-after, delete)",
+        names.join(", ")
+    )
 }
 
 /// The column an expression names directly, if it does.

@@ -219,30 +219,9 @@ pub fn nexmark_sections(
     pipeline: &str,
     sql: &str,
 ) -> String {
-    let schemas = [
-        (
-            "person",
-            "id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, city VARCHAR,
-  state VARCHAR, date_time TIMESTAMP(3), extra VARCHAR",
-        ),
-        (
-            "auction",
-            "id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT, reserve BIGINT,
-  date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT, extra VARCHAR",
-        ),
-        (
-            "bid",
-            "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
-  date_time TIMESTAMP(3), extra VARCHAR",
-        ),
-    ];
-    let mut t = String::new();
-    for (table, schema) in schemas {
-        t.push_str(&format!(
-            "\n[sources.{table}]\ntopics = [\"{}\"]\nformat = \"json\"\nschema = \"\"\"\n  {schema},\n  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND\n\"\"\"\n",
-            topics[table]
-        ));
-    }
+    let mut t = weir_testkit::nexmark::source_sections(
+        topics.iter().map(|(table, topic)| (*table, topic.as_str())),
+    );
     for (name, topic) in sinks {
         t.push_str(&format!(
             "\n[sinks.{name}]\ntopic = \"{topic}\"\ndelivery = \"exactly-once\"\n"

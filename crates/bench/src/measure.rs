@@ -191,12 +191,21 @@ pub fn end_offsets_with(c: &BaseConsumer, topic: &str) -> Vec<(i32, i64)> {
         .partitions()
         .iter()
         .map(|p| {
-            (
-                p.id(),
-                c.fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-                    .unwrap()
-                    .1,
-            )
+            // A topic created a moment ago may not have its leaders yet
+            // ("not leader for partition"): asked again, it has.
+            let mut tries = 0;
+            let high = loop {
+                match c.fetch_watermarks(topic, p.id(), Duration::from_secs(10)) {
+                    Ok((_, high)) => break high,
+                    Err(e) if tries < 20 => {
+                        tries += 1;
+                        eprintln!("end offset of {topic}/{}: {e}; asking again", p.id());
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                    Err(e) => panic!("end offset of {topic}/{}: {e}", p.id()),
+                }
+            };
+            (p.id(), high)
         })
         .collect()
 }

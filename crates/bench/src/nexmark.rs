@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use weir_testkit::nexmark;
 use weir_testkit::sql::{self as kit, Query};
 use weir_testkit::{bootstrap, create_topic, read_topic, unique, Isolation};
 
@@ -23,7 +24,8 @@ use crate::{input_topic, machine, median, range, save, Measured, SETTLE};
 
 #[derive(Debug, clap::Args)]
 pub struct NexmarkArgs {
-    /// Queries by name (tests/sql/ and weir-testkit's `sql::queries`).
+    /// Queries by name (weir-testkit's `sql::queries` and
+    /// `nexmark::join_queries`).
     #[arg(long, default_value = "q0,q1,q2,hot_items,q11,q15,q17,q21,q22")]
     queries: String,
     /// weir, flink (Flink SQL 2.2, bench/peers/flink/SQL.md).
@@ -52,14 +54,24 @@ pub fn nexmark(args: NexmarkArgs) {
     let data_dir = tempfile::tempdir().unwrap();
     let data = data_dir.path().to_path_buf();
     kit::generate(&data, args.events, 1, 1000, 0);
-    let bid_file = data.join("bid.jsonl");
-    let mut lines: Vec<String> = std::fs::read_to_string(&bid_file)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
-    lines.extend((0..PARTITIONS).map(|_| kit::flush_bid()));
-    std::fs::write(&bid_file, lines.join("\n") + "\n").unwrap();
+    // Each table's events, with one far-future event per partition (it
+    // closes every window and moves every watermark past the input).
+    let mut tables: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for (table, flush) in [
+        ("person", nexmark::flush_person()),
+        ("auction", nexmark::flush_auction()),
+        ("bid", kit::flush_bid()),
+    ] {
+        let file = data.join(format!("{table}.jsonl"));
+        let mut lines: Vec<String> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        lines.extend((0..PARTITIONS).map(|_| flush.clone()));
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        tables.insert(table, lines);
+    }
     // `hot-items` (the issue's spelling) is the sink `hot_items`.
     let names: Vec<String> = args
         .queries
@@ -67,7 +79,12 @@ pub fn nexmark(args: NexmarkArgs) {
         .map(|q| q.trim().replace('-', "_"))
         .collect();
     let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
-    let known = || kit::queries().into_iter().chain([pipe()]);
+    let known = || {
+        kit::queries()
+            .into_iter()
+            .chain(nexmark::join_queries())
+            .chain([pipe()])
+    };
     let queries: Vec<Query> = known().filter(|q| wanted.contains(&q.sink)).collect();
     for w in &wanted {
         assert!(
@@ -89,7 +106,7 @@ pub fn nexmark(args: NexmarkArgs) {
     eprintln!(
         "{} events, {} bids; expected rows: {}",
         args.events,
-        lines.len(),
+        tables["bid"].len(),
         queries
             .iter()
             .map(|q| format!("{} {}", q.sink, expected[q.sink].len()))
@@ -108,7 +125,7 @@ pub fn nexmark(args: NexmarkArgs) {
                     continue; // the pipe is weir's only
                 }
                 eprintln!("round {round}: {} {system}", q.sink);
-                let result = run_once(system, q, &lines, args.parallelism, &expected[q.sink]);
+                let result = run_once(system, q, &tables, args.parallelism, &expected[q.sink]);
                 let key = (q.sink.to_string(), system.to_string());
                 match result {
                     Ok(run) => {
@@ -208,21 +225,37 @@ fn pipe() -> Query {
     }
 }
 
+/// The Nexmark tables `q` reads (through its views too).
+fn tables_read(q: &Query) -> Vec<&'static str> {
+    nexmark::tables_of(&format!("{}{}", views_for(q), q.weir))
+}
+
 fn run_once(
     system: &str,
     q: &Query,
-    lines: &[String],
+    tables: &BTreeMap<&'static str, Vec<String>>,
     parallelism: u32,
     expected: &[BTreeMap<String, String>],
 ) -> Result<Run, String> {
-    let (input, ends) = input_topic("nexmark-bid", PARTITIONS, lines);
+    // A topic per table the query reads, each with every event.
+    let inputs: Vec<(&str, String, Vec<(i32, i64)>)> = tables_read(q)
+        .into_iter()
+        .map(|t| {
+            let (topic, ends) = input_topic(&format!("nexmark-{t}"), PARTITIONS, &tables[t]);
+            (t, topic, ends)
+        })
+        .collect();
+    let topics: Vec<(&str, &str)> = inputs
+        .iter()
+        .map(|(t, topic, _)| (*t, topic.as_str()))
+        .collect();
     let output = unique(&format!("nexmark-{}", q.sink));
     create_topic(&output, PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
     let name = unique("nexmark");
     let (argv, group, env) = match system {
-        "weir" => weir_job(dir.path(), &name, &input, &output, q, parallelism),
-        "flink" => flink_job(dir.path(), &name, &input, &output, q, parallelism),
+        "weir" => weir_job(dir.path(), &name, &topics, &output, q, parallelism),
+        "flink" => flink_job(dir.path(), &name, &topics, &output, q, parallelism),
         other => return Err(format!("unknown system {other}")),
     };
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -231,11 +264,18 @@ fn run_once(
     let mut broker_at_change = broker_at_start;
     let mut pg = ProcessGroup::start(&[argv], &dir.path().join("system.log"), &env);
     let client = measure::consumer(&group);
-    let total: i64 = ends.iter().map(|(_, e)| e).sum();
+    let total: i64 = inputs
+        .iter()
+        .flat_map(|(_, _, ends)| ends.iter().map(|(_, e)| e))
+        .sum();
     let (mut last_end, mut last_change, mut cpu_at_change) = (-1i64, Instant::now(), 0.0);
     let timeout = Duration::from_secs(1200);
     loop {
-        let committed = measure::committed_total_with(&client, &input, &ends) >= total;
+        let committed = inputs
+            .iter()
+            .map(|(_, topic, ends)| measure::committed_total_with(&client, topic, ends))
+            .sum::<i64>()
+            >= total;
         let end: i64 = measure::end_offsets_with(&client, &output)
             .iter()
             .map(|(_, e)| e)
@@ -285,6 +325,20 @@ fn run_once(
                 .map(|v| serde_json::from_str(v).expect("JSON output"))
         }))
     };
+    // A query compared on some columns (ties decide the rest).
+    let got = if q.compare.is_empty() {
+        got
+    } else {
+        let mut rows: Vec<_> = got
+            .into_iter()
+            .map(|mut r| {
+                r.retain(|k, _| q.compare.contains(&k.as_str()));
+                r
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
     let check = if got == expected {
         Ok(())
     } else {
@@ -307,14 +361,28 @@ fn run_once(
 
 type Launch = (Vec<String>, String, Vec<(String, String)>);
 
-fn weir_job(dir: &Path, name: &str, input: &str, output: &str, q: &Query, p: u32) -> Launch {
+fn weir_job(
+    dir: &Path,
+    name: &str,
+    inputs: &[(&str, &str)],
+    output: &str,
+    q: &Query,
+    p: u32,
+) -> Launch {
     let sql = format!("{}INSERT INTO {}\n{};\n", views_for(q), q.sink, q.weir);
-    let mut sections = kit::sql_sections(
-        input,
-        &unique("nexmark-dlq"),
-        &[(q.sink.to_string(), output.to_string())],
-        &sql,
-    );
+    let mut sections = match inputs {
+        [("bid", input)] => kit::sql_sections(
+            input,
+            &unique("nexmark-dlq"),
+            &[(q.sink.to_string(), output.to_string())],
+            &sql,
+        ),
+        _ => format!(
+            "{}\n[sinks.{}]\ntopic = \"{output}\"\ndelivery = \"exactly-once\"\n\n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n",
+            nexmark::source_sections(inputs.iter().copied()),
+            q.sink
+        ),
+    };
     if q.sink == "pipe" {
         // The table has q0's columns only, so `SELECT *` is q0's result.
         let unread = "channel VARCHAR, url VARCHAR,";
@@ -348,9 +416,16 @@ fn views_for(q: &Query) -> &'static str {
     }
 }
 
-fn flink_job(dir: &Path, name: &str, input: &str, output: &str, q: &Query, p: u32) -> Launch {
+fn flink_job(
+    dir: &Path,
+    name: &str,
+    inputs: &[(&str, &str)],
+    output: &str,
+    q: &Query,
+    p: u32,
+) -> Launch {
     let sql_file = dir.join("job.sql");
-    std::fs::write(&sql_file, flink_sql(name, input, output, q)).unwrap();
+    std::fs::write(&sql_file, flink_sql(name, inputs, output, q)).unwrap();
     let argv = [
         vec!["java".to_string(), "-Xmx2g".into()],
         crate::systems::FLINK_OPENS
@@ -380,7 +455,7 @@ fn flink_job(dir: &Path, name: &str, input: &str, output: &str, q: &Query, p: u3
 /// planner gives the query (`weir explain`), the views, and the INSERT.
 /// Flink's `AVG` of a BIGINT is a truncated BIGINT; the query averages a
 /// DOUBLE instead, which is what DuckDB and weir compute.
-fn flink_sql(name: &str, input: &str, output: &str, q: &Query) -> String {
+fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query) -> String {
     let (columns, key) = result_schema(q);
     let b = bootstrap();
     let mut ddl: Vec<String> = columns
@@ -410,12 +485,23 @@ fn flink_sql(name: &str, input: &str, output: &str, q: &Query) -> String {
     let query = q
         .weir
         .replace("AVG(price)", "AVG(CAST(price AS DOUBLE))")
+        .replace("AVG(Q.final)", "AVG(CAST(Q.final AS DOUBLE))")
         .replace("AS day", "AS `day`")
         .replace("AS minute", "AS `minute`");
-    format!(
-        "CREATE TABLE bid (
-  auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,
-  date_time TIMESTAMP_LTZ(3), extra STRING,
+    // The tables as weir declares them, event times read as instants.
+    let sources: String = inputs
+        .iter()
+        .map(|(table, input)| {
+            let (_, schema) = nexmark::SCHEMAS
+                .iter()
+                .find(|(t, _)| t == table)
+                .expect("a Nexmark table");
+            let columns = schema
+                .replace("VARCHAR", "STRING")
+                .replace("TIMESTAMP(3)", "TIMESTAMP_LTZ(3)");
+            format!(
+                "CREATE TABLE {table} (
+  {columns},
   WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
 ) WITH (
   'connector' = 'kafka', 'topic' = '{input}',
@@ -423,7 +509,12 @@ fn flink_sql(name: &str, input: &str, output: &str, q: &Query) -> String {
   'properties.isolation.level' = 'read_committed', 'scan.startup.mode' = 'earliest-offset',
   'format' = 'json', 'json.timestamp-format.standard' = 'ISO-8601'
 );
-CREATE TABLE {sink} (
+"
+            )
+        })
+        .collect();
+    format!(
+        "{sources}CREATE TABLE {sink} (
 {columns}
 ) WITH (
   {connector}, 'topic' = '{output}',
@@ -445,7 +536,11 @@ CREATE TABLE {sink} (
 fn flink_type(column: &str, weir_type: &str) -> String {
     match weir_type {
         "VARCHAR" => "STRING".into(),
-        "TIMESTAMP(3)" if column == "date_time" => "TIMESTAMP_LTZ(3)".into(),
+        // A source's own times (`date_time`, `expires`, and q9's
+        // `bid_date_time`) keep their type; a window's bounds do not.
+        "TIMESTAMP(3)" if column.contains("date_time") || column == "expires" => {
+            "TIMESTAMP_LTZ(3)".into()
+        }
         t => t.to_string(),
     }
 }
@@ -454,7 +549,8 @@ fn flink_type(column: &str, weir_type: &str) -> String {
 /// planner gives them (`weir explain`).
 fn result_schema(q: &Query) -> (Vec<(String, String)>, Option<Vec<String>>) {
     let dir = tempfile::tempdir().unwrap();
-    let (argv, _, _) = weir_job(dir.path(), "schema", "bid", "out", q, 1);
+    let tables: Vec<(&str, &str)> = tables_read(q).into_iter().map(|t| (t, t)).collect();
+    let (argv, _, _) = weir_job(dir.path(), "schema", &tables, "out", q, 1);
     let config = argv.last().expect("--config FILE").clone();
     let out = std::process::Command::new(weir_binary())
         .args(["explain", "--config", &config])

@@ -406,3 +406,80 @@ pub fn side_input_rows(seed: u64) -> Vec<String> {
     first.extend(second.into_iter().map(|(_, l)| l));
     first
 }
+
+/// The three Nexmark tables' columns as weir's JSON sources declare them.
+pub const SCHEMAS: [(&str, &str); 3] = [
+    (
+        "person",
+        "id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, city VARCHAR,
+  state VARCHAR, date_time TIMESTAMP(3), extra VARCHAR",
+    ),
+    (
+        "auction",
+        "id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT, reserve BIGINT,
+  date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT, extra VARCHAR",
+    ),
+    (
+        "bid",
+        "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+  date_time TIMESTAMP(3), extra VARCHAR",
+    ),
+];
+
+/// `[sources.T]` for each (table, topic): JSON with a 4 s watermark.
+pub fn source_sections<'a>(topics: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut t = String::new();
+    for (table, topic) in topics {
+        let (_, schema) = SCHEMAS
+            .iter()
+            .find(|(n, _)| *n == table)
+            .unwrap_or_else(|| panic!("no Nexmark table {table}"));
+        t.push_str(&format!(
+            "\n[sources.{table}]\ntopics = [\"{topic}\"]\nformat = \"json\"\nschema = \"\"\"\n  {schema},\n  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND\n\"\"\"\n"
+        ));
+    }
+    t
+}
+
+/// The Nexmark tables a query reads: those named after FROM, JOIN or
+/// TABLE, or after a comma in a FROM list (a column named `auction` is
+/// not the table).
+pub fn tables_of(sql: &str) -> Vec<&'static str> {
+    let re = regex::Regex::new(
+        r"(?i)(?:(?:\bFROM|\bJOIN|\bTABLE)\s+(person|auction|bid)\b|,\s*(person|auction|bid)\s+[A-Za-z_]\w*\s+WHERE\b)",
+    )
+    .expect("a valid regex");
+    let named: Vec<String> = re
+        .captures_iter(sql)
+        .filter_map(|c| c.get(1).or(c.get(2)))
+        .map(|m| m.as_str().to_ascii_lowercase())
+        .collect();
+    SCHEMAS
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| named.iter().any(|n| n == t))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_reads_the_tables_it_names_not_its_columns() {
+        let names = |q: &str| {
+            join_queries()
+                .into_iter()
+                .chain(crate::sql::queries())
+                .find(|x| x.sink == q)
+                .map(|x| tables_of(x.weir))
+                .unwrap()
+        };
+        assert_eq!(names("q3"), ["person", "auction"]);
+        assert_eq!(names("q4"), ["auction", "bid"]);
+        assert_eq!(names("q5"), ["bid"]);
+        assert_eq!(names("q8"), ["person", "auction"]);
+        assert_eq!(names("q23"), ["person", "auction", "bid"]);
+        assert_eq!(names("q17"), ["bid"]);
+    }
+}
