@@ -225,7 +225,7 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         ),
         (
             "SELECT a.auction FROM bid a\nJOIN bid FOR SYSTEM_TIME AS OF a.date_time AS b ON a.auction = b.auction",
-            "a.date_time AS b",
+            "bid FOR SYSTEM_TIME",
             "FOR SYSTEM_TIME AS OF reads the versions of a table: a source with primary_key",
         ),
         ("SELECT a.auction FROM bid a\nJOIN bid b ON a.auction = b.auction AND date_time > 0", "date_time >", "qualify it"),

@@ -724,6 +724,26 @@ pub mod testing {
     use crate::dataflow::codec::encode_key;
     use crate::dataflow::state::TableSpec;
 
+    /// Emitted rows as `+I1,a,_` (kind, then the values: `_` for NULL),
+    /// for tests to compare at a glance.
+    pub fn shown(rows: Vec<(Row, i64)>) -> Vec<String> {
+        rows.into_iter()
+            .map(|(r, _)| {
+                let v: Vec<String> = r
+                    .values
+                    .iter()
+                    .map(|v| match v {
+                        Value::Null => "_".to_string(),
+                        Value::Int(i) => i.to_string(),
+                        Value::String(s) => s.clone(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect();
+                format!("{}{}", r.kind.short(), v.join(","))
+            })
+            .collect()
+    }
+
     pub struct Harness<O> {
         pub op: O,
         pub ctx: Context,

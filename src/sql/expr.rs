@@ -889,3 +889,65 @@ fn case(
         }
     }))
 }
+
+/// True if `pred` holds for `e` or any expression inside it.
+pub fn walk(e: &E, pred: &mut dyn FnMut(&E) -> bool) -> bool {
+    if pred(e) {
+        return true;
+    }
+    let mut any = |x: &E| walk(x, pred);
+    match e {
+        E::Nested(a)
+        | E::IsNull(a)
+        | E::IsNotNull(a)
+        | E::IsTrue(a)
+        | E::IsFalse(a)
+        | E::IsNotTrue(a)
+        | E::IsNotFalse(a) => any(a),
+        E::UnaryOp { expr, .. }
+        | E::Cast { expr, .. }
+        | E::Extract { expr, .. }
+        | E::Ceil { expr, .. }
+        | E::Floor { expr, .. } => any(expr),
+        E::BinaryOp { left, right, .. } => any(left) || any(right),
+        E::Between {
+            expr, low, high, ..
+        } => any(expr) || any(low) || any(high),
+        E::In {
+            expr,
+            target: ast::InTarget::List(list),
+            ..
+        } => any(expr) || list.iter().any(any),
+        E::Like { expr, pattern, .. } | E::ILike { expr, pattern, .. } => any(expr) || any(pattern),
+        E::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => {
+            operand.as_deref().is_some_and(&mut any)
+                || conditions
+                    .iter()
+                    .any(|c| any(&c.condition) || any(&c.result))
+                || else_result.as_deref().is_some_and(any)
+        }
+        E::Function(f) => match &f.args {
+            ast::FunctionArguments::List(l) => l.args.iter().any(|a| match a {
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => any(x),
+                _ => false,
+            }),
+            _ => false,
+        },
+        E::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            any(expr)
+                || substring_from.as_deref().is_some_and(&mut any)
+                || substring_for.as_deref().is_some_and(any)
+        }
+        _ => false,
+    }
+}

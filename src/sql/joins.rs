@@ -104,7 +104,7 @@ pub fn sides(
     right: &[ScopeColumn],
 ) -> Result<(bool, bool, bool), SqlError> {
     let mut names = Vec::new();
-    super::planner::walk(e, &mut |x| {
+    super::expr::walk(e, &mut |x| {
         if matches!(x, E::Identifier(_) | E::CompoundIdentifier(_)) {
             names.push(x.clone());
         }

@@ -31,8 +31,8 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
 use super::expr::{
-    boolean, call_args, compile, err, function_name, interval, is_aggregate, Compiled, EvalFn,
-    Scope, ScopeColumn, Ty,
+    boolean, call_args, compile, err, function_name, interval, is_aggregate, walk, Compiled,
+    EvalFn, Scope, ScopeColumn, Ty,
 };
 use super::joins;
 use super::schema::parse_schema;
@@ -1363,7 +1363,8 @@ impl Planner<'_> {
             }
         };
         if let Some(at) = as_of {
-            return self.temporal_join(left, right, (lk, rk), kind, at, condition, &uid);
+            let join = (left, right, (lk, rk));
+            return self.temporal_join(join, kind, (at, span), condition, &uid);
         }
         let append = left.updating.is_none() && right.updating.is_none();
         let watermarked =
@@ -1453,27 +1454,32 @@ impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     fn temporal_join(
         &mut self,
-        left: Rel,
-        right: Rel,
-        (lk, rk): (Vec<usize>, Vec<usize>),
+        (left, right, (lk, rk)): (Rel, Rel, (Vec<usize>, Vec<usize>)),
         kind: JoinKind,
-        at: E,
+        (at, span): (E, sqlparser::tokenizer::Span),
         condition: Option<JoinCondition>,
         uid: &str,
     ) -> Result<Rel, SqlError> {
+        // The AS OF expression was parsed on its own: its places are not
+        // the query's, so errors point at the table.
+        let err = |_: &E, m: String| SqlError::at(span, m);
         if !matches!(kind, JoinKind::Inner | JoinKind::Left) {
-            return Err(err(&at, "a temporal join is an INNER or a LEFT join"));
+            return Err(err(
+                &at,
+                "a temporal join is an INNER or a LEFT join".into(),
+            ));
         }
         let Some(pk) = right.updating.clone().filter(|k| !k.is_empty()) else {
             return Err(err(
                 &at,
-                "FOR SYSTEM_TIME AS OF reads the versions of a table: a source with primary_key",
+                "FOR SYSTEM_TIME AS OF reads the versions of a table: a source with primary_key"
+                    .into(),
             ));
         };
         if left.updating.is_some() {
             return Err(err(
                 &at,
-                "the stream side of a temporal join must be append-only",
+                "the stream side of a temporal join must be append-only".into(),
             ));
         }
         if !pk.iter().all(|c| rk.contains(c)) {
@@ -1501,7 +1507,7 @@ impl Planner<'_> {
         if event_time && right.time.is_none() {
             return Err(err(
                 &at,
-                "the table has no event time, so it has no versions by time: declare a WATERMARK in its schema, or join AS OF PROCTIME()",
+                "the table has no event time, so it has no versions by time: declare a WATERMARK in its schema, or join AS OF PROCTIME()".into(),
             ));
         }
         let spec = TemporalJoinSpec {
@@ -2828,68 +2834,6 @@ fn contains_aggregate(e: &E) -> bool {
         e,
         &mut |x| matches!(x, E::Function(f) if is_aggregate(&function_name(f))),
     )
-}
-
-/// True if `pred` holds for `e` or any expression inside it.
-pub(super) fn walk(e: &E, pred: &mut dyn FnMut(&E) -> bool) -> bool {
-    if pred(e) {
-        return true;
-    }
-    let mut any = |x: &E| walk(x, pred);
-    match e {
-        E::Nested(a)
-        | E::IsNull(a)
-        | E::IsNotNull(a)
-        | E::IsTrue(a)
-        | E::IsFalse(a)
-        | E::IsNotTrue(a)
-        | E::IsNotFalse(a) => any(a),
-        E::UnaryOp { expr, .. }
-        | E::Cast { expr, .. }
-        | E::Extract { expr, .. }
-        | E::Ceil { expr, .. }
-        | E::Floor { expr, .. } => any(expr),
-        E::BinaryOp { left, right, .. } => any(left) || any(right),
-        E::Between {
-            expr, low, high, ..
-        } => any(expr) || any(low) || any(high),
-        E::In {
-            expr,
-            target: ast::InTarget::List(list),
-            ..
-        } => any(expr) || list.iter().any(any),
-        E::Like { expr, pattern, .. } | E::ILike { expr, pattern, .. } => any(expr) || any(pattern),
-        E::Case {
-            operand,
-            conditions,
-            else_result,
-            ..
-        } => {
-            operand.as_deref().is_some_and(&mut any)
-                || conditions
-                    .iter()
-                    .any(|c| any(&c.condition) || any(&c.result))
-                || else_result.as_deref().is_some_and(any)
-        }
-        E::Function(f) => match &f.args {
-            ast::FunctionArguments::List(l) => l.args.iter().any(|a| match a {
-                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) => any(x),
-                _ => false,
-            }),
-            _ => false,
-        },
-        E::Substring {
-            expr,
-            substring_from,
-            substring_for,
-            ..
-        } => {
-            any(expr)
-                || substring_from.as_deref().is_some_and(&mut any)
-                || substring_for.as_deref().is_some_and(any)
-        }
-        _ => false,
-    }
 }
 
 /// Decodes a SQL source's records: JSON fields (or a text line) into the

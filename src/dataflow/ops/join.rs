@@ -382,7 +382,7 @@ impl Operator for Join {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::operator::testing::Harness;
+    use crate::dataflow::operator::testing::{shown, Harness};
 
     fn spec(kind: JoinKind) -> JoinSpec {
         JoinSpec {
@@ -401,24 +401,6 @@ mod tests {
 
     fn row(kind: RowKind, k: i64, v: &str) -> Row {
         Row::new(kind, vec![Value::Int(k), Value::from(v)])
-    }
-
-    fn shown(rows: Vec<(Row, i64)>) -> Vec<String> {
-        rows.into_iter()
-            .map(|(r, _)| {
-                let v: Vec<String> = r
-                    .values
-                    .iter()
-                    .map(|v| match v {
-                        Value::Null => "_".to_string(),
-                        Value::Int(i) => i.to_string(),
-                        Value::String(s) => s.clone(),
-                        other => format!("{other:?}"),
-                    })
-                    .collect();
-                format!("{}{}", r.kind.short(), v.join(","))
-            })
-            .collect()
     }
 
     #[test]

@@ -202,7 +202,7 @@ impl Operator for TemporalJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::operator::testing::Harness;
+    use crate::dataflow::operator::testing::{shown, Harness};
 
     fn harness(event_time: bool, outer: bool) -> Harness<TemporalJoin> {
         let spec = TemporalJoinSpec {
@@ -219,22 +219,10 @@ mod tests {
         Row::new(kind, vec![Value::Int(k), Value::from(v)])
     }
 
+    /// The rows as shown, each with its event time.
     fn values(rows: Vec<(Row, i64)>) -> Vec<(String, i64)> {
-        rows.into_iter()
-            .map(|(r, t)| {
-                let v: Vec<String> = r
-                    .values
-                    .iter()
-                    .map(|v| match v {
-                        Value::Int(i) => i.to_string(),
-                        Value::String(s) => s.clone(),
-                        Value::Null => "_".into(),
-                        other => format!("{other:?}"),
-                    })
-                    .collect();
-                (v.join(","), t)
-            })
-            .collect()
+        let times: Vec<i64> = rows.iter().map(|(_, t)| *t).collect();
+        shown(rows).into_iter().zip(times).collect()
     }
 
     #[test]
@@ -260,7 +248,10 @@ mod tests {
             .is_empty());
         assert_eq!(
             values(h.watermark(30).unwrap()),
-            [("1,b,1,v10".to_string(), 15), ("1,a,1,v20".to_string(), 25)],
+            [
+                ("+I1,b,1,v10".to_string(), 15),
+                ("+I1,a,1,v20".to_string(), 25)
+            ],
             "c has no version at 5; b joins v10, a v20"
         );
         assert!(h
@@ -272,7 +263,7 @@ mod tests {
         h.record(0, row(RowKind::Insert, 1, "d"), 40).unwrap();
         assert_eq!(
             values(h.watermark(40).unwrap()),
-            [("1,d,1,v20".to_string(), 40)]
+            [("+I1,d,1,v20".to_string(), 40)]
         );
     }
 
@@ -285,7 +276,7 @@ mod tests {
         h.record(0, row(RowKind::Insert, 1, "b"), 25).unwrap();
         assert_eq!(
             values(h.watermark(30).unwrap()),
-            [("1,a,1,v".to_string(), 15), ("1,b,_,_".to_string(), 25)]
+            [("+I1,a,1,v".to_string(), 15), ("+I1,b,_,_".to_string(), 25)]
         );
     }
 
@@ -304,7 +295,7 @@ mod tests {
         h.record(1, row(RowKind::UpdateAfter, 1, "v2"), 4).unwrap();
         assert_eq!(
             values(h.record(0, row(RowKind::Insert, 1, "c"), 5).unwrap()),
-            [("1,c,1,v2".to_string(), 5)]
+            [("+I1,c,1,v2".to_string(), 5)]
         );
         h.record(1, row(RowKind::Delete, 1, "v2"), 6).unwrap();
         assert!(h

@@ -196,7 +196,7 @@ impl Operator for TopN {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::operator::testing::Harness;
+    use crate::dataflow::operator::testing::{shown, Harness};
 
     fn top(limit: usize, window_end: Option<usize>) -> Harness<TopN> {
         let spec = TopNSpec {
@@ -209,23 +209,6 @@ mod tests {
             window_end,
         };
         Harness::keyed(TopN::new(spec), TopN::tables(), vec![0])
-    }
-
-    fn shown(rows: Vec<(Row, i64)>) -> Vec<String> {
-        rows.into_iter()
-            .map(|(r, _)| {
-                let v: Vec<String> = r
-                    .values
-                    .iter()
-                    .map(|v| match v {
-                        Value::Int(i) => i.to_string(),
-                        Value::Null => "_".into(),
-                        other => format!("{other:?}"),
-                    })
-                    .collect();
-                format!("{}{}", r.kind.short(), v.join(","))
-            })
-            .collect()
     }
 
     fn bid(auction: i64, price: Option<i64>) -> Row {
