@@ -1408,6 +1408,7 @@ impl Planner<'_> {
             condition,
             expiry,
             ttl,
+            sweep_every: crate::dataflow::ops::join::SWEEP_EVERY_MS,
         };
         let stream = Stream::connect(
             left.stream.key_by_indexes(lk.clone()),

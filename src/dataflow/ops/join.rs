@@ -97,7 +97,16 @@ pub struct JoinSpec {
     pub expiry: [Option<Expiry>; 2],
     /// Rows expire this long (ms) after their event time.
     pub ttl: Option<i64>,
+    /// Expired rows are swept from state on timers this many ms apart
+    /// (per key and side), not one per row: a hot key's rows would
+    /// otherwise each fire a timer that reads all the key's rows. A row
+    /// stops matching at its exact expiry either way; the sweep only
+    /// frees it up to this much later.
+    pub sweep_every: i64,
 }
+
+/// The planner's sweep interval ([`JoinSpec::sweep_every`]).
+pub const SWEEP_EVERY_MS: i64 = 1_000;
 
 impl JoinSpec {
     pub fn bounded(&self) -> bool {
@@ -344,7 +353,11 @@ impl Operator for Join {
             };
             ctx.map_put(Self::SIDES[side], &self.key, &entry)?;
             if expires != i64::MAX {
-                ctx.register_timer(expires, &[side as u8])?;
+                let every = self.spec.sweep_every.max(1);
+                let sweep = expires
+                    .checked_add(every - 1)
+                    .map_or(expires, |t| t.div_euclid(every) * every);
+                ctx.register_timer(sweep.max(expires), &[side as u8])?;
             }
         } else if let Some(mut e) = held {
             e.count -= 1;
@@ -392,6 +405,7 @@ mod tests {
             condition: None,
             expiry: [None, None],
             ttl: None,
+            sweep_every: 1,
         }
     }
 
@@ -559,6 +573,28 @@ mod tests {
         assert_eq!(h.ctx.take_expired(), 1, "a went at 0 + 1000");
         let b = h.record(0, row(RowKind::Insert, 1, "b"), 1600).unwrap();
         assert_eq!(b.len(), 2, "b meets far and x");
+    }
+
+    #[test]
+    fn expired_rows_stop_matching_at_once_and_are_swept_together() {
+        let mut s = spec(JoinKind::Inner);
+        s.ttl = Some(100);
+        s.sweep_every = 1_000;
+        let mut h = harness(s);
+        for t in [0, 10, 20] {
+            h.record(0, row(RowKind::Insert, 1, &format!("a{t}")), t)
+                .unwrap();
+        }
+        h.watermark(115).unwrap();
+        assert_eq!(h.ctx.take_expired(), 0, "the sweep is at 1000");
+        let late_enough = h.record(1, row(RowKind::Insert, 1, "x"), 116).unwrap();
+        assert_eq!(
+            shown(late_enough),
+            ["+I1,a20,1,x"],
+            "a0 and a10 are past the TTL and expired, though still held"
+        );
+        h.watermark(1_000).unwrap();
+        assert_eq!(h.ctx.take_expired(), 4, "one sweep takes all four");
     }
 
     #[test]
