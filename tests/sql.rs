@@ -922,7 +922,8 @@ dead_letter_topic = "{dlq}"
 /// events: the regular joins (one feeding two aggregates that take back
 /// updates), the interval joins (q4, q7, q9) whose state the watermark
 /// frees, the window joins (q5, q8), the three-way join (q23), and top-N
-/// by ROW_NUMBER (q9 and q18 keep one row per key, q19 ten).
+/// by ROW_NUMBER (q9 and q18 keep one row per key, q19 ten, one top-N
+/// per window and one over all bids).
 #[test]
 fn nexmark_joins_and_top_n_in_sql_are_exact_under_sigkills_against_duckdb() {
     let seed = seed();
@@ -977,12 +978,16 @@ fn nexmark_joins_and_top_n_in_sql_are_exact_under_sigkills_against_duckdb() {
         );
     }
     let chunks = 10;
-    for q in ["q9", "q18", "q19"] {
+    for q in ["q9", "q18", "q19", "global_top5"] {
         assert!(
             plan.contains(&format!("{q}.top-n (top-n)")),
             "{q} plans as a top-N:\n{plan}"
         );
     }
+    assert!(
+        plan.contains("window_top3.top-n (window-top-n)"),
+        "a top-N per window emits when the window closes:\n{plan}"
+    );
     let mut weir = feed_with_kills_by(
         &Job {
             binary: weir(),

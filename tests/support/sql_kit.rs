@@ -74,8 +74,8 @@ pub fn assert_matches_duckdb(
         "{}: DuckDB's answer is empty; the test would prove nothing",
         q.sink
     );
-    let want_rows = multiset(want.into_iter());
-    // The columns compared (all, unless the query names some).
+    // The columns compared (all, unless the query names some), on both
+    // sides.
     let compared = |mut rows: Vec<BTreeMap<String, String>>| {
         if !q.compare.is_empty() {
             for r in &mut rows {
@@ -85,6 +85,7 @@ pub fn assert_matches_duckdb(
         }
         rows
     };
+    let want_rows = compared(multiset(want.into_iter()));
     if q.updating {
         let records = read_topic(
             topic,

@@ -325,11 +325,13 @@ fn run_once(
                 .map(|v| serde_json::from_str(v).expect("JSON output"))
         }))
     };
-    // A query compared on some columns (ties decide the rest).
-    let got = if q.compare.is_empty() {
-        got
-    } else {
-        let mut rows: Vec<_> = got
+    // A query compared on some columns (ties decide the rest), on both
+    // sides.
+    let compared = |rows: Vec<BTreeMap<String, String>>| {
+        if q.compare.is_empty() {
+            return rows;
+        }
+        let mut rows: Vec<_> = rows
             .into_iter()
             .map(|mut r| {
                 r.retain(|k, _| q.compare.contains(&k.as_str()));
@@ -339,6 +341,8 @@ fn run_once(
         rows.sort();
         rows
     };
+    let got = compared(got);
+    let expected = compared(expected.to_vec());
     let check = if got == expected {
         Ok(())
     } else {
@@ -346,7 +350,7 @@ fn run_once(
             "NOT EXACT: {} rows, {} expected; first difference: {:?}",
             got.len(),
             expected.len(),
-            got.iter().zip(expected).find(|(a, b)| a != b)
+            got.iter().zip(&expected).find(|(a, b)| a != b)
         ))
     };
     let broker_cpu_seconds = broker_at_start

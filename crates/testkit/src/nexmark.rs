@@ -267,6 +267,54 @@ pub fn join_queries() -> Vec<Query> {
             updating: true,
             compare: &["auction", "price", "rank_number"],
         },
+        // Top-N per window (Flink's window top-N): the 3 auctions with the
+        // most bids in each 10 s tumble, emitted once when the window
+        // closes. Ties in the count make the auction at a rank arbitrary,
+        // so the window, the count and the rank are compared.
+        Query {
+            sink: "window_top3",
+            weir: "SELECT window_start, window_end, auction, num, rn
+                   FROM (
+                     SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end
+                                                  ORDER BY num DESC) AS rn
+                     FROM (
+                       SELECT auction, window_start, window_end, COUNT(*) AS num
+                       FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+                       GROUP BY auction, window_start, window_end
+                     )
+                   )
+                   WHERE rn <= 3",
+            duckdb: "SELECT window_start, window_end, auction, num, rn
+                     FROM (
+                       SELECT *, row_number() OVER (PARTITION BY window_start, window_end
+                                                    ORDER BY num DESC) AS rn
+                       FROM (
+                         SELECT auction, ws AS window_start,
+                                ws + INTERVAL 10 SECOND AS window_end, count(*) AS num
+                         FROM (SELECT *, time_bucket(INTERVAL 10 SECOND, date_time,
+                                                     TIMESTAMP '1970-01-01') AS ws
+                               FROM bid WHERE date_time < TIMESTAMP '2030-01-01')
+                         GROUP BY auction, ws
+                       )
+                     )
+                     WHERE rn <= 3",
+            updating: false,
+            compare: &["window_start", "window_end", "num", "rn"],
+        },
+        // A global top-N (no PARTITION BY): the 5 highest bids of all,
+        // NULL prices last. Compared on price and rank (ties).
+        Query {
+            sink: "global_top5",
+            weir: "SELECT auction, bidder, price, date_time, rn
+                   FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY price DESC) AS rn FROM bid)
+                   WHERE rn <= 5",
+            duckdb: "SELECT auction, bidder, price, date_time, rn
+                     FROM (SELECT *, row_number() OVER (ORDER BY price DESC NULLS LAST) AS rn
+                           FROM bid)
+                     WHERE rn <= 5",
+            updating: true,
+            compare: &["price", "rn"],
+        },
         // Bids with their auction, category 10: an append-only inner join.
         Query {
             sink: "q20",
