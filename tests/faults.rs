@@ -70,16 +70,8 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
-/// The value of one sample line of Prometheus text.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 fn source_records_in(addr: &str) -> f64 {
-    sample(
+    weir_testkit::metric_sample(
         &http(addr, "GET", "/metrics", None).1,
         "weir_records_in_total{operator=\"kafka-source\"}",
     )

@@ -724,10 +724,7 @@ fn sql_joins_in_group_mode_are_exact_under_sigkills_of_three_instances() {
     for (_, topic) in &sinks {
         create_topic(topic, 2);
     }
-    let sql: String = queries
-        .iter()
-        .map(|q| format!("INSERT INTO {}\n{};\n", q.sink, q.weir))
-        .collect();
+    let sql = sql_kit::inserts(&queries);
     let sections = sql_kit::nexmark_sections(&topics, &sinks, "", &sql);
     let mut c = Cluster::sql(dir.path(), &sections);
     for i in 0..3 {

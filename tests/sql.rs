@@ -945,10 +945,7 @@ fn nexmark_joins_and_top_n_in_sql_are_exact_under_sigkills_against_duckdb() {
     for (_, topic) in &sinks {
         create_topic(topic, 2);
     }
-    let sql: String = queries
-        .iter()
-        .map(|q| format!("INSERT INTO {}\n{};\n", q.sink, q.weir))
-        .collect();
+    let sql = inserts(&queries);
     let config = graph_config_with(
         dir.path(),
         &unique("sql-joins"),
@@ -1304,7 +1301,7 @@ SELECT O.id, P.amount FROM orders O JOIN payments P ON O.id = P.order_id
     );
 
     let addr = job.admin_addr(Duration::from_secs(30));
-    let expired = metric_sample(
+    let expired = weir_testkit::metric_sample(
         &weir_testkit::http(&addr, "GET", "/metrics", None).1,
         "weir_state_expired_total{operator=\"paid.join\"}",
     );
@@ -1341,12 +1338,4 @@ SELECT O.id, P.amount FROM orders O JOIN payments P ON O.id = P.order_id
         held > 0 && held < total / 4,
         "the join holds {held} of {total} rows"
     );
-}
-
-/// The value of one sample line of Prometheus text.
-fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }

@@ -33,16 +33,6 @@ pub fn decode_by_codec(codec: &str, bytes: &[u8]) -> std::result::Result<Json, S
                 .collect(),
         ),
         "i64" => json!(i64::decode(bytes)?),
-        "ranked-rows" => {
-            let mut input = bytes;
-            let n = get_varint(&mut input)? as usize;
-            let mut rows = Vec::new();
-            for _ in 0..n {
-                let r = super::codec::decode_values(&mut input)?;
-                rows.push(Json::Array(r.iter().map(value_json).collect()));
-            }
-            Json::Array(rows)
-        }
         "join-entry" => {
             let e = JoinEntry::decode(bytes)?;
             let time = |t: i64| (t != i64::MIN && t != i64::MAX).then_some(t);

@@ -211,7 +211,7 @@ impl Chain {
                 (out.take_records(), records.len() > 0)
             };
             self.late_records(slot)?;
-            self.count_windows(slot);
+            self.count_windows_and_expired(slot);
             self.route(slot, out)?;
             if !more {
                 return Ok(());
@@ -425,7 +425,7 @@ impl Chain {
                     .set(0);
                 op.on_restore(ctx)?;
             }
-            self.count_windows(slot);
+            self.count_windows_and_expired(slot);
         }
         Ok(())
     }
@@ -461,7 +461,7 @@ impl Chain {
 
     /// Moves `weir_open_windows` by what node `slot` opened and closed,
     /// and counts the rows its state expired (`weir_state_expired_total`).
-    fn count_windows(&mut self, slot: usize) {
+    fn count_windows_and_expired(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
         if let SlotBody::Operator { ctx, .. } = &mut s.body {
             let n = ctx.take_open_windows();
@@ -533,7 +533,7 @@ impl Chain {
                 }
                 op.on_watermark(watermark, ctx, &mut out)?;
             }
-            self.count_windows(slot);
+            self.count_windows_and_expired(slot);
             self.route(slot, out.take_records())?;
         }
         self.broadcast(Element::Watermark(watermark))

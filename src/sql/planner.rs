@@ -2729,28 +2729,9 @@ fn changelog_mode(key: &[usize], columns: &[ScopeColumn]) -> String {
     )
 }
 
-/// The column an expression names directly, if it does.
+/// The column an expression names directly, if it names exactly one.
 fn column_index(e: &E, columns: &[ScopeColumn]) -> Option<usize> {
-    let (q, n) = match e {
-        E::Identifier(i) => (None, i.value.as_str()),
-        E::CompoundIdentifier(p) if p.len() == 2 => {
-            (Some(p[0].value.as_str()), p[1].value.as_str())
-        }
-        E::Nested(inner) => return column_index(inner, columns),
-        _ => return None,
-    };
-    let mut found = columns.iter().enumerate().filter(|(_, c)| {
-        c.name.eq_ignore_ascii_case(n)
-            && q.is_none_or(|q| {
-                c.qualifier
-                    .as_deref()
-                    .is_some_and(|x| x.eq_ignore_ascii_case(q))
-            })
-    });
-    match (found.next(), found.next()) {
-        (Some((i, _)), None) => Some(i),
-        _ => None,
-    }
+    joins::resolve(e, columns).ok().flatten()
 }
 
 fn output_name(item: &SelectItem, position: usize) -> String {

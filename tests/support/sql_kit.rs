@@ -50,11 +50,15 @@ pub fn nexmark_bids(dir: &Path, seed: u64, partitions: usize) -> Bids {
 
 /// The job's SQL: the views, then one INSERT per query.
 pub fn job_sql(queries: &[Query]) -> String {
-    VIEWS.to_string()
-        + &queries
-            .iter()
-            .map(|q| format!("INSERT INTO {}\n{};\n", q.sink, q.weir))
-            .collect::<String>()
+    VIEWS.to_string() + &inserts(queries)
+}
+
+/// One `INSERT INTO sink query;` per query.
+pub fn inserts(queries: &[Query]) -> String {
+    queries
+        .iter()
+        .map(|q| format!("INSERT INTO {}\n{};\n", q.sink, q.weir))
+        .collect()
 }
 
 /// Reads `topic` read_committed until it holds DuckDB's answer to `q`

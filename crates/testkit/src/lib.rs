@@ -788,3 +788,12 @@ pub fn send_chunk(
     send_round_robin(p, topic, 4, *sent, lines);
     *sent += lines.len();
 }
+
+/// The value of one sample line of Prometheus text (`series` with its
+/// labels, as the exposition writes them).
+pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}

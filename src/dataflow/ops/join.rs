@@ -240,6 +240,12 @@ impl Operator for Join {
         let other = 1 - side;
         let watermark = ctx.watermark();
         let addition = r.row.kind.is_addition();
+        // What a row without a match, padded, is emitted as.
+        let change = if addition {
+            RowKind::Insert
+        } else {
+            RowKind::Delete
+        };
         let ts = r.timestamp;
         if self.spec.bounded() && ts != NO_TIMESTAMP && ts <= watermark {
             // Rows it would have matched may be gone already.
@@ -253,12 +259,7 @@ impl Operator for Join {
         if null_key {
             // NULL = NULL is not true: no row ever matches it.
             if self.spec.kind.outer(side) {
-                let kind = if addition {
-                    RowKind::Insert
-                } else {
-                    RowKind::Delete
-                };
-                out.emit(Row::new(kind, self.padded(side, &values)), ts);
+                out.emit(Row::new(change, self.padded(side, &values)), ts);
             }
             return Ok(());
         }
@@ -320,12 +321,7 @@ impl Operator for Join {
             }
         }
         if matched == 0 && self.spec.kind.outer(side) {
-            let kind = if addition {
-                RowKind::Insert
-            } else {
-                RowKind::Delete
-            };
-            out.emit(Row::new(kind, self.padded(side, &values)), ts);
+            out.emit(Row::new(change, self.padded(side, &values)), ts);
         }
 
         // This side's own entry.

@@ -17,7 +17,6 @@
 //!   each once, and the key's state goes. The result is append-only; a
 //!   row behind the watermark is late and dropped (counted).
 
-use crate::dataflow::codec::StateCodec;
 use crate::dataflow::expr::compare;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{Row, RowKind, Value};
@@ -46,33 +45,6 @@ pub struct TopN {
     spec: TopNSpec,
 }
 
-/// A key's best rows, in rank order.
-struct Ranked(Vec<Vec<Value>>);
-
-impl StateCodec for Ranked {
-    const NAME: &'static str = "ranked-rows";
-
-    fn encode(&self, out: &mut Vec<u8>) {
-        crate::dataflow::codec::put_varint(self.0.len() as u64, out);
-        for r in &self.0 {
-            r.encode(out);
-        }
-    }
-
-    fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
-        let mut input = bytes;
-        let n = crate::dataflow::codec::get_varint(&mut input)? as usize;
-        let mut rows = Vec::with_capacity(n.min(input.len()));
-        for _ in 0..n {
-            rows.push(crate::dataflow::codec::decode_values(&mut input)?);
-        }
-        if !input.is_empty() {
-            return Err(format!("{} bytes after the ranked rows", input.len()));
-        }
-        Ok(Ranked(rows))
-    }
-}
-
 impl TopN {
     pub const TOP: Table = Table(0);
 
@@ -80,8 +52,9 @@ impl TopN {
         Self { spec }
     }
 
+    /// A key's best rows, in rank order: a list table.
     pub fn tables() -> Vec<TableSpec> {
-        vec![TableSpec::value::<Ranked>("top")]
+        vec![TableSpec::list::<Vec<Value>>("top")]
     }
 
     fn cmp(&self, a: &[Value], b: &[Value]) -> Ordering {
@@ -138,7 +111,7 @@ impl Operator for TopN {
             None => None,
         };
         let values = r.row.values;
-        let old = ctx.get::<Ranked>(Self::TOP)?.map_or_else(Vec::new, |r| r.0);
+        let old: Vec<Vec<Value>> = ctx.list(Self::TOP)?;
         let pos = old.partition_point(|x| self.cmp(x, &values) != Ordering::Greater);
         if pos >= self.spec.limit {
             return Ok(());
@@ -173,7 +146,7 @@ impl Operator for TopN {
                 }
             }
         }
-        ctx.put(Self::TOP, &Ranked(top))
+        ctx.set_list(Self::TOP, &top)
     }
 
     fn on_timer(
@@ -183,12 +156,11 @@ impl Operator for TopN {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
-        if let Some(top) = ctx.get::<Ranked>(Self::TOP)? {
-            for (k, row) in top.0.iter().enumerate() {
-                out.emit(Row::insert(Self::ranked(row, k)), time);
-            }
-            ctx.delete(Self::TOP)?;
+        let top: Vec<Vec<Value>> = ctx.list(Self::TOP)?;
+        for (k, row) in top.iter().enumerate() {
+            out.emit(Row::insert(Self::ranked(row, k)), time);
         }
+        ctx.set_list::<Vec<Value>>(Self::TOP, &[])?;
         Ok(())
     }
 }
