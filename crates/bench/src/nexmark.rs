@@ -230,6 +230,14 @@ fn tables_read(q: &Query) -> Vec<&'static str> {
     nexmark::tables_of(&format!("{}{}", views_for(q), q.weir))
 }
 
+/// One Nexmark table written to its own input topic for a run.
+struct TableInput {
+    table: &'static str,
+    topic: String,
+    /// Each partition's end offset once every event is written.
+    ends: Vec<(i32, i64)>,
+}
+
 fn run_once(
     system: &str,
     q: &Query,
@@ -238,17 +246,15 @@ fn run_once(
     expected: &[BTreeMap<String, String>],
 ) -> Result<Run, String> {
     // A topic per table the query reads, each with every event.
-    let inputs: Vec<(&str, String, Vec<(i32, i64)>)> = tables_read(q)
+    let inputs: Vec<TableInput> = tables_read(q)
         .into_iter()
-        .map(|t| {
-            let (topic, ends) = input_topic(&format!("nexmark-{t}"), PARTITIONS, &tables[t]);
-            (t, topic, ends)
+        .map(|table| {
+            let (topic, ends) =
+                input_topic(&format!("nexmark-{table}"), PARTITIONS, &tables[table]);
+            TableInput { table, topic, ends }
         })
         .collect();
-    let topics: Vec<(&str, &str)> = inputs
-        .iter()
-        .map(|(t, topic, _)| (*t, topic.as_str()))
-        .collect();
+    let topics: Vec<(&str, &str)> = inputs.iter().map(|i| (i.table, i.topic.as_str())).collect();
     let output = unique(&format!("nexmark-{}", q.sink));
     create_topic(&output, PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
@@ -266,14 +272,14 @@ fn run_once(
     let client = measure::consumer(&group);
     let total: i64 = inputs
         .iter()
-        .flat_map(|(_, _, ends)| ends.iter().map(|(_, e)| e))
+        .flat_map(|i| i.ends.iter().map(|(_, e)| e))
         .sum();
     let (mut last_end, mut last_change, mut cpu_at_change) = (-1i64, Instant::now(), 0.0);
     let timeout = Duration::from_secs(1200);
     loop {
         let committed = inputs
             .iter()
-            .map(|(_, topic, ends)| measure::committed_total_with(&client, topic, ends))
+            .map(|i| measure::committed_total_with(&client, &i.topic, &i.ends))
             .sum::<i64>()
             >= total;
         let end: i64 = measure::end_offsets_with(&client, &output)
