@@ -1035,7 +1035,7 @@ fn a_table_changing_while_bids_flow_joins_by_version_in_time_and_retracts_in_a_r
     let (bid_topic, side_topic, dlq) =
         (unique("sqlt-bid"), unique("sqlt-side"), unique("sqlt-dlq"));
     create_topic(&bid_topic, 2);
-    create_topic(&side_topic, 2);
+    weir_testkit::create_compacted_topic(&side_topic, 2);
     create_topic(&dlq, 1);
     let sinks = vec![
         ("q13".to_string(), unique("sqlt-q13")),

@@ -53,11 +53,26 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// Creates a topic (fails loudly when the broker is not there).
 pub fn create_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]);
+}
+
+/// A compacted topic (`cleanup.policy=compact`), as a table source's
+/// changelog is kept in production: the broker keeps each key's last value.
+pub fn create_compacted_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[("cleanup.policy", "compact")]);
+}
+
+/// A topic with the given topic configs, ready (every partition has a
+/// leader) when this returns.
+pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .create()
         .expect("admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let topic = configs.iter().fold(
+        NewTopic::new(name, partitions, TopicReplication::Fixed(1)),
+        |topic, (key, value)| topic.set(key, value),
+    );
     let res = block_on(admin.create_topics([&topic], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))))
         .unwrap_or_else(|e| panic!("cannot create topic {name} on {}: {e}. Is the broker running (scripts/kafka.sh start)?", bootstrap()));
     for r in res {
