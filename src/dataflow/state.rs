@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::WriteBatch;
 use rustc_hash::FxHashMap;
 
-use super::codec::{put_varint, StateCodec};
+use super::codec::{get_varint, put_varint, StateCodec};
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::error::{Result, WeirError};
 use crate::state::backend::{StateBackend, VALUES};
@@ -161,6 +161,28 @@ pub struct KeyedStore {
     /// The size of the last snapshot's changes file: the next one's buffer
     /// starts at it.
     changes_bytes: usize,
+    /// Every entry of recently scanned keys' maps, by the key's prefix,
+    /// kept up to date by each write under it. A join reads the other
+    /// side's rows of a key on every record (q4: an auction's row, read by
+    /// each of its bids) and looks up its own side's row before writing
+    /// it; with the key's map listed here neither needs RocksDB (an
+    /// iterator's seek, a point read of a row that is new).
+    listed: FxHashMap<Bytes, std::collections::BTreeMap<Bytes, Bytes>>,
+    /// Entries held in `listed`, bounded by [`LISTED_ENTRIES`].
+    listed_entries: usize,
+}
+
+/// Entries `KeyedStore::listed` holds at most before it starts over.
+const LISTED_ENTRIES: usize = 65_536;
+
+/// The length of the prefix one key's map entries share in `full_key`
+/// (`key group | table | key length | key`), if it has one.
+fn map_prefix_len(full_key: &[u8]) -> Option<usize> {
+    let mut rest = full_key.get(3..)?;
+    let before = rest.len();
+    let n = usize::try_from(get_varint(&mut rest).ok()?).ok()?;
+    let len = 3 + (before - rest.len()) + n;
+    (len <= full_key.len()).then_some(len)
 }
 
 impl KeyedStore {
@@ -242,6 +264,8 @@ impl KeyedStore {
             indexed: Vec::new(),
             cache_limit: cache_limit.max(1),
             changes_bytes: 0,
+            listed: FxHashMap::default(),
+            listed_entries: 0,
         })
     }
 
@@ -263,11 +287,14 @@ impl KeyedStore {
 
     /// Notes a put (or, `put` false, a deletion) of `full_key` for
     /// [`Self::scan`].
-    fn note_write(&mut self, full_key: &[u8], put: bool) {
+    fn note_write(&mut self, full_key: &[u8], value: Option<&[u8]>) {
+        if !self.listed.is_empty() {
+            self.update_listing(full_key, value);
+        }
         if !self.is_indexed(full_key) {
             return;
         }
-        if !put {
+        if value.is_none() {
             self.dirty_maps.remove(full_key);
         } else if !self.dirty_maps.contains(full_key) {
             self.dirty_maps.insert(Bytes::from_slice(full_key));
@@ -299,6 +326,12 @@ impl KeyedStore {
     ) -> Result<Option<R>> {
         if let Some(c) = self.cache.get(full_key) {
             return match &c.value {
+                None => Ok(None),
+                Some(v) => f(self, v).map(Some),
+            };
+        }
+        if let Some(listing) = self.listing_of(full_key) {
+            return match listing.get(full_key) {
                 None => Ok(None),
                 Some(v) => f(self, v).map(Some),
             };
@@ -369,7 +402,7 @@ impl KeyedStore {
                 self.dirty += 1;
             }
         }
-        self.note_write(full_key, value.is_some());
+        self.note_write(full_key, value);
         self.write_back_if_due()
     }
 
@@ -394,8 +427,15 @@ impl KeyedStore {
         f: impl FnOnce(Option<&[u8]>, &mut Vec<u8>) -> std::result::Result<Write, UpdateFailed>,
     ) -> std::result::Result<Write, UpdateFailed> {
         buf.clear();
-        let outcome = match self.cache.get_mut(full_key) {
-            Some(c) => {
+        // A listed key's map answers for an entry the cache lacks.
+        let listed: Option<Option<Bytes>> =
+            if self.listed.is_empty() || self.cache.contains_key(full_key) {
+                None
+            } else {
+                self.listing_of(full_key).map(|l| l.get(full_key).cloned())
+            };
+        let outcome = match (self.cache.get_mut(full_key), listed) {
+            (Some(c), _) => {
                 let outcome = f(c.value.as_deref(), buf);
                 let newly_dirty = match outcome {
                     Ok(Write::Put) => c.set(Some(buf)),
@@ -407,7 +447,23 @@ impl KeyedStore {
                 }
                 outcome
             }
-            None => {
+            (None, Some(listed)) => {
+                // The key's map is listed: its entry (or its absence) is
+                // known without RocksDB.
+                let outcome = f(listed.as_deref(), buf);
+                let value = match outcome {
+                    Ok(Write::Put) => Some(Some(Bytes::from_slice(buf))),
+                    Ok(Write::Delete) => Some(None),
+                    Ok(Write::Keep) | Err(_) => None,
+                };
+                if let Some(value) = value {
+                    self.cache
+                        .insert(Bytes::from_slice(full_key), Cached { value, dirty: true });
+                    self.dirty += 1;
+                }
+                outcome
+            }
+            (None, None) => {
                 let db = self.backend.db();
                 let stored = db
                     .get_pinned_cf(self.backend.cf(VALUES), full_key)
@@ -442,8 +498,10 @@ impl KeyedStore {
             UpdateFailed::Corrupt(reason) => UpdateFailed::Other(self.corrupt(full_key, reason)),
             e => e,
         })?;
-        if write != Write::Keep {
-            self.note_write(full_key, write == Write::Put);
+        match write {
+            Write::Put => self.note_write(full_key, Some(buf)),
+            Write::Delete => self.note_write(full_key, None),
+            Write::Keep => {}
         }
         self.write_back_if_due().map_err(UpdateFailed::Other)?;
         Ok(write)
@@ -452,6 +510,77 @@ impl KeyedStore {
     /// Entries whose full key starts with `prefix`, cache laid over RocksDB.
     pub(crate) fn scan(&mut self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let map_table = self.in_map_table(prefix);
+        // Only one key's whole map is listed: a write finds it by prefix.
+        let one_key = map_table && map_prefix_len(prefix) == Some(prefix.len());
+        if one_key {
+            if let Some(listing) = self.listed.get(prefix) {
+                return Ok(listing
+                    .iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect());
+            }
+        }
+        let found = self.scan_stored(prefix, map_table)?;
+        if one_key && found.len() <= LISTED_ENTRIES {
+            if self.listed_entries + found.len() > LISTED_ENTRIES {
+                self.listed.clear();
+                self.listed_entries = 0;
+            }
+            self.listed_entries += found.len();
+            let listing = found
+                .iter()
+                .map(|(k, v)| (Bytes::from_slice(k), Bytes::from_slice(v)))
+                .collect();
+            self.listed.insert(Bytes::from_slice(prefix), listing);
+        }
+        Ok(found)
+    }
+
+    /// The listing of the map `full_key` is an entry of, if it is listed.
+    fn listing_of(&self, full_key: &[u8]) -> Option<&std::collections::BTreeMap<Bytes, Bytes>> {
+        if self.listed.is_empty() || !self.in_map_table(full_key) {
+            return None;
+        }
+        let len = map_prefix_len(full_key)?;
+        self.listed.get(&full_key[..len])
+    }
+
+    /// Applies a write of `full_key` (`None`: a deletion) to the listing of
+    /// its key's map, if that is listed.
+    fn update_listing(&mut self, full_key: &[u8], value: Option<&[u8]>) {
+        if !self.in_map_table(full_key) {
+            return;
+        }
+        let Some(len) = map_prefix_len(full_key) else {
+            return;
+        };
+        let Some(listing) = self.listed.get_mut(&full_key[..len]) else {
+            return;
+        };
+        match value {
+            Some(v) => {
+                if listing
+                    .insert(Bytes::from_slice(full_key), Bytes::from_slice(v))
+                    .is_none()
+                {
+                    self.listed_entries += 1;
+                }
+            }
+            None => {
+                if listing.remove(full_key).is_some() {
+                    self.listed_entries -= 1;
+                }
+            }
+        }
+        if self.listed_entries > LISTED_ENTRIES {
+            self.listed.clear();
+            self.listed_entries = 0;
+        }
+    }
+
+    /// [`Self::scan`] without its cache: RocksDB's entries under `prefix`
+    /// with the write-back cache laid over them.
+    fn scan_stored(&mut self, prefix: &[u8], map_table: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if map_table && !self.is_indexed(prefix) {
             // The table's first scan: index its cached puts once; writes
             // keep the index from now on.
@@ -693,9 +822,12 @@ mod tests {
         assert!(e.contains("\"op\"") && e.contains("i64"), "{e}");
     }
 
-    /// Random puts, deletes (through both write paths) and write-backs
-    /// against a model: a scan of one key's prefix, in a map table and in
-    /// a value table, returns exactly the model's live entries, in order.
+    /// Random puts, deletes (through both write paths), write-backs, reads
+    /// and scans against a model: a scan of one key's prefix, in a map
+    /// table and in a value table, returns exactly the model's live
+    /// entries, in order, and a read or a read-modify-write sees the
+    /// model's value, whether the cache, a listed key's map or RocksDB
+    /// answers.
     #[test]
     fn a_scan_sees_the_cache_over_rocksdb_as_a_model_map_does() {
         let dir = tempfile::tempdir().unwrap();
@@ -720,7 +852,7 @@ mod tests {
             let (table, key) = (next(2) as u8, next(3) as u8);
             let mut full = prefix(table, key);
             full.push(next(6) as u8);
-            match next(10) {
+            match next(11) {
                 0..=3 => {
                     let v = step.to_be_bytes().to_vec();
                     s.write(&full, Some(v.clone())).unwrap();
@@ -733,8 +865,10 @@ mod tests {
                 6 => {
                     let put = next(2) == 0;
                     let v = step.to_be_bytes().to_vec();
+                    let was = model.get(&full).cloned();
                     let w = s
-                        .update_slice(&full, &mut buf, |_, b| {
+                        .update_slice(&full, &mut buf, |existing, b| {
+                            assert_eq!(existing.map(<[u8]>::to_vec), was, "step {step}");
                             b.extend_from_slice(&v);
                             Ok(if put { Write::Put } else { Write::Delete })
                         })
@@ -747,7 +881,17 @@ mod tests {
                         model.remove(&full);
                     }
                 }
-                7 => s.write_back().unwrap(),
+                7 => {
+                    s.write_back().unwrap();
+                    if next(2) == 0 {
+                        // Reads and scans must then find RocksDB's entries.
+                        s.cache.clear();
+                    }
+                }
+                8 => {
+                    let got = s.read(&full).unwrap();
+                    assert_eq!(got.as_ref(), model.get(&full), "step {step}");
+                }
                 _ => {
                     let p = prefix(table, key);
                     let want: Vec<(Vec<u8>, Vec<u8>)> = model
@@ -759,6 +903,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_scanned_key_is_listed_and_its_writes_keep_the_listing_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let tables = vec![TableSpec::map::<i64>("per")];
+        let mut s = KeyedStore::open_empty("op", tables, &dir.path().join("db"), 100).unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        key_prefix(1, Table(0), b"a", &mut a);
+        key_prefix(1, Table(0), b"ab", &mut b);
+        let entry = |p: &[u8], mk: u8| [p, &[mk]].concat();
+        s.write(&entry(&a, 1), Some(vec![1])).unwrap();
+        s.write_back().unwrap();
+        // An entry only RocksDB holds, so that a read that missed the
+        // listing would still find it: the listing must answer first.
+        s.cache.clear();
+        assert_eq!(s.scan(&a).unwrap().len(), 1);
+        assert!(s.listed.contains_key(&a[..]), "the scanned key is listed");
+        s.write(&entry(&b, 1), Some(vec![2])).unwrap();
+        assert_eq!(s.listed[&a[..]].len(), 1, "another key's write leaves it");
+        s.write(&entry(&a, 2), Some(vec![3])).unwrap();
+        assert_eq!(s.listed[&a[..]].len(), 2, "a write under the key joins it");
+        s.write(&entry(&a, 1), None).unwrap();
+        s.write_back().unwrap();
+        s.cache.clear();
+        assert_eq!(s.scan(&a).unwrap(), vec![(entry(&a, 2), vec![3])]);
+        assert_eq!(s.read(&entry(&a, 1)).unwrap(), None);
+        assert_eq!(s.read(&entry(&a, 2)).unwrap(), Some(vec![3]));
+        assert_eq!(s.listed_entries, 1);
+        // A prefix of several keys is answered but never listed.
+        assert_eq!(s.scan(&a[..3]).unwrap().len(), 2);
+        assert!(!s.listed.contains_key(&a[..3]));
     }
 
     #[test]
