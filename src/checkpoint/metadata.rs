@@ -141,7 +141,8 @@ pub struct SnapshotFile {
     /// Relative to the snapshot folder.
     pub name: String,
     pub size_bytes: u64,
-    /// CRC-32 of the contents, verified before a restore.
+    /// CRC-32 of the contents, verified at a restore (an SST file's while
+    /// the restored job runs, before its first commit: `checksum`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc32: Option<u32>,
 }

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use rdkafka::consumer::Consumer;
@@ -106,8 +107,11 @@ fn run_attempt(
     let cancel = CancellationToken::new();
     // Fence older instances first: their open transaction is aborted and
     // they can no longer commit, so the offsets read next are final.
+    let fence_started = Instant::now();
     let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
+    let fence_ms = fence_started.elapsed().as_millis() as u64;
     let topology = graph.topology(p, max_p);
+    let recover_started = Instant::now();
     let restored = recover(
         config,
         topology.clone(),
@@ -116,11 +120,177 @@ fn run_attempt(
         &all_partitions,
         restore_from,
     )?;
+    let recover_ms = recover_started.elapsed().as_millis() as u64;
+    let verification = restored.verification.clone();
+    let result = run_restored(
+        graph,
+        config,
+        shared,
+        progressed,
+        Prepared {
+            store,
+            group,
+            source_partitions,
+            all_partitions,
+            cancel,
+            producer,
+            topology,
+            restored,
+            fence_ms,
+            recover_ms,
+        },
+    );
+    // A task that read a damaged block failed the attempt before the CRC
+    // check said why: the check's answer is the cause, and no restart
+    // can fix it.
+    match (result, verification) {
+        (Err(e), Some(check)) if !e.is_fatal() => match check.wait() {
+            Err(reason) => Err(WeirError::Recovery(format!(
+                "the restored checkpoint cannot be trusted: {reason} (the attempt failed with: {})",
+                e.report()
+            ))),
+            Ok(_) => Err(e),
+        },
+        (result, _) => result,
+    }
+}
+
+/// One keyed (operator, subtask)'s store to open, with what that needs.
+struct StoreToOpen {
+    /// Node and subtask.
+    at: (usize, u32),
+    uid: String,
+    tables: Vec<crate::dataflow::state::TableSpec>,
+    path: PathBuf,
+    /// The operator's snapshots in the restored checkpoint.
+    handles: Vec<StateHandle>,
+}
+
+/// Each keyed (operator, subtask)'s store: restored from the snapshots
+/// `handles` in `folder`, or empty without a checkpoint. Subtasks are
+/// independent and a restore is mostly CPU (RocksDB replays its WAL into
+/// memtables), so they are opened on as many threads as there are cores.
+fn open_stores(
+    graph: &Graph,
+    config: &Config,
+    folder: Option<&std::path::Path>,
+    handles: &[&StateHandle],
+) -> Result<BTreeMap<(usize, u32), KeyedStore>> {
+    let p = config.job.parallelism;
+    let max_p = config.job.max_parallelism;
+    let cache = config.state.cache_entries;
+    // What each opening needs, owned: the threads never touch the graph.
+    let jobs: Vec<StoreToOpen> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(n, node)| match &node.body {
+            NodeBody::Operator(spec) if spec.keyed => Some((n, node, spec)),
+            _ => None,
+        })
+        .flat_map(|(n, node, spec)| {
+            let mine: Vec<StateHandle> = handles
+                .iter()
+                .filter(|h| h.uid == node.uid)
+                .map(|h| (*h).clone())
+                .collect();
+            (0..p).map(move |k| {
+                let path = config.job_state_dir().join(&node.uid).join(k.to_string());
+                StoreToOpen {
+                    at: (n, k),
+                    uid: node.uid.clone(),
+                    tables: spec.tables.clone(),
+                    path,
+                    handles: mine.clone(),
+                }
+            })
+        })
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let opened = std::sync::Mutex::new(Vec::with_capacity(jobs.len()));
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(jobs.len());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(job) = jobs.get(i) else {
+                    return;
+                };
+                let range = range_for_subtask(job.at.1, p, max_p);
+                let tables = job.tables.clone();
+                let store = match folder {
+                    Some(folder) => {
+                        let mine: Vec<&StateHandle> = job.handles.iter().collect();
+                        KeyedStore::restore(
+                            &job.uid, tables, &job.path, folder, &mine, range, cache,
+                        )
+                    }
+                    None => KeyedStore::open_empty(&job.uid, tables, &job.path, cache),
+                };
+                opened
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((job.at, store));
+            });
+        }
+    });
+    let mut stores = BTreeMap::new();
+    let mut opened = opened.into_inner().unwrap_or_else(|e| e.into_inner());
+    // The first subtask's error, whichever thread finished first.
+    opened.sort_by_key(|(at, _)| *at);
+    for (at, store) in opened {
+        stores.insert(at, store?);
+    }
+    Ok(stores)
+}
+
+/// What an attempt set up before restoring state: its clients, the fenced
+/// producer and what recovery chose, with the time each step took.
+struct Prepared {
+    store: CheckpointStore,
+    group: rdkafka::consumer::BaseConsumer,
+    source_partitions: BTreeMap<usize, Vec<(String, i32)>>,
+    all_partitions: Vec<(String, i32)>,
+    cancel: CancellationToken,
+    producer: Arc<SinkProducer>,
+    topology: crate::checkpoint::Topology,
+    restored: crate::runtime::job::Restored,
+    fence_ms: u64,
+    recover_ms: u64,
+}
+
+fn run_restored(
+    graph: &Graph,
+    config: &Arc<Config>,
+    shared: &JobShared,
+    progressed: &Arc<AtomicBool>,
+    prepared: Prepared,
+) -> Result<()> {
+    let Prepared {
+        store,
+        group,
+        source_partitions,
+        all_partitions,
+        cancel,
+        producer,
+        topology,
+        restored,
+        fence_ms,
+        recover_ms,
+    } = prepared;
+    let p = config.job.parallelism;
+    let max_p = config.job.max_parallelism;
     let restored_id = restored
         .checkpoint
         .as_ref()
         .map_or(0, |(c, _)| c.checkpoint_id);
     let gate = Arc::new(EpochGate::new(restored_id));
+    let restored_id_check = restored
+        .verification
+        .clone()
+        .map(|check| (restored_id, check));
     if producer.is_transactional() {
         producer.begin_transaction()?;
     }
@@ -184,6 +354,11 @@ fn run_attempt(
     }
     let mut tasks: Vec<(String, TaskBody)> = Vec::new();
     let mut commands = Vec::new();
+    // Every keyed subtask's state, restored (links, RocksDB's open with its
+    // WAL replay, the changes file) or opened empty, in parallel.
+    let restore_started = Instant::now();
+    let mut stores = open_stores(graph, config, folder.as_deref(), &handles)?;
+    let restore_ms = restore_started.elapsed().as_millis() as u64;
     let mut task_acks = 0usize;
     for stage in &stages {
         let head = stage.head();
@@ -223,37 +398,7 @@ fn run_attempt(
                         }
                     }
                 }
-                let store = match &node.body {
-                    NodeBody::Operator(spec) if spec.keyed => {
-                        let path = config.job_state_dir().join(&node.uid).join(k.to_string());
-                        let cache = config.state.cache_entries;
-                        Some(match &folder {
-                            Some(folder) => {
-                                let mine: Vec<&StateHandle> = handles
-                                    .iter()
-                                    .copied()
-                                    .filter(|h| h.uid == node.uid)
-                                    .collect();
-                                KeyedStore::restore(
-                                    &node.uid,
-                                    spec.tables.clone(),
-                                    &path,
-                                    folder,
-                                    &mine,
-                                    range,
-                                    cache,
-                                )?
-                            }
-                            None => KeyedStore::open_empty(
-                                &node.uid,
-                                spec.tables.clone(),
-                                &path,
-                                cache,
-                            )?,
-                        })
-                    }
-                    _ => None,
-                };
+                let store = stores.remove(&(n, k));
                 let body = slot_body(graph, n, k, store, |what| {
                     let (topic, dead_letters, policy) = what.topics();
                     Output::new(
@@ -416,8 +561,24 @@ fn run_attempt(
         progressed: progressed.clone(),
         start_offsets: restored_offsets,
         checksums: Default::default(),
+        restore_check: restored_id_check,
     };
-    info!(job = %graph.name, parallelism = p, stages = stages.len(), tasks = tasks.len(), partitions = all_partitions.len(), delivery = ?config.sink.delivery, mode = ?config.checkpoint.mode, "job running");
+    // Each step of a (re)start, timed apart: `weir-bench recovery` reads them.
+    info!(
+        job = %graph.name,
+        parallelism = p,
+        stages = stages.len(),
+        tasks = tasks.len(),
+        partitions = all_partitions.len(),
+        delivery = ?config.sink.delivery,
+        mode = ?config.checkpoint.mode,
+        fence_ms,
+        recover_ms,
+        verify_ms = restored.verify_ms,
+        restore_ms,
+        since_start_ms = crate::observe::since_process_start().as_millis() as u64,
+        "job running"
+    );
     tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
     supervise(tasks, &cancel, &producer, shared)
 }

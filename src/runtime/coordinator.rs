@@ -18,6 +18,7 @@ use tracing::{debug, info, warn};
 
 use super::gate::EpochGate;
 use super::{now_ms, Ack, JobShared, SourceCommand};
+use crate::checkpoint::checksum::BackgroundVerification;
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
 use crate::checkpoint::retention::{to_prune, Retained};
@@ -59,6 +60,9 @@ pub struct Coordinator {
     /// empty checkpoint completed before it arrived.
     pub start_offsets: Offsets,
     pub checksums: crate::checkpoint::checksum::ChecksumCache,
+    /// The restored checkpoint's id and the CRC check of its SST files,
+    /// still running: the first commit waits for it (`checksum` docs).
+    pub restore_check: Option<(u64, Arc<BackgroundVerification>)>,
 }
 
 /// The acks of one checkpoint as they arrive: source offsets, state
@@ -275,6 +279,33 @@ impl Coordinator {
         }
     }
 
+    /// Before the restored job's first commit: waits for the CRC check of
+    /// the restored SST files. A mismatch stops the job for good (nothing
+    /// it computed has become visible). The files' checksums seed the
+    /// cache, so this checkpoint does not read the linked files again.
+    fn await_restore_check(&mut self) -> Result<()> {
+        let Some((restored, check)) = self.restore_check.take() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let files = check.wait().map_err(|reason| {
+            WeirError::Recovery(format!(
+                "checkpoint {restored} cannot be restored: {reason}. Nothing since the restore was \
+                 committed. Restore an earlier checkpoint or a savepoint with --restore-from"
+            ))
+        })?;
+        for (path, crc) in &files {
+            self.checksums.remember(path, *crc);
+        }
+        debug!(
+            checkpoint_id = restored,
+            files = files.len(),
+            waited_ms = started.elapsed().as_millis() as u64,
+            "restored checkpoint verified before the first commit"
+        );
+        Ok(())
+    }
+
     /// Takes the next checkpoint id whose folder this instance can claim.
     fn claim_next_id(&mut self) -> Result<u64> {
         loop {
@@ -371,6 +402,7 @@ impl Coordinator {
             // transaction nothing else waits for the checkpoint to finish.
             self.gate.release(id);
         }
+        self.await_restore_check()?;
         state.sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
         let mut meta = CheckpointMetadata {
             format_version: FORMAT_VERSION,

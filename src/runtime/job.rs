@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::JobShared;
+use crate::checkpoint::checksum;
 use crate::checkpoint::recovery::{self, Decision, FolderContents, Observed};
 use crate::checkpoint::store::{self, create_private_dir};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, Topology};
@@ -125,6 +126,11 @@ pub(crate) struct Restored {
     /// The checkpoint and the folder it is in.
     pub(crate) checkpoint: Option<(CheckpointMetadata, PathBuf)>,
     pub(crate) next_id: u64,
+    /// The CRC check of the restored SST files, still running (exactly-once
+    /// only; the Coordinator waits for it before its first commit).
+    pub(crate) verification: Option<Arc<checksum::BackgroundVerification>>,
+    /// Time the checks before the restore took.
+    pub(crate) verify_ms: u64,
 }
 
 /// Decides what to restore (docs/recovery.md): the checkpoint whose
@@ -189,6 +195,7 @@ pub(crate) fn recover(
         store.delete(id)?;
     }
     let next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
+    let (mut verification, mut verify_ms) = (None, 0);
     let checkpoint = match checkpoint {
         None => None,
         Some(c) => {
@@ -196,18 +203,36 @@ pub(crate) fn recover(
                 .clone()
                 .unwrap_or_else(|| store.folder(c.checkpoint_id));
             // Never restore state that changed after it was checkpointed,
-            // and never fall back to empty state instead.
-            crate::checkpoint::checksum::verify(&c, &folder).map_err(|reason| {
+            // and never fall back to empty state instead. With a
+            // transaction nothing is visible before the first commit, so
+            // the SST files' CRCs are checked while the job runs, and the
+            // Coordinator waits for that check before committing
+            // (`checksum` module docs). Without one, output goes out as it
+            // is made: everything is checked first.
+            let verify_started = Instant::now();
+            let refused = |reason: String| {
                 WeirError::Recovery(format!(
                     "checkpoint {} cannot be restored: {reason}. Restore an earlier checkpoint or a \
                      savepoint with --restore-from",
                     c.checkpoint_id
                 ))
-            })?;
+            };
+            match config.sink.delivery {
+                Delivery::ExactlyOnce => {
+                    let deferred = checksum::verify_up_front(&c, &folder).map_err(refused)?;
+                    verification = Some(Arc::new(
+                        checksum::BackgroundVerification::spawn(&folder, deferred)
+                            .map_err(|e| WeirError::io(&folder, e))?,
+                    ));
+                }
+                Delivery::AtLeastOnce => checksum::verify(&c, &folder).map_err(refused)?,
+            }
+            verify_ms = verify_started.elapsed().as_millis() as u64;
             info!(
                 checkpoint_id = c.checkpoint_id,
                 folder = %folder.display(),
                 offsets = ?c.offsets_map(),
+                verify_ms,
                 "restoring checkpoint"
             );
             Some((c, folder))
@@ -219,6 +244,8 @@ pub(crate) fn recover(
     Ok(Restored {
         checkpoint,
         next_id,
+        verification,
+        verify_ms,
     })
 }
 

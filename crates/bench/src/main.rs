@@ -22,7 +22,7 @@ mod queries;
 mod scale;
 mod systems;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -770,11 +770,30 @@ fn first_record_times(log: &Path) -> Vec<u64> {
     log_field_values(&text, "first record read", "since_start_ms")
 }
 
+/// The step timings of weir's last "job running" line in `log` (the
+/// restart's), by field name.
+fn restart_steps(log: &Path) -> BTreeMap<&'static str, u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    [
+        "fence_ms",
+        "recover_ms",
+        "verify_ms",
+        "restore_ms",
+        "since_start_ms",
+    ]
+    .into_iter()
+    .filter_map(|field| {
+        let last = *log_field_values(&text, "job running", field).last()?;
+        Some((field, last))
+    })
+    .collect()
+}
+
 fn recovery(args: RecoveryArgs) {
     println!(
-        "| system | keys | start to first record read (s) | start to first new commit (s) | processed before kill |"
+        "| system | keys | start to first record read (s) | start to first new commit (s) | restart steps, ms (fence / recover, of it verify / restore state / job running at) | processed before kill |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for keys in args
         .keys
@@ -844,13 +863,28 @@ fn recovery(args: RecoveryArgs) {
                 format!("{s:.2}")
             });
             let shown_read = first_read.map_or("–".to_string(), |s| format!("{s:.3}"));
+            // weir's "job running" line of the restart times each step.
+            let steps = restart_steps(&log);
+            let shown_steps = if steps.is_empty() {
+                "–".to_string()
+            } else {
+                let at = |k: &str| steps.get(k).map_or("?".to_string(), u64::to_string);
+                format!(
+                    "{} / {}, {} / {} / {}",
+                    at("fence_ms"),
+                    at("recover_ms"),
+                    at("verify_ms"),
+                    at("restore_ms"),
+                    at("since_start_ms")
+                )
+            };
             println!(
-                "| {} | {keys} | {shown_read} | {shown} | {before} of {total} records |",
+                "| {} | {keys} | {shown_read} | {shown} | {shown_steps} | {before} of {total} records |",
                 system.name()
             );
             rows.push(
                 json!({ "system": system.name(), "keys": keys, "seconds": seconds,
-                        "first_record_read_seconds": first_read,
+                        "first_record_read_seconds": first_read, "restart_steps_ms": steps,
                         "records_committed_before_kill": before, "records": total }),
             );
         }
