@@ -105,11 +105,26 @@ fn run_attempt(
         source_partitions.values().flatten().cloned().collect();
     check_sink_topics(graph, &group)?;
     let cancel = CancellationToken::new();
+    let jobs = stores_to_open(graph, config);
     // Fence older instances first: their open transaction is aborted and
-    // they can no longer commit, so the offsets read next are final.
-    let fence_started = Instant::now();
-    let producer = Arc::new(SinkProducer::create(config, cancel.clone())?);
-    let fence_ms = fence_started.elapsed().as_millis() as u64;
+    // they can no longer commit, so the offsets read next are final. That
+    // waits for the broker to abort the open transaction (librdkafka asks
+    // again every 500 ms), so meanwhile the checkpoint that recovery will
+    // almost surely choose is restored on the side: the newest one whose
+    // transaction is known to have committed. Recovery still decides after
+    // the fence; a different decision restores again.
+    let guess_started = Instant::now();
+    let (producer, fence_ms, guessed) = std::thread::scope(|scope| {
+        let guess = restore_from
+            .is_none()
+            .then(|| scope.spawn(|| restore_newest_committed(&store, config, &jobs)));
+        let fence_started = Instant::now();
+        let producer = SinkProducer::create(config, cancel.clone());
+        let fence_ms = fence_started.elapsed().as_millis() as u64;
+        let guessed = guess.and_then(|g| g.join().ok().flatten());
+        (producer, fence_ms, guessed)
+    });
+    let producer = Arc::new(producer?);
     let topology = graph.topology(p, max_p);
     let recover_started = Instant::now();
     let restored = recover(
@@ -121,6 +136,33 @@ fn run_attempt(
         restore_from,
     )?;
     let recover_ms = recover_started.elapsed().as_millis() as u64;
+    let restore_started = Instant::now();
+    let chosen = restored.checkpoint.as_ref().map(|(c, _)| c.checkpoint_id);
+    let stores = match guessed {
+        Some((id, stores)) if Some(id) == chosen => {
+            info!(
+                checkpoint_id = id,
+                "the checkpoint restored during the fence is the one recovery chose"
+            );
+            stores
+        }
+        other => {
+            if let Some((id, _)) = &other {
+                info!(guessed = id, chosen = ?chosen, "recovery chose another checkpoint than the one restored during the fence; restoring it");
+            }
+            // Closed first: the same RocksDB folders are opened again.
+            drop(other);
+            let (folder, handles) = match &restored.checkpoint {
+                Some((c, folder)) => (Some(folder.as_path()), c.state.as_slice()),
+                None => (None, &[][..]),
+            };
+            open_stores(&jobs, config, folder, handles)?
+        }
+    };
+    // Time to the stores being ready after recovery decided: 0 when the
+    // side restore was chosen and done, which `guess_ms` then covers.
+    let restore_ms = restore_started.elapsed().as_millis() as u64;
+    let guess_ms = guess_started.elapsed().as_millis() as u64 - recover_ms - restore_ms;
     let verification = restored.verification.clone();
     let result = run_restored(
         graph,
@@ -136,8 +178,13 @@ fn run_attempt(
             producer,
             topology,
             restored,
-            fence_ms,
-            recover_ms,
+            stores,
+            timings: RestartTimings {
+                fence_ms,
+                guess_ms,
+                recover_ms,
+                restore_ms,
+            },
         },
     );
     // A task that read a damaged block failed the attempt before the CRC
@@ -155,6 +202,9 @@ fn run_attempt(
     }
 }
 
+/// Each keyed (node, subtask)'s store.
+type Stores = BTreeMap<(usize, u32), KeyedStore>;
+
 /// One keyed (operator, subtask)'s store to open, with what that needs.
 struct StoreToOpen {
     /// Node and subtask.
@@ -162,25 +212,13 @@ struct StoreToOpen {
     uid: String,
     tables: Vec<crate::dataflow::state::TableSpec>,
     path: PathBuf,
-    /// The operator's snapshots in the restored checkpoint.
-    handles: Vec<StateHandle>,
 }
 
-/// Each keyed (operator, subtask)'s store: restored from the snapshots
-/// `handles` in `folder`, or empty without a checkpoint. Subtasks are
-/// independent and a restore is mostly CPU (RocksDB replays its WAL into
-/// memtables), so they are opened on as many threads as there are cores.
-fn open_stores(
-    graph: &Graph,
-    config: &Config,
-    folder: Option<&std::path::Path>,
-    handles: &[&StateHandle],
-) -> Result<BTreeMap<(usize, u32), KeyedStore>> {
+/// Every keyed (operator, subtask) of `graph`, owned, so that the stores
+/// can be opened on other threads without the graph.
+fn stores_to_open(graph: &Graph, config: &Config) -> Vec<StoreToOpen> {
     let p = config.job.parallelism;
-    let max_p = config.job.max_parallelism;
-    let cache = config.state.cache_entries;
-    // What each opening needs, owned: the threads never touch the graph.
-    let jobs: Vec<StoreToOpen> = graph
+    graph
         .nodes
         .iter()
         .enumerate()
@@ -189,23 +227,29 @@ fn open_stores(
             _ => None,
         })
         .flat_map(|(n, node, spec)| {
-            let mine: Vec<StateHandle> = handles
-                .iter()
-                .filter(|h| h.uid == node.uid)
-                .map(|h| (*h).clone())
-                .collect();
-            (0..p).map(move |k| {
-                let path = config.job_state_dir().join(&node.uid).join(k.to_string());
-                StoreToOpen {
-                    at: (n, k),
-                    uid: node.uid.clone(),
-                    tables: spec.tables.clone(),
-                    path,
-                    handles: mine.clone(),
-                }
+            (0..p).map(move |k| StoreToOpen {
+                at: (n, k),
+                uid: node.uid.clone(),
+                tables: spec.tables.clone(),
+                path: config.job_state_dir().join(&node.uid).join(k.to_string()),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Each store of `jobs`: restored from the snapshots `handles` in
+/// `folder`, or empty without a checkpoint. Subtasks are independent and
+/// a restore is mostly CPU (RocksDB replays its WAL into memtables), so
+/// they are opened on as many threads as there are cores.
+fn open_stores(
+    jobs: &[StoreToOpen],
+    config: &Config,
+    folder: Option<&std::path::Path>,
+    handles: &[StateHandle],
+) -> Result<Stores> {
+    let p = config.job.parallelism;
+    let max_p = config.job.max_parallelism;
+    let cache = config.state.cache_entries;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let opened = std::sync::Mutex::new(Vec::with_capacity(jobs.len()));
     let workers = std::thread::available_parallelism()
@@ -222,7 +266,8 @@ fn open_stores(
                 let tables = job.tables.clone();
                 let store = match folder {
                     Some(folder) => {
-                        let mine: Vec<&StateHandle> = job.handles.iter().collect();
+                        let mine: Vec<&StateHandle> =
+                            handles.iter().filter(|h| h.uid == job.uid).collect();
                         KeyedStore::restore(
                             &job.uid, tables, &job.path, folder, &mine, range, cache,
                         )
@@ -246,6 +291,31 @@ fn open_stores(
     Ok(stores)
 }
 
+/// The side restore during the fence: the newest valid checkpoint with
+/// its `_committed` marker, restored into every store, with its id. None
+/// when there is no such checkpoint or anything fails: recovery then
+/// decides and restores as if this had not run (and names any damage).
+fn restore_newest_committed(
+    store: &CheckpointStore,
+    config: &Config,
+    jobs: &[StoreToOpen],
+) -> Option<(u64, Stores)> {
+    let folders = store.scan().ok()?;
+    let newest = folders
+        .iter()
+        .filter(|f| f.committed_marker)
+        .filter_map(|f| match &f.contents {
+            crate::checkpoint::recovery::FolderContents::Valid(meta) => Some(meta),
+            _ => None,
+        })
+        .max_by_key(|meta| meta.checkpoint_id)?;
+    let folder = store.folder(newest.checkpoint_id);
+    // Damaged files are recovery's to name: restore nothing from them.
+    crate::checkpoint::checksum::verify_up_front(newest, &folder).ok()?;
+    let stores = open_stores(jobs, config, Some(&folder), &newest.state).ok()?;
+    Some((newest.checkpoint_id, stores))
+}
+
 /// What an attempt set up before restoring state: its clients, the fenced
 /// producer and what recovery chose, with the time each step took.
 struct Prepared {
@@ -257,8 +327,22 @@ struct Prepared {
     producer: Arc<SinkProducer>,
     topology: crate::checkpoint::Topology,
     restored: crate::runtime::job::Restored,
+    /// Every keyed (node, subtask)'s store, restored or empty.
+    stores: Stores,
+    timings: RestartTimings,
+}
+
+/// How long each step of an attempt's start took, in ms.
+struct RestartTimings {
+    /// `init_transactions`, which fences older instances.
     fence_ms: u64,
+    /// The fence and the side restore together (they run at once).
+    guess_ms: u64,
+    /// Recovery's decision, with the checks before a restore.
     recover_ms: u64,
+    /// The stores restored after the decision (0 when the side restore
+    /// was the one chosen).
+    restore_ms: u64,
 }
 
 fn run_restored(
@@ -277,8 +361,8 @@ fn run_restored(
         producer,
         topology,
         restored,
-        fence_ms,
-        recover_ms,
+        mut stores,
+        timings,
     } = prepared;
     let p = config.job.parallelism;
     let max_p = config.job.max_parallelism;
@@ -331,12 +415,6 @@ fn run_restored(
         .as_ref()
         .map(|(c, _)| c.max_timestamps())
         .unwrap_or_default();
-    let handles: Vec<&StateHandle> = restored
-        .checkpoint
-        .iter()
-        .flat_map(|(c, _)| c.state.iter())
-        .collect();
-    let folder = restored.checkpoint.as_ref().map(|(_, f)| f.clone());
 
     // Interactive queries: one queue per keyed node and subtask.
     let mut query_inputs: BTreeMap<
@@ -354,11 +432,6 @@ fn run_restored(
     }
     let mut tasks: Vec<(String, TaskBody)> = Vec::new();
     let mut commands = Vec::new();
-    // Every keyed subtask's state, restored (links, RocksDB's open with its
-    // WAL replay, the changes file) or opened empty, in parallel.
-    let restore_started = Instant::now();
-    let mut stores = open_stores(graph, config, folder.as_deref(), &handles)?;
-    let restore_ms = restore_started.elapsed().as_millis() as u64;
     let mut task_acks = 0usize;
     for stage in &stages {
         let head = stage.head();
@@ -572,10 +645,11 @@ fn run_restored(
         partitions = all_partitions.len(),
         delivery = ?config.sink.delivery,
         mode = ?config.checkpoint.mode,
-        fence_ms,
-        recover_ms,
+        fence_ms = timings.fence_ms,
+        fence_and_side_restore_ms = timings.guess_ms,
+        recover_ms = timings.recover_ms,
         verify_ms = restored.verify_ms,
-        restore_ms,
+        restore_ms = timings.restore_ms,
         since_start_ms = crate::observe::since_process_start().as_millis() as u64,
         "job running"
     );

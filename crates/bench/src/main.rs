@@ -776,6 +776,7 @@ fn restart_steps(log: &Path) -> BTreeMap<&'static str, u64> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     [
         "fence_ms",
+        "fence_and_side_restore_ms",
         "recover_ms",
         "verify_ms",
         "restore_ms",
@@ -791,7 +792,7 @@ fn restart_steps(log: &Path) -> BTreeMap<&'static str, u64> {
 
 fn recovery(args: RecoveryArgs) {
     println!(
-        "| system | keys | start to first record read (s) | start to first new commit (s) | restart steps, ms (fence / recover, of it verify / restore state / job running at) | processed before kill |"
+        "| system | keys | start to first record read (s) | start to first new commit (s) | restart steps, ms (fence / fence with the side restore / recover, of it verify / restore after the decision / job running at) | processed before kill |"
     );
     println!("|---|---|---|---|---|---|");
     let mut rows = Vec::new();
@@ -870,8 +871,9 @@ fn recovery(args: RecoveryArgs) {
             } else {
                 let at = |k: &str| steps.get(k).map_or("?".to_string(), u64::to_string);
                 format!(
-                    "{} / {}, {} / {} / {}",
+                    "{} / {} / {}, {} / {} / {}",
                     at("fence_ms"),
+                    at("fence_and_side_restore_ms"),
                     at("recover_ms"),
                     at("verify_ms"),
                     at("restore_ms"),
