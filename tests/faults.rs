@@ -501,12 +501,18 @@ fn snapshot_of(records: &[OutRecord]) -> Vec<(i32, i64, Option<String>, Option<S
     v
 }
 
-fn damaged_checkpoint_case(damage: Damage) {
-    eprintln!("--- damage: {damage:?}");
+/// Damages the newest checkpoint's largest state file (or, `sst`, its
+/// largest SST file: RocksDB checksums those itself, so weir checks their
+/// CRCs while the restored job runs, before its first commit) and checks
+/// that weir refuses to go on from it, naming it, with no output committed
+/// since.
+fn damaged_checkpoint_case(damage: Damage, sst: bool) {
+    eprintln!("--- damage: {damage:?}, SST only: {sst}");
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = topic_pair("faults-damaged", 4);
-    // Many distinct words, so that each subtask's state files are large.
-    let mut lines = distinct_lines(20_000, 10);
+    // Many distinct words, so that each subtask's state files are large;
+    // for an SST to damage, more than a memtable's worth (4 MiB) each.
+    let mut lines = distinct_lines(if sst { 800_000 } else { 20_000 }, 10);
     lines.extend(word_lines(seed(), 2_000, 10, 500).0);
     let expected = count_words(&lines);
     produce(&input, 4, &lines);
@@ -545,12 +551,17 @@ fn damaged_checkpoint_case(damage: Damage) {
     );
     let victim = files
         .iter()
+        .filter(|p| !sst || p.extension().is_some_and(|e| e == "sst"))
         .max_by_key(|p| fs::metadata(p).unwrap().len())
-        .unwrap()
+        .unwrap_or_else(|| panic!("no SST file among {files:?}: the test would damage nothing"))
         .clone();
     let file_name = victim.file_name().unwrap().to_str().unwrap().to_string();
     eprintln!("damaging {} ({damage:?})", victim.display());
     damage_file(&victim, damage);
+    // New input after the damage: a restore that went ahead (a damaged SST
+    // of the right size is checked only while the job runs) would have
+    // output of its own to commit. It must commit none of it.
+    produce(&input, 4, &word_lines(seed() ^ 0x5eed, 200, 10, 500).0);
 
     let at_restart = w.log_text().len();
     let mut again = WeirProcess::start(weir(), &config, &[]);
@@ -596,8 +607,9 @@ fn damaged_checkpoint_case(damage: Damage) {
 fn a_damaged_newest_checkpoint_refuses_to_start_naming_folder_and_file() {
     let _serial = serial();
     for damage in [Damage::Delete, Damage::Truncate, Damage::Garbage] {
-        damaged_checkpoint_case(damage);
+        damaged_checkpoint_case(damage, false);
     }
+    damaged_checkpoint_case(Damage::Garbage, true);
 }
 
 // ---------------------------------------------------------------------------

@@ -174,6 +174,9 @@ pub struct KeyedStore {
 
 /// Entries `KeyedStore::listed` holds at most before it starts over.
 const LISTED_ENTRIES: usize = 65_536;
+/// A key with more entries than this is not listed: building and
+/// dropping its listing over and over would cost more than its scans.
+const LISTED_PER_KEY: usize = 4_096;
 
 /// The length of the prefix one key's map entries share in `full_key`
 /// (`key group | table | key length | key`), if it has one.
@@ -521,7 +524,7 @@ impl KeyedStore {
             }
         }
         let found = self.scan_stored(prefix, map_table)?;
-        if one_key && found.len() <= LISTED_ENTRIES {
+        if one_key && found.len() <= LISTED_PER_KEY {
             if self.listed_entries + found.len() > LISTED_ENTRIES {
                 self.listed.clear();
                 self.listed_entries = 0;
@@ -564,6 +567,10 @@ impl KeyedStore {
                     .is_none()
                 {
                     self.listed_entries += 1;
+                }
+                if listing.len() > LISTED_PER_KEY {
+                    self.listed_entries -= listing.len();
+                    self.listed.remove(&full_key[..len]);
                 }
             }
             None => {
@@ -935,6 +942,16 @@ mod tests {
         // A prefix of several keys is answered but never listed.
         assert_eq!(s.scan(&a[..3]).unwrap().len(), 2);
         assert!(!s.listed.contains_key(&a[..3]));
+        // A key that grows past LISTED_PER_KEY entries stops being listed,
+        // and is not listed again by its next scan; scans stay whole.
+        for i in 0..LISTED_PER_KEY as u32 {
+            let full = [&a[..], &i.to_be_bytes()].concat();
+            s.write(&full, Some(vec![4])).unwrap();
+        }
+        assert!(!s.listed.contains_key(&a[..]));
+        assert_eq!(s.listed_entries, 0);
+        assert_eq!(s.scan(&a).unwrap().len(), LISTED_PER_KEY + 1);
+        assert!(!s.listed.contains_key(&a[..]));
     }
 
     #[test]

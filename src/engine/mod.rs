@@ -187,11 +187,12 @@ fn run_attempt(
             },
         },
     );
-    // A task that read a damaged block failed the attempt before the CRC
-    // check said why: the check's answer is the cause, and no restart
-    // can fix it.
+    // A task that read a damaged block (RocksDB checks each block's own
+    // checksum) failed the attempt before the CRC check said which
+    // checkpoint file is damaged: the check's answer is the cause, and no
+    // restart can fix it.
     match (result, verification) {
-        (Err(e), Some(check)) if !e.is_fatal() => match check.wait() {
+        (Err(e), Some(check)) => match check.wait() {
             Err(reason) => Err(WeirError::Recovery(format!(
                 "the restored checkpoint cannot be trusted: {reason} (the attempt failed with: {})",
                 e.report()
