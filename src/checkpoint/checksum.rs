@@ -7,9 +7,8 @@
 //! checkpoints, so each is read once: the cache is keyed by the file's
 //! inode, size and modification time.
 //!
-//! A restore does not read the whole checkpoint before it starts: that
-//! grew with the state (292 MB at 10 M keys) and held back the first
-//! record. Before it starts, every file's size is checked, and so is the
+//! A restore does not read the whole checkpoint before it starts, since
+//! that read grows with the state. Before it starts, every file's size is checked, and so is the
 //! CRC of every file RocksDB does not checksum itself (MANIFEST, CURRENT,
 //! OPTIONS, the WAL, the changes file). The SST files' CRCs are checked
 //! by a [`BackgroundVerification`] while the job runs. The Coordinator
