@@ -94,6 +94,7 @@ fn checked_by_rocksdb(name: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Deferred {
     path: PathBuf,
+    size_bytes: u64,
     crc32: u32,
     uid: String,
     subtask: u32,
@@ -133,6 +134,7 @@ pub fn verify_up_front(meta: &CheckpointMetadata, folder: &Path) -> Result<Vec<D
             let Some(want) = f.crc32 else { continue };
             let file = Deferred {
                 path,
+                size_bytes: len,
                 crc32: want,
                 uid: handle.uid.clone(),
                 subtask: handle.subtask,
@@ -147,12 +149,19 @@ pub fn verify_up_front(meta: &CheckpointMetadata, folder: &Path) -> Result<Vec<D
     Ok(deferred)
 }
 
+/// Bytes the deferred files hold: what a background check reads.
+pub fn deferred_bytes(files: &[Deferred]) -> u64 {
+    files.iter().map(|f| f.size_bytes).sum()
+}
+
+/// Checks the deferred files now, before returning.
+pub fn verify_deferred(folder: &Path, files: &[Deferred]) -> Result<(), String> {
+    files.iter().try_for_each(|f| check_crc(folder, f))
+}
+
 /// Checks `meta` whole before returning: sizes and every CRC.
 pub fn verify(meta: &CheckpointMetadata, folder: &Path) -> Result<(), String> {
-    for file in verify_up_front(meta, folder)? {
-        check_crc(folder, &file)?;
-    }
-    Ok(())
+    verify_deferred(folder, &verify_up_front(meta, folder)?)
 }
 
 fn check_crc(folder: &Path, file: &Deferred) -> Result<(), String> {
@@ -302,6 +311,8 @@ mod tests {
         let deferred = verify_up_front(&meta, tmp.path()).unwrap();
         assert_eq!(deferred.len(), 1);
         assert!(deferred[0].path.ends_with("000012.sst"));
+        assert_eq!(deferred_bytes(&deferred), 10);
+        verify_deferred(tmp.path(), &deferred).unwrap();
 
         // A changed SST file of the same size passes the up-front check;
         // the background one names it.

@@ -162,7 +162,8 @@ fn run_attempt(
     // Time to the stores being ready after recovery decided: 0 when the
     // side restore was chosen and done, which `guess_ms` then covers.
     let restore_ms = restore_started.elapsed().as_millis() as u64;
-    let guess_ms = guess_started.elapsed().as_millis() as u64 - recover_ms - restore_ms;
+    let guess_ms =
+        (guess_started.elapsed().as_millis() as u64).saturating_sub(recover_ms + restore_ms);
     let verification = restored.verification.clone();
     let result = run_restored(
         graph,
