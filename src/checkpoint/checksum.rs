@@ -108,15 +108,8 @@ pub fn verify_up_front(meta: &CheckpointMetadata, folder: &Path) -> Result<Vec<D
     let mut deferred = Vec::new();
     for handle in &meta.state {
         let dir = folder.join(&handle.path);
-        let named = |path: &Path, what: String| {
-            format!(
-                "{}: state file {} of {} subtask {} {what}",
-                folder.display(),
-                path.display(),
-                handle.uid,
-                handle.subtask
-            )
-        };
+        let named =
+            |path: &Path, what: String| file_error(folder, path, &handle.uid, handle.subtask, what);
         for f in &handle.files {
             let path = dir.join(&f.name);
             let len = fs::metadata(&path)
@@ -164,16 +157,18 @@ pub fn verify(meta: &CheckpointMetadata, folder: &Path) -> Result<(), String> {
     verify_deferred(folder, &verify_up_front(meta, folder)?)
 }
 
+/// Why a state file of checkpoint `folder` cannot be restored, naming the
+/// folder, the file, the operator and the subtask.
+fn file_error(folder: &Path, path: &Path, uid: &str, subtask: u32, what: String) -> String {
+    format!(
+        "{}: state file {} of {uid} subtask {subtask} {what}",
+        folder.display(),
+        path.display()
+    )
+}
+
 fn check_crc(folder: &Path, file: &Deferred) -> Result<(), String> {
-    let named = |what: String| {
-        format!(
-            "{}: state file {} of {} subtask {} {what}",
-            folder.display(),
-            file.path.display(),
-            file.uid,
-            file.subtask
-        )
-    };
+    let named = |what: String| file_error(folder, &file.path, &file.uid, file.subtask, what);
     match file_crc32(&file.path) {
         Ok(got) if got == file.crc32 => Ok(()),
         Ok(got) => Err(named(format!(
@@ -211,7 +206,7 @@ impl BackgroundVerification {
                 let mut out = Vec::with_capacity(files.len());
                 for file in &files {
                     check_crc(&folder, file)?;
-                    bytes += fs::metadata(&file.path).map_or(0, |m| m.len());
+                    bytes += file.size_bytes;
                     out.push((file.path.clone(), file.crc32));
                 }
                 tracing::info!(
