@@ -426,3 +426,83 @@ fn a_renewed_transaction_commits_each_record_once_in_order() {
         Some("h")
     );
 }
+
+/// A restart's fence (`init_transactions` with the job's transactional id)
+/// aborts the transaction a killed process left open at once, not when the
+/// broker's `transaction.timeout.ms` expires: the old process can no
+/// longer commit, and a read_committed reader sees nothing of what it sent.
+#[test]
+fn a_restart_aborts_the_open_transaction_of_a_killed_process_at_once() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair("eo-fence-open", 1);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config = weir::config::Config::load(&spec.write()).unwrap();
+    // The killed process: its transaction holds a record on the output
+    // topic and stays open (never committed nor aborted), for a minute at
+    // most on the broker.
+    let killed: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", weir_testkit::bootstrap())
+        .set("transactional.id", config.transactional_id())
+        .set("transaction.timeout.ms", "60000")
+        .create()
+        .unwrap();
+    killed.init_transactions(Duration::from_secs(30)).unwrap();
+    killed.begin_transaction().unwrap();
+    killed
+        .send(
+            BaseRecord::to(&output)
+                .key("w")
+                .payload("from the killed process"),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    killed.flush(Duration::from_secs(30)).unwrap();
+
+    let started = std::time::Instant::now();
+    let restarted = weir::kafka::producer::SinkProducer::create(
+        &config,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .expect("the fence");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "the fence waited {took:?}, as if for the open transaction's timeout"
+    );
+    assert!(
+        killed.commit_transaction(Duration::from_secs(30)).is_err(),
+        "the killed process's transaction committed after the fence"
+    );
+    drop(restarted);
+    // A record written after the fence is visible to a read_committed
+    // reader only once the open transaction before it has ended: it was
+    // aborted, since only the record after it is read.
+    produce(&output, 1, &["after the fence"]);
+    let committed = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+        |r| !r.is_empty(),
+    );
+    let values: Vec<_> = committed.iter().map(|r| r.value.as_deref()).collect();
+    assert_eq!(values, [Some("after the fence")]);
+    let seen = read_topic(
+        &output,
+        Isolation::Uncommitted,
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+        |r| r.len() >= 2,
+    );
+    assert_eq!(
+        seen.len(),
+        2,
+        "the killed process's record reached the broker: {seen:?}"
+    );
+}

@@ -93,37 +93,42 @@ fn run_attempt(
     create_private_dir(store.root())?;
     let p = config.job.parallelism;
     let max_p = config.job.max_parallelism;
-    let group = kafka::create_consumer(config)?;
-    // Partitions per source node, and all of them for recovery.
-    let mut source_partitions: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
-    for (i, n) in graph.nodes.iter().enumerate() {
-        if let NodeBody::Source(s) = &n.body {
-            source_partitions.insert(i, kafka::topic_partitions(&group, &s.topics)?);
-        }
-    }
-    let all_partitions: Vec<(String, i32)> =
-        source_partitions.values().flatten().cloned().collect();
-    check_sink_topics(graph, &group)?;
     let cancel = CancellationToken::new();
     let jobs = stores_to_open(graph, config);
-    // Fence older instances first: their open transaction is aborted and
-    // they can no longer commit, so the offsets read next are final. That
-    // waits for the broker to abort the open transaction (librdkafka asks
-    // again every 500 ms), so meanwhile the checkpoint that recovery will
-    // almost surely choose is restored on the side: the newest one whose
-    // transaction is known to have committed. Recovery still decides after
-    // the fence; a different decision restores again.
-    let guess_started = Instant::now();
-    let (producer, fence_ms, guessed) = std::thread::scope(|scope| {
+    // Fence older instances first, before anything else of the attempt:
+    // their open transaction is aborted and they can no longer commit, so
+    // the offsets recovery reads are final. The fence waits for the broker
+    // to abort a killed process's transaction, so meanwhile the clients and
+    // topic metadata are set up here and, on a thread of its own, the
+    // checkpoint that recovery will almost surely choose is restored: the
+    // newest one whose transaction is known to have committed. Recovery
+    // still decides after the fence; a different decision restores again.
+    let attempt_started = Instant::now();
+    let (producer, fence_ms, guessed, setup) = std::thread::scope(|scope| {
+        let fence = scope.spawn(|| {
+            let started = Instant::now();
+            let producer = SinkProducer::create(config, cancel.clone());
+            (producer, started.elapsed().as_millis() as u64)
+        });
         let guess = restore_from
             .is_none()
             .then(|| scope.spawn(|| restore_newest_committed(&store, config, &jobs)));
-        let fence_started = Instant::now();
-        let producer = SinkProducer::create(config, cancel.clone());
-        let fence_ms = fence_started.elapsed().as_millis() as u64;
+        let setup = clients_and_metadata(graph, config);
+        let (producer, fence_ms) = fence.join().unwrap_or_else(|_| {
+            (
+                Err(WeirError::Task {
+                    task: "fence".into(),
+                    reason: "the thread creating the producer panicked".into(),
+                }),
+                0,
+            )
+        });
         let guessed = guess.and_then(|g| g.join().ok().flatten());
-        (producer, fence_ms, guessed)
+        (producer, fence_ms, guessed, setup)
     });
+    let (group, source_partitions) = setup?;
+    let all_partitions: Vec<(String, i32)> =
+        source_partitions.values().flatten().cloned().collect();
     let producer = Arc::new(producer?);
     let topology = graph.topology(p, max_p);
     let recover_started = Instant::now();
@@ -163,7 +168,7 @@ fn run_attempt(
     // side restore was chosen and done, which `guess_ms` then covers.
     let restore_ms = restore_started.elapsed().as_millis() as u64;
     let guess_ms =
-        (guess_started.elapsed().as_millis() as u64).saturating_sub(recover_ms + restore_ms);
+        (attempt_started.elapsed().as_millis() as u64).saturating_sub(recover_ms + restore_ms);
     let verification = restored.verification.clone();
     let result = run_restored(
         graph,
@@ -185,6 +190,7 @@ fn run_attempt(
                 guess_ms,
                 recover_ms,
                 restore_ms,
+                attempt_started,
             },
         },
     );
@@ -203,6 +209,26 @@ fn run_attempt(
         (result, _) => result,
     }
 }
+
+/// The consumer an attempt commits offsets with, and the partitions of
+/// each source node (checked to exist, as the sinks' topics are).
+fn clients_and_metadata(
+    graph: &Graph,
+    config: &Config,
+) -> Result<(rdkafka::consumer::BaseConsumer, SourcePartitions)> {
+    let group = kafka::create_consumer(config)?;
+    let mut source_partitions = BTreeMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if let NodeBody::Source(s) = &n.body {
+            source_partitions.insert(i, kafka::topic_partitions(&group, &s.topics)?);
+        }
+    }
+    check_sink_topics(graph, &group)?;
+    Ok((group, source_partitions))
+}
+
+/// Each source node's partitions.
+type SourcePartitions = BTreeMap<usize, Vec<(String, i32)>>;
 
 /// Each keyed (node, subtask)'s store.
 type Stores = BTreeMap<(usize, u32), KeyedStore>;
@@ -323,7 +349,7 @@ fn restore_newest_committed(
 struct Prepared {
     store: CheckpointStore,
     group: rdkafka::consumer::BaseConsumer,
-    source_partitions: BTreeMap<usize, Vec<(String, i32)>>,
+    source_partitions: SourcePartitions,
     all_partitions: Vec<(String, i32)>,
     cancel: CancellationToken,
     producer: Arc<SinkProducer>,
@@ -338,13 +364,16 @@ struct Prepared {
 struct RestartTimings {
     /// `init_transactions`, which fences older instances.
     fence_ms: u64,
-    /// The fence and the side restore together (they run at once).
+    /// The fence, the clients and topic metadata, and the side restore
+    /// together (they run at once).
     guess_ms: u64,
     /// Recovery's decision, with the checks before a restore.
     recover_ms: u64,
     /// The stores restored after the decision (0 when the side restore
     /// was the one chosen).
     restore_ms: u64,
+    /// When the attempt began.
+    attempt_started: Instant,
 }
 
 fn run_restored(
@@ -637,6 +666,7 @@ fn run_restored(
         start_offsets: restored_offsets,
         checksums: Default::default(),
         restore_check: restored_id_check,
+        attempt_started: timings.attempt_started,
     };
     // Each step of a (re)start, timed apart: `weir-bench recovery` reads them.
     info!(

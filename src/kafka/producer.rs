@@ -19,6 +19,7 @@ use rdkafka::message::{DeliveryResult, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::TopicPartitionList;
 use tokio_util::sync::CancellationToken;
+use tracing::debug;
 
 use crate::config::{Config, Delivery, DEFAULT_TRANSACTION_TIMEOUT_MS};
 use crate::error::{Result, WeirError};
@@ -268,6 +269,73 @@ struct TopicHandle(*mut rdkafka::bindings::rd_kafka_topic_t);
 unsafe impl Send for TopicHandle {}
 unsafe impl Sync for TopicHandle {}
 
+/// How long one `init_transactions` call waits before the fence looks at
+/// why it has no producer id yet.
+const FENCE_POLL: Duration = Duration::from_millis(20);
+
+/// Fresh clients the fence tries while the broker is still aborting an
+/// older process's transaction, before it leaves the retries to
+/// librdkafka's own (every 500 ms).
+const FENCE_CLIENTS: u32 = 10;
+
+fn new_client(c: &Config) -> Result<ThreadedProducer<SinkContext>> {
+    producer_config(c)
+        .create_with_context(SinkContext::default())
+        .map_err(|e| WeirError::kafka("create producer", e))
+}
+
+/// A transactional client that holds the newest epoch of `transactional_id`:
+/// every older process with the id is fenced and its open transaction
+/// aborted.
+///
+/// When a killed process left a transaction open, the broker answers the
+/// first `InitProducerId` with CONCURRENT_TRANSACTIONS and starts aborting
+/// it, which takes milliseconds; librdkafka asks again only after a fixed
+/// 500 ms (`rd_kafka_idemp_pid_timer_restart`), which made the fence the
+/// largest part of a restart (BENCHMARKS.md, #21). A new client asks at
+/// once, so on that answer this one is dropped (it can no longer ask: its
+/// retry timer dies with it) and a new one asks, up to [`FENCE_CLIENTS`]
+/// times; then the last waits as librdkafka does.
+fn fenced_client(c: &Config, transactional_id: &str) -> Result<ThreadedProducer<SinkContext>> {
+    let started = Instant::now();
+    let deadline = started + TXN_TIMEOUT;
+    let mut client = new_client(c)?;
+    let mut clients = 1;
+    loop {
+        let wait = if clients < FENCE_CLIENTS {
+            FENCE_POLL
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        let e = match client.init_transactions(wait) {
+            Ok(()) => {
+                debug!(
+                    transactional_id,
+                    clients,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "producer fenced older instances"
+                );
+                return Ok(client);
+            }
+            Err(e) => e,
+        };
+        let code = e.rdkafka_error_code();
+        let retriable = matches!(&e, KafkaError::Transaction(t) if t.is_retriable());
+        if !retriable || Instant::now() >= deadline {
+            return Err(txn_error(transactional_id, "init_transactions", e));
+        }
+        if code == Some(RDKafkaErrorCode::ConcurrentTransactions) && clients < FENCE_CLIENTS {
+            debug!(
+                transactional_id,
+                clients, "the broker is aborting an older process's transaction; asking again with a new client"
+            );
+            drop(client);
+            client = new_client(c)?;
+            clients += 1;
+        }
+    }
+}
+
 /// The sink producer.
 pub struct SinkProducer {
     inner: ThreadedProducer<SinkContext>,
@@ -290,9 +358,10 @@ impl SinkProducer {
     pub fn create(c: &Config, cancel: CancellationToken) -> Result<Self> {
         let transactional_id =
             (c.sink.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
-        let inner: ThreadedProducer<SinkContext> = producer_config(c)
-            .create_with_context(SinkContext::default())
-            .map_err(|e| WeirError::kafka("create producer", e))?;
+        let inner = match &transactional_id {
+            Some(id) => fenced_client(c, id)?,
+            None => new_client(c)?,
+        };
         let p = Self {
             inner,
             topics: Mutex::new(Vec::new()),
@@ -301,11 +370,6 @@ impl SinkProducer {
             cancel,
             journal: None,
         };
-        if p.transactional_id.is_some() {
-            p.inner
-                .init_transactions(TXN_TIMEOUT)
-                .map_err(|e| p.txn_error("init_transactions", e))?;
-        }
         Ok(p)
     }
 
@@ -712,28 +776,34 @@ impl SinkProducer {
     /// creates a new producer; the restart first checks whether another
     /// instance owns the job now (`runtime::ownership`).
     fn txn_error(&self, what: &str, e: KafkaError) -> WeirError {
-        let transactional_id = self.transactional_id.clone().unwrap_or_default();
-        let fenced_code = matches!(
-            e.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
-        );
-        match &e {
-            KafkaError::Transaction(rd) if rd.is_fatal() && fenced_code => {
-                WeirError::ProducerFenced {
-                    transactional_id,
-                    context: what.to_string(),
-                    source: Box::new(e),
-                }
-            }
-            KafkaError::Transaction(rd) if rd.txn_requires_abort() => {
-                WeirError::TransactionAborted {
-                    transactional_id,
-                    context: what.to_string(),
-                    source: Box::new(e),
-                }
-            }
-            _ => WeirError::kafka(what, e),
-        }
+        txn_error(
+            self.transactional_id.as_deref().unwrap_or_default(),
+            what,
+            e,
+        )
+    }
+}
+
+/// A failed transactional call as weir tells it apart: fenced, requiring an
+/// abort, or any other Kafka error.
+fn txn_error(transactional_id: &str, what: &str, e: KafkaError) -> WeirError {
+    let transactional_id = transactional_id.to_string();
+    let fenced_code = matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
+    );
+    match &e {
+        KafkaError::Transaction(rd) if rd.is_fatal() && fenced_code => WeirError::ProducerFenced {
+            transactional_id,
+            context: what.to_string(),
+            source: Box::new(e),
+        },
+        KafkaError::Transaction(rd) if rd.txn_requires_abort() => WeirError::TransactionAborted {
+            transactional_id,
+            context: what.to_string(),
+            source: Box::new(e),
+        },
+        _ => WeirError::kafka(what, e),
     }
 }
 

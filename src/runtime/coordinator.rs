@@ -63,6 +63,11 @@ pub struct Coordinator {
     /// The restored checkpoint's id and the CRC check of its SST files,
     /// still running: the first commit waits for it (`checksum` docs).
     pub restore_check: Option<(u64, Arc<BackgroundVerification>)>,
+    /// When the attempt began. The first checkpoint is due
+    /// `checkpoint.interval` after it, not after the restore: a restart's
+    /// set-up (the fence, the restore) is part of the first epoch instead of
+    /// delaying the first committed output by its length.
+    pub attempt_started: Instant,
 }
 
 /// The acks of one checkpoint as they arrive: source offsets, state
@@ -161,8 +166,8 @@ impl Coordinator {
     pub fn run(mut self) -> Result<()> {
         let interval = self.config.checkpoint.interval;
         let min_pause = self.config.checkpoint.min_pause;
-        let mut last_trigger = Instant::now();
-        let mut last_end = Instant::now();
+        let mut last_trigger = self.attempt_started;
+        let mut last_end = self.attempt_started;
         let mut consecutive_failures = 0u32;
         loop {
             let due = (last_trigger + interval).max(last_end + min_pause);

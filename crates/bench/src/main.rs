@@ -940,6 +940,8 @@ fn checkpoint_cost(args: CostArgs) {
             ("state snapshot", "changes_us"),
             ("state snapshot", "changes"),
             ("state snapshot", "timers_write_back_us"),
+            ("task snapshot", "sync_ms"),
+            ("task snapshot", "alignment_ms"),
             ("checkpoint completed", "acks_ms"),
             ("checkpoint completed", "prepare_ms"),
             ("checkpoint completed", "commit_ms"),
