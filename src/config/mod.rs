@@ -315,12 +315,18 @@ impl Config {
 
     /// The transactional id of this instance's producer.
     pub fn transactional_id(&self) -> String {
+        self.transactional_id_of(self.instance())
+    }
+
+    /// The transactional id of instance `instance` of this job (group mode:
+    /// every instance's is the same prefix and its own id).
+    pub fn transactional_id_of(&self, instance: &str) -> String {
         let prefix = self
             .sink
             .transactional_id_prefix
-            .clone()
-            .unwrap_or_else(|| self.job.name.clone());
-        format!("{prefix}-{}", self.instance())
+            .as_deref()
+            .unwrap_or(&self.job.name);
+        format!("{prefix}-{instance}")
     }
 
     /// This instance's stable id: `scale.instance`, else its older name

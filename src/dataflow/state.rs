@@ -161,6 +161,9 @@ pub struct KeyedStore {
     /// The size of the last snapshot's changes file: the next one's buffer
     /// starts at it.
     changes_bytes: usize,
+    /// Set while a barrier's snapshot is being taken
+    /// ([`KeyedStore::hold_write_back`]): no write-back starts meanwhile.
+    holding_write_back: bool,
     /// Every entry of recently scanned keys' maps, by the key's prefix,
     /// kept up to date by each write under it. A join reads the other
     /// side's rows of a key on every record (q4: an auction's row, read by
@@ -267,6 +270,7 @@ impl KeyedStore {
             indexed: Vec::new(),
             cache_limit: cache_limit.max(1),
             changes_bytes: 0,
+            holding_write_back: false,
             listed: FxHashMap::default(),
             listed_entries: 0,
         })
@@ -412,6 +416,9 @@ impl KeyedStore {
     /// Writes back once the cache outgrew its limit or holds
     /// [`WRITE_BACK_AT`] dirty entries.
     fn write_back_if_due(&mut self) -> Result<()> {
+        if self.holding_write_back {
+            return Ok(());
+        }
         if self.cache.len() > self.cache_limit || self.dirty >= WRITE_BACK_AT {
             self.write_back()?;
         }
@@ -651,6 +658,22 @@ impl KeyedStore {
             }
         }
         Ok(found.into_iter().collect())
+    }
+
+    /// Holds (true) or allows again (false) the write-back that the cache
+    /// starts when it is full or holds [`WRITE_BACK_AT`] dirty entries.
+    ///
+    /// Held from a barrier's alignment until its snapshot is taken: an
+    /// operator writes what it kept in memory into the store at the barrier
+    /// (an aggregate's hot accumulators, tens of thousands of entries), and
+    /// a write-back it started would put a whole batch into RocksDB inside
+    /// the checkpoint's pause (BENCHMARKS.md, #21: 65,536 entries, most of
+    /// the pause's p99). Held, those entries go into the snapshot's changes
+    /// file instead, and the next write after the snapshot writes them back,
+    /// outside the pause. The cache then briefly holds up to the operator's
+    /// own in-memory bound more dirty entries.
+    pub fn hold_write_back(&mut self, hold: bool) {
+        self.holding_write_back = hold;
     }
 
     /// Writes every dirty entry to RocksDB; the cache keeps what fits.

@@ -3,6 +3,7 @@
 //! sink producer.
 
 pub mod brokers;
+pub mod members;
 pub mod producer;
 
 use std::collections::BTreeMap;
@@ -84,6 +85,17 @@ pub fn consumer_config(c: &Config) -> ClientConfig {
 pub fn create_consumer(c: &Config) -> Result<BaseConsumer> {
     consumer_config(c)
         .create()
+        .map_err(|e| WeirError::kafka("create consumer", e))
+}
+
+/// A client of the job's consumer group that reads committed offsets as
+/// they stand, without waiting for an open transaction that holds newer
+/// ones (`read_uncommitted`: librdkafka then fetches offsets without
+/// `require_stable`). It never joins the group or reads records.
+pub fn create_last_committed_reader(c: &Config) -> Result<BaseConsumer> {
+    let mut cc = consumer_config(c);
+    cc.set("isolation.level", "read_uncommitted");
+    cc.create()
         .map_err(|e| WeirError::kafka("create consumer", e))
 }
 

@@ -278,10 +278,20 @@ const FENCE_POLL: Duration = Duration::from_millis(20);
 /// librdkafka's own (every 500 ms).
 const FENCE_CLIENTS: u32 = 10;
 
-fn new_client(c: &Config) -> Result<ThreadedProducer<SinkContext>> {
-    producer_config(c)
-        .create_with_context(SinkContext::default())
+fn new_client(c: &ClientConfig) -> Result<ThreadedProducer<SinkContext>> {
+    c.create_with_context(SinkContext::default())
         .map_err(|e| WeirError::kafka("create producer", e))
+}
+
+/// Fences `transactional_id`, another instance's (group mode): whatever
+/// process holds it can no longer commit, and the transaction it left open
+/// is aborted now rather than after `transaction.timeout.ms`. The client
+/// that fenced it is closed; the id stays free for its instance's next
+/// process, whose own `init_transactions` takes it over.
+pub fn fence(c: &Config, transactional_id: &str) -> Result<()> {
+    let mut cc = producer_config(c);
+    cc.set("transactional.id", transactional_id);
+    fenced_client(&cc, transactional_id).map(drop)
 }
 
 /// A transactional client that holds the newest epoch of `transactional_id`:
@@ -296,7 +306,10 @@ fn new_client(c: &Config) -> Result<ThreadedProducer<SinkContext>> {
 /// once, so on that answer this one is dropped (it can no longer ask: its
 /// retry timer dies with it) and a new one asks, up to [`FENCE_CLIENTS`]
 /// times; then the last waits as librdkafka does.
-fn fenced_client(c: &Config, transactional_id: &str) -> Result<ThreadedProducer<SinkContext>> {
+fn fenced_client(
+    c: &ClientConfig,
+    transactional_id: &str,
+) -> Result<ThreadedProducer<SinkContext>> {
     let started = Instant::now();
     let deadline = started + TXN_TIMEOUT;
     let mut client = new_client(c)?;
@@ -359,8 +372,8 @@ impl SinkProducer {
         let transactional_id =
             (c.sink.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
         let inner = match &transactional_id {
-            Some(id) => fenced_client(c, id)?,
-            None => new_client(c)?,
+            Some(id) => fenced_client(&producer_config(c), id)?,
+            None => new_client(&producer_config(c))?,
         };
         let p = Self {
             inner,

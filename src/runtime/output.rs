@@ -266,12 +266,20 @@ impl Output {
     /// False if the attempt was cancelled meanwhile.
     pub fn drain_before_snapshot(&mut self) -> Result<bool> {
         if let Some(prev) = self.awaiting {
+            let started = std::time::Instant::now();
             while !self.gate.wait(prev, Duration::from_millis(100)) {
                 if self.cancel.is_cancelled() {
                     return Ok(false);
                 }
             }
+            let waited = started.elapsed();
             self.release_if_committed()?;
+            tracing::debug!(
+                checkpoint_id = prev,
+                commit_wait_us = waited.as_micros() as u64,
+                release_us = (started.elapsed() - waited).as_micros() as u64,
+                "sink drained before a snapshot"
+            );
         }
         Ok(true)
     }

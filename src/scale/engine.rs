@@ -250,6 +250,14 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
     // retention while being read, a log truncated) is an error, not a
     // silent jump to either end of the partition.
     cc.set("auto.offset.reset", "error");
+    // Names the instance among the group's members, for the instances
+    // that take its tasks over (`GraphInstance::fence_dead_owners`).
+    if !c.kafka.properties.contains_key("client.id") {
+        cc.set(
+            "client.id",
+            kafka::members::instance_client_id(c.instance()),
+        );
+    }
     if !c.kafka.properties.contains_key("statistics.interval.ms") {
         cc.set("statistics.interval.ms", "1000");
     }

@@ -39,6 +39,18 @@ pub fn parse_pointer(metadata: &str) -> Option<&str> {
     metadata.strip_prefix(POINTER).filter(|k| !k.is_empty())
 }
 
+/// The instance that wrote the manifest under `key`
+/// (`.../manifests/<created ms>-<instance>-<writer>-<seq>.json`). An
+/// instance id may hold `-`, so it is what lies between the first `-` and
+/// the last two; the writer (hex) and the sequence (digits) hold none.
+pub fn manifest_instance(key: &str) -> Option<&str> {
+    let name = key.rsplit('/').next()?.strip_suffix(".json")?;
+    let (_created, rest) = name.split_once('-')?;
+    let (rest, _seq) = rest.rsplit_once('-')?;
+    let (instance, _writer) = rest.rsplit_once('-')?;
+    (!instance.is_empty()).then_some(instance)
+}
+
 /// The folder of task `task` (of the built-in pipeline's keyed operator).
 pub fn task_prefix(task: u32) -> String {
     format!("tasks/{task:04}")
@@ -263,6 +275,35 @@ mod tests {
             format!("tasks/0001/manifests/{t:013}-a-w-00000001.json"),
             (files.iter().map(|f| f.to_string()).collect(), t as i64),
         )
+    }
+
+    #[test]
+    fn the_writing_instance_is_read_from_a_manifest_key() {
+        use crate::scale::engine::writer_id;
+        let m = |instance: &str| TaskManifest {
+            format: FORMAT,
+            job: "j".into(),
+            operator_uid: "u".into(),
+            task: 3,
+            tasks: 8,
+            key_groups: (0, 16),
+            max_parallelism: 128,
+            instance: instance.into(),
+            writer: writer_id(),
+            seq: 7,
+            created_ms: 3_500,
+            offset: 0,
+            files: Vec::new(),
+            graph: None,
+        };
+        for id in ["a", "weir-2", "pod.x-y_z"] {
+            assert_eq!(manifest_instance(&m(id).key()), Some(id), "{}", m(id).key());
+        }
+        assert_eq!(manifest_instance("stages/s/0001/manifests/x.json"), None);
+        assert_eq!(
+            manifest_instance("tasks/0001/manifests/0000000003500-w-00000002.json"),
+            None
+        );
     }
 
     #[test]

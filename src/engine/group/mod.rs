@@ -322,6 +322,9 @@ pub struct GraphInstance {
     /// with their watermarks (every `WATERMARK_INTERVAL`), not per record.
     now_ms: u64,
     config: Arc<Config>,
+    /// Reads the tasks' last committed pointers without waiting for open
+    /// transactions (`fence_dead_owners`).
+    last_committed: BaseConsumer,
     metrics: Arc<Metrics>,
     producer: Arc<SinkProducer>,
     /// The producer's transaction as the epoch's commit point.
@@ -582,6 +585,7 @@ fn run_attempt(
             .collect(),
         now_ms: crate::runtime::now_ms(),
         config: config.clone(),
+        last_committed: kafka::create_last_committed_reader(config)?,
         metrics: shared.metrics.clone(),
         producer: producer.clone(),
         commit: commit.clone(),
@@ -854,6 +858,7 @@ impl GraphInstance {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
+        self.fence_dead_owners(partitions)?;
         let (_, committed) = committed_offsets(consumer, &self.config, partitions)?;
         let mut lost_inputs = Vec::new();
         for e in committed.elements() {
@@ -1168,6 +1173,81 @@ impl GraphInstance {
             .with_label_values(&[topic])
             .inc_by((first - committed) as u64);
         first
+    }
+
+    /// A task whose previous owner died (or lost its membership) with its
+    /// epoch open: the read of committed offsets waits for that
+    /// transaction, and so does every read_committed reader of the
+    /// repartition partitions it wrote to, on every instance, until the
+    /// broker aborts it `transaction.timeout.ms` after it began. So before
+    /// that read, each newly assigned task's last committed pointer names
+    /// the instance that wrote its checkpoint (`manifest_instance`; read
+    /// without waiting). Another instance that is no longer a member of
+    /// the group (its group consumer announces `instance_client_id`) is
+    /// fenced by its transactional id: its open transaction is aborted now,
+    /// and if it is a zombie it can no longer commit. A live member is
+    /// never fenced: it let the task go after committing. Its next process
+    /// takes its id over as always. Without a way to tell members apart (a
+    /// `client.id` set in `[kafka.properties]`) or to list them, the read
+    /// waits as before.
+    fn fence_dead_owners(&self, partitions: &[(String, i32)]) -> Result<()> {
+        if self.config.kafka.properties.contains_key("client.id") {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in partitions
+            .iter()
+            .filter(|(t, _)| self.stage_of_topic.contains_key(t))
+        {
+            tpl.add_partition(t, *p);
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        let last = self
+            .last_committed
+            .committed_offsets(tpl, REQUEST_TIMEOUT)
+            .map_err(|e| WeirError::kafka("read the tasks' last committed offsets", e))?;
+        let own = self.config.instance();
+        let writers: BTreeSet<String> = last
+            .elements()
+            .iter()
+            .filter_map(|e| {
+                let instance = manifest::manifest_instance(manifest::parse_pointer(e.metadata())?)?;
+                (instance != own).then(|| instance.to_string())
+            })
+            .collect();
+        if writers.is_empty() {
+            return Ok(());
+        }
+        let group = &self.config.kafka.group_id;
+        let members = match kafka::members::group_members(
+            self.last_committed.client(),
+            group,
+            REQUEST_TIMEOUT,
+        ) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e.report(), "cannot list the group's members; a dead previous owner's open transaction is left to time out");
+                return Ok(());
+            }
+        };
+        for instance in &writers {
+            let client_id = kafka::members::instance_client_id(instance);
+            if members.iter().any(|m| m.client_id == client_id) {
+                continue;
+            }
+            let transactional_id = self.config.transactional_id_of(instance);
+            let started = Instant::now();
+            kafka::producer::fence(&self.config, &transactional_id)?;
+            warn!(
+                instance,
+                transactional_id,
+                took_ms = started.elapsed().as_millis() as u64,
+                "fenced the instance that last committed tasks this instance was given: it is no longer in the group, and its open transaction, if any, is aborted"
+            );
+        }
+        Ok(())
     }
 
     /// Input partitions without a committed offset start at the source's
