@@ -518,6 +518,59 @@ fn s3_scaling_one_three_one_is_exact() {
     scales_one_three_one(Storage::s3(), dir.path(), "consumer");
 }
 
+/// SIGKILL of an instance whose epoch is open: its transaction holds
+/// output (and repartition records for every task, if it reads input), so
+/// every read_committed reader of those partitions (the output's reader,
+/// the survivor's tasks) would wait until the broker aborts it,
+/// `transaction.timeout.ms` after it began (two minutes here).
+/// The survivor that takes its tasks over sees it is no longer in the group
+/// and fences its transactional id, which aborts the transaction at once:
+/// the output is whole and exact long before the timeout.
+#[test]
+fn a_killed_instances_open_transaction_is_aborted_when_its_tasks_move() {
+    let (_tmp, dir) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&dir, Storage::Shared(dir.join("shared")));
+    c.transaction_timeout_ms = 120_000;
+    let (lines, expected) = word_lines(rng.next_u64(), 12_000, 10, 2_000);
+    c.start(0);
+    c.start(1);
+    let started = Instant::now();
+    while c.tasks_of(1).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "i1 never owned a task:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // i1's tasks write output (and, with input partitions, it writes
+    // repartition records) all along, in an epoch that is open whenever
+    // it is killed: the output's read_committed reader waits for it.
+    let feeder = feed(&c.input, lines, 500, Duration::from_millis(250));
+    std::thread::sleep(Duration::from_secs(3));
+    c.kill9(1);
+    let killed = Instant::now();
+    feeder.join().unwrap();
+    c.assert_exact_within(&expected, Duration::from_secs(60));
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(100),
+        "the output was whole {took:?} after the kill, as if the killed instance's transaction \
+         had waited for its timeout"
+    );
+    let log = std::fs::read_to_string(dir.join("i0/weir.log")).unwrap();
+    assert!(
+        log.lines().any(
+            |l| l.contains("fenced the instance that last committed tasks") && l.contains("i1")
+        ),
+        "i0 did not fence i1:\n{}",
+        log_tail(&log)
+    );
+    c.assert_alive();
+    c.stop(0);
+}
+
 /// Test 4: an instance paused until its tasks moved is fenced when it
 /// wakes up: it exits with a message, and none of its output is visible.
 #[test]
@@ -930,11 +983,12 @@ fn lost_group_offsets_are_refused_until_weir_reset_starts_the_job_over() {
     c.start(0);
     produce(&c.input, 4, &lines);
     c.assert_exact(&expected);
-    // Refused while an instance runs, which goes on unharmed.
+    // Refused while an instance runs, naming it, and it goes on unharmed.
     let refused = reset(&c);
     assert!(
         !refused.status.success()
-            && String::from_utf8_lossy(&refused.stderr).contains("stop every instance"),
+            && String::from_utf8_lossy(&refused.stderr).contains("stop every instance")
+            && String::from_utf8_lossy(&refused.stderr).contains("weir-instance-i0"),
         "reset with a running instance: {:?} {}",
         refused.status,
         String::from_utf8_lossy(&refused.stderr)

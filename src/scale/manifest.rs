@@ -41,14 +41,27 @@ pub fn parse_pointer(metadata: &str) -> Option<&str> {
 
 /// The instance that wrote the manifest under `key`
 /// (`.../manifests/<created ms>-<instance>-<writer>-<seq>.json`). An
-/// instance id may hold `-`, so it is what lies between the first `-` and
-/// the last two; the writer (hex) and the sequence (digits) hold none.
+/// instance id may hold `-`; the writer is a 32-digit hex id
+/// ([`crate::scale::engine::writer_id`]), followed in a job graph's
+/// manifests by `-<incarnation>`, and the sequence is digits. So the
+/// instance is what lies between the creation time and the last 32-digit
+/// hex part that only digits follow.
 pub fn manifest_instance(key: &str) -> Option<&str> {
     let name = key.rsplit('/').next()?.strip_suffix(".json")?;
     let (_created, rest) = name.split_once('-')?;
-    let (rest, _seq) = rest.rsplit_once('-')?;
-    let (instance, _writer) = rest.rsplit_once('-')?;
-    (!instance.is_empty()).then_some(instance)
+    let is_hex_id = |p: &str| p.len() == 32 && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let is_digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    // Byte offsets of each `-` in `rest`: the writer starts after one.
+    let dashes: Vec<usize> = rest.match_indices('-').map(|(i, _)| i).collect();
+    dashes.iter().rev().find_map(|&at| {
+        let (instance, after) = (&rest[..at], &rest[at + 1..]);
+        let mut parts = after.split('-');
+        let writer = parts.next()?;
+        let tail: Vec<&str> = parts.collect();
+        let fits =
+            is_hex_id(writer) && (1..=2).contains(&tail.len()) && tail.iter().all(|p| is_digits(p));
+        (fits && !instance.is_empty()).then_some(instance)
+    })
 }
 
 /// The folder of task `task` (of the built-in pipeline's keyed operator).
@@ -296,8 +309,12 @@ mod tests {
             files: Vec::new(),
             graph: None,
         };
-        for id in ["a", "weir-2", "pod.x-y_z"] {
+        for id in ["a", "weir-2", "pod.x-y_z", "i1-7"] {
             assert_eq!(manifest_instance(&m(id).key()), Some(id), "{}", m(id).key());
+            // A job graph's writer carries its incarnation.
+            let mut graph = m(id);
+            graph.writer = format!("{}-3", graph.writer);
+            assert_eq!(manifest_instance(&graph.key()), Some(id), "{}", graph.key());
         }
         assert_eq!(manifest_instance("stages/s/0001/manifests/x.json"), None);
         assert_eq!(

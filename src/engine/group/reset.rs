@@ -157,25 +157,23 @@ pub fn reset(graph: &Graph, config: &Config) -> Result<ResetReport> {
     })
 }
 
-/// A reset while an instance runs would race its commits.
+/// A reset while an instance runs would race its commits. The members are
+/// listed with DescribeConsumerGroups, which answers for both group
+/// protocols (the classic DescribeGroups answers a KIP-848 group with no
+/// members).
 fn refuse_active_members(consumer: &BaseConsumer, group: &str) -> Result<()> {
-    let groups = consumer
-        .fetch_group_list(Some(group), REQUEST_TIMEOUT)
-        .map_err(|e| WeirError::kafka(format!("describe consumer group {group:?}"), e))?;
-    if let Some(g) = groups.groups().iter().find(|g| g.name() == group) {
-        if !g.members().is_empty() {
-            let members: Vec<String> = g
-                .members()
-                .iter()
-                .map(|m| format!("{} ({})", m.client_id(), m.client_host()))
-                .collect();
-            return Err(WeirError::ResetRefused(format!(
-                "consumer group {group:?} has {} active members: {}; stop every instance of the \
-                 job before weir reset",
-                members.len(),
-                members.join(", ")
-            )));
-        }
+    let members = crate::kafka::members::group_members(consumer.client(), group, REQUEST_TIMEOUT)?;
+    if !members.is_empty() {
+        let names: Vec<String> = members
+            .iter()
+            .map(|m| format!("{} ({})", m.client_id, m.host))
+            .collect();
+        return Err(WeirError::ResetRefused(format!(
+            "consumer group {group:?} has {} active members: {}; stop every instance of the \
+             job before weir reset",
+            members.len(),
+            names.join(", ")
+        )));
     }
     Ok(())
 }
