@@ -1239,7 +1239,15 @@ impl GraphInstance {
             }
             let transactional_id = self.config.transactional_id_of(instance);
             let started = Instant::now();
-            kafka::producer::fence(&self.config, &transactional_id)?;
+            if let Err(e) = kafka::producer::fence(&self.config, &transactional_id) {
+                warn!(
+                    instance,
+                    transactional_id,
+                    error = %e.report(),
+                    "cannot fence the instance that last committed tasks this instance was given; its open transaction, if any, is left to time out"
+                );
+                continue;
+            }
             warn!(
                 instance,
                 transactional_id,
