@@ -561,9 +561,9 @@ fn a_killed_instances_open_transaction_is_aborted_when_its_tasks_move() {
     );
     let log = std::fs::read_to_string(dir.join("i0/weir.log")).unwrap();
     assert!(
-        log.lines().any(
-            |l| l.contains("fenced the instance that last committed tasks") && l.contains("i1")
-        ),
+        log.lines().any(|l| l.contains(
+            "took over the transactional id of an instance that is no longer in the group"
+        ) && l.contains("instance=\"i1\"")),
         "i0 did not fence i1:\n{}",
         log_tail(&log)
     );

@@ -415,7 +415,7 @@ impl KeyedStore {
 
     /// Writes back once the cache outgrew its limit or holds
     /// [`WRITE_BACK_AT`] dirty entries.
-    fn write_back_if_due(&mut self) -> Result<()> {
+    pub(crate) fn write_back_if_due(&mut self) -> Result<()> {
         if self.holding_write_back {
             return Ok(());
         }
@@ -669,9 +669,13 @@ impl KeyedStore {
     /// a write-back it started would put a whole batch into RocksDB inside
     /// the checkpoint's pause (BENCHMARKS.md, #21: 65,536 entries, most of
     /// the pause's p99). Held, those entries go into the snapshot's changes
-    /// file instead, and the next write after the snapshot writes them back,
-    /// outside the pause. The cache then briefly holds up to the operator's
-    /// own in-memory bound more dirty entries.
+    /// file instead, and the task writes them back right after its ack
+    /// ([`KeyedStore::write_back_if_due`], through
+    /// `Chain::write_back_after_ack`), outside the pause. Not at the next
+    /// write: an aggregate writes into its store only at barriers, so that
+    /// write would be held again, and the cache would grow without bound.
+    /// The cache briefly holds up to the operator's own in-memory bound
+    /// more dirty entries.
     pub fn hold_write_back(&mut self, hold: bool) {
         self.holding_write_back = hold;
     }

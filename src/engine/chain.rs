@@ -562,6 +562,19 @@ impl Chain {
         Ok(())
     }
 
+    /// The write-backs held during the snapshot, once the task has acked
+    /// it (`KeyedStore::hold_write_back`).
+    pub fn write_back_after_ack(&mut self) -> Result<()> {
+        for slot in &mut self.slots {
+            if let SlotBody::Operator { ctx, .. } = &mut slot.body {
+                if let Some(store) = ctx.store_mut() {
+                    store.write_back_if_due()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Holds or allows again every keyed store's write-back
     /// (`KeyedStore::hold_write_back`).
     fn hold_write_backs(&mut self, hold: bool) {

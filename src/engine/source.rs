@@ -234,6 +234,7 @@ impl GraphSource {
             offsets,
         });
         crate::crash_point!("after-source-snapshot");
+        self.chain.write_back_after_ack()?;
         if barrier.then_stop {
             self.chain.broadcast(Element::EndOfStream)?;
             return Ok(false);

@@ -175,7 +175,7 @@ impl StageTask {
             alignment_ms: alignment.as_millis() as u64,
             sync_ms: sync.as_millis() as u64,
         });
-        Ok(())
+        self.chain.write_back_after_ack()
     }
 }
 

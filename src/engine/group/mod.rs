@@ -858,7 +858,7 @@ impl GraphInstance {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
-        self.fence_dead_owners(partitions)?;
+        self.fence_dead_owners(partitions);
         let (_, committed) = committed_offsets(consumer, &self.config, partitions)?;
         let mut lost_inputs = Vec::new();
         for e in committed.elements() {
@@ -1188,11 +1188,12 @@ impl GraphInstance {
     /// and if it is a zombie it can no longer commit. A live member is
     /// never fenced: it let the task go after committing. Its next process
     /// takes its id over as always. Without a way to tell members apart (a
-    /// `client.id` set in `[kafka.properties]`) or to list them, the read
-    /// waits as before.
-    fn fence_dead_owners(&self, partitions: &[(String, i32)]) -> Result<()> {
+    /// `client.id` set in `[kafka.properties]`), or when the pointers or
+    /// the members cannot be read or the fence fails, it warns and the
+    /// read waits as before.
+    fn fence_dead_owners(&self, partitions: &[(String, i32)]) {
         if self.config.kafka.properties.contains_key("client.id") {
-            return Ok(());
+            return;
         }
         let mut tpl = TopicPartitionList::new();
         for (t, p) in partitions
@@ -1202,12 +1203,15 @@ impl GraphInstance {
             tpl.add_partition(t, *p);
         }
         if tpl.count() == 0 {
-            return Ok(());
+            return;
         }
-        let last = self
-            .last_committed
-            .committed_offsets(tpl, REQUEST_TIMEOUT)
-            .map_err(|e| WeirError::kafka("read the tasks' last committed offsets", e))?;
+        let last = match self.last_committed.committed_offsets(tpl, REQUEST_TIMEOUT) {
+            Ok(last) => last,
+            Err(e) => {
+                warn!(error = %e, "cannot read the tasks' last committed offsets; a dead previous owner's open transaction is left to time out");
+                return;
+            }
+        };
         let own = self.config.instance();
         let writers: BTreeSet<String> = last
             .elements()
@@ -1218,7 +1222,7 @@ impl GraphInstance {
             })
             .collect();
         if writers.is_empty() {
-            return Ok(());
+            return;
         }
         let group = &self.config.kafka.group_id;
         let members = match kafka::members::group_members(
@@ -1229,7 +1233,7 @@ impl GraphInstance {
             Ok(m) => m,
             Err(e) => {
                 warn!(error = %e.report(), "cannot list the group's members; a dead previous owner's open transaction is left to time out");
-                return Ok(());
+                return;
             }
         };
         for instance in &writers {
@@ -1244,18 +1248,17 @@ impl GraphInstance {
                     instance,
                     transactional_id,
                     error = %e.report(),
-                    "cannot fence the instance that last committed tasks this instance was given; its open transaction, if any, is left to time out"
+                    "cannot take over the transactional id of an instance that is no longer in the group; its open transaction, if any, is left to time out"
                 );
                 continue;
             }
-            warn!(
+            info!(
                 instance,
                 transactional_id,
                 took_ms = started.elapsed().as_millis() as u64,
-                "fenced the instance that last committed tasks this instance was given: it is no longer in the group, and its open transaction, if any, is aborted"
+                "took over the transactional id of an instance that is no longer in the group: its open transaction, if any, is aborted"
             );
         }
-        Ok(())
     }
 
     /// Input partitions without a committed offset start at the source's
