@@ -327,6 +327,23 @@ fn a_transaction_timeout_below_interval_plus_checkpoint_timeout_is_refused_at_st
     }
 }
 
+/// A word count's exactly-once configuration, loaded as weir loads it,
+/// over new topics of `partitions` partitions: its folder (kept alive by
+/// the caller), its output topic and the configuration.
+fn exactly_once_config(
+    prefix: &str,
+    partitions: i32,
+) -> (tempfile::TempDir, String, weir::config::Config) {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair(prefix, partitions);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config = weir::config::Config::load(&spec.write()).unwrap();
+    (dir, output, config)
+}
+
 /// Group mode's late checkpoints (issue #18, hole 4) rest on the
 /// producer's journal: a transaction renewed (aborted and begun again with
 /// the same records), suspended and resumed, then committed, holds each of
@@ -339,13 +356,7 @@ fn a_renewed_transaction_commits_each_record_once_in_order() {
     use rdkafka::message::{Header, OwnedHeaders};
     use weir::kafka::producer::{ProduceBatch, SinkProducer};
 
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = topic_pair("renew", 2);
-    let spec = JobSpec {
-        delivery: "exactly-once".into(),
-        ..JobSpec::word_count(dir.path(), &input, &output)
-    };
-    let config = weir::config::Config::load(&spec.write()).unwrap();
+    let (_dir, output, config) = exactly_once_config("renew", 2);
     let producer = SinkProducer::create(&config, tokio_util::sync::CancellationToken::new())
         .unwrap()
         .with_journal();
@@ -447,13 +458,7 @@ fn a_restart_aborts_the_open_transaction_of_a_killed_process_at_once() {
     use rdkafka::config::ClientConfig;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = topic_pair("eo-fence-open", 1);
-    let spec = JobSpec {
-        delivery: "exactly-once".into(),
-        ..JobSpec::word_count(dir.path(), &input, &output)
-    };
-    let config = weir::config::Config::load(&spec.write()).unwrap();
+    let (_dir, output, config) = exactly_once_config("eo-fence-open", 1);
     // The killed process: its transaction holds a record on the output
     // topic and stays open (never committed nor aborted), for a minute at
     // most on the broker.

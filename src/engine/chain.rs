@@ -565,26 +565,24 @@ impl Chain {
     /// The write-backs held during the snapshot, once the task has acked
     /// it (`KeyedStore::hold_write_back`).
     pub fn write_back_after_ack(&mut self) -> Result<()> {
-        for slot in &mut self.slots {
-            if let SlotBody::Operator { ctx, .. } = &mut slot.body {
-                if let Some(store) = ctx.store_mut() {
-                    store.write_back_if_due()?;
-                }
-            }
-        }
-        Ok(())
+        self.stores()
+            .try_for_each(|store| store.write_back_if_due())
     }
 
     /// Holds or allows again every keyed store's write-back
     /// (`KeyedStore::hold_write_back`).
     fn hold_write_backs(&mut self, hold: bool) {
-        for slot in &mut self.slots {
-            if let SlotBody::Operator { ctx, .. } = &mut slot.body {
-                if let Some(store) = ctx.store_mut() {
-                    store.hold_write_back(hold);
-                }
-            }
-        }
+        self.stores().for_each(|store| store.hold_write_back(hold));
+    }
+
+    /// The keyed stores of this chain's operators.
+    fn stores(&mut self) -> impl Iterator<Item = &mut crate::dataflow::state::KeyedStore> {
+        self.slots
+            .iter_mut()
+            .filter_map(|slot| match &mut slot.body {
+                SlotBody::Operator { ctx, .. } => ctx.store_mut(),
+                _ => None,
+            })
     }
 
     /// Barrier `b` is aligned (or, at a source, triggered): operators emit
