@@ -630,6 +630,76 @@ fn restoring_at_another_parallelism_mid_stream_keeps_windows_exact() {
     assert!(w.stop(Duration::from_secs(60)).success());
 }
 
+/// A failed write-back of the timers (issue #38): the checkpoint that
+/// asked for it is declined and the job goes on, and the timers stay
+/// pending, so the next completed checkpoint holds them and every window
+/// fires after a SIGKILL and a restore from it. Before, the write-back
+/// dropped its pending set before the write: restored from that later
+/// checkpoint, the windows had no timers and never fired.
+#[test]
+fn timers_whose_write_back_failed_are_kept_and_fire_after_a_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair("timer-write-back", 2);
+    // 24,000 users with one event each in one hour: one subtask holds a
+    // timer per user's window, more than a snapshot lets pend (16,384),
+    // so a snapshot writes them back.
+    let evs: Vec<Event> = (0..24_000)
+        .map(|i| Event {
+            id: i,
+            user: format!("u{i}"),
+            ts: T0 + i as i64,
+        })
+        .collect();
+    let expected = tumbling_expected(&evs, 60 * MINUTE);
+    produce(&input, 2, &evs.iter().map(Event::json).collect::<Vec<_>>());
+    let spec = JobSpec {
+        parallelism: 1,
+        checkpoint_extra: "tolerable_failures = 10".into(),
+        ..window_spec(
+            dir.path(),
+            &input,
+            &output,
+            "kind = \"tumbling\"\nsize = \"1h\"",
+            "field = \"/ts\"\nmax_out_of_orderness = \"1s\"",
+        )
+    };
+    let config = spec.write();
+    // The first timer write-back fails.
+    let mut w = WeirProcess::start(
+        weir(),
+        &config,
+        &[("FAILPOINTS", "timers-write-back=1*return")],
+    );
+    assert!(
+        w.wait_for_log("snapshot failed", 1, Duration::from_secs(60)),
+        "{}",
+        log_tail(&w.log_text())
+    );
+    // A checkpoint completed after the declined one, then a crash: the
+    // restart restores that checkpoint.
+    let completed = w.log_text().matches("checkpoint completed").count();
+    assert!(
+        w.wait_for_log(
+            "checkpoint completed",
+            completed + 2,
+            Duration::from_secs(60)
+        ),
+        "{}",
+        log_tail(&w.log_text())
+    );
+    w.kill9();
+    let mut w = WeirProcess::start(weir(), &config, &[]);
+    let flush = flush_events(2, T0 + 3 * 60 * MINUTE, 1_000_000);
+    produce(
+        &input,
+        2,
+        &flush.iter().map(Event::json).collect::<Vec<_>>(),
+    );
+    let records = read_until(&output, expected.len(), Duration::from_secs(90));
+    assert_exact(&records, &expected, &w.log_text());
+    assert!(w.stop(Duration::from_secs(60)).success());
+}
+
 #[test]
 fn validate_names_each_bad_window_key() {
     let dir = tempfile::tempdir().unwrap();

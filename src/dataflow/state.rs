@@ -681,18 +681,24 @@ impl KeyedStore {
     }
 
     /// Writes every dirty entry to RocksDB; the cache keeps what fits.
+    ///
+    /// Entries stay dirty until RocksDB took the batch: after a failed
+    /// write they are still in the next snapshot's changes file and in the
+    /// next write-back, not lost.
     pub fn write_back(&mut self) -> Result<()> {
         if self.dirty > 0 {
             let cf = self.backend.cf(VALUES);
             let mut batch = WriteBatch::default();
-            for (k, c) in self.cache.iter_mut().filter(|(_, c)| c.dirty) {
+            for (k, c) in self.cache.iter().filter(|(_, c)| c.dirty) {
                 match &c.value {
                     Some(v) => batch.put_cf(cf, k, v),
                     None => batch.delete_cf(cf, k),
                 }
-                c.dirty = false;
             }
             self.backend.write(batch)?;
+            for c in self.cache.values_mut() {
+                c.dirty = false;
+            }
             self.dirty = 0;
             self.dirty_maps.clear();
         }

@@ -1346,6 +1346,12 @@ impl Planner<'_> {
                 "join"
             }
         ));
+        if left.updating.is_some() || right.updating.is_some() {
+            let by = left.updated_by.as_deref().or(right.updated_by.as_deref());
+            for c in &residual {
+                refuse_watermark_over_updating(c, by, "the join's ON condition")?;
+            }
+        }
         let condition: Option<JoinCondition> = match joins::conjoin(residual) {
             None => None,
             Some(e) => {
@@ -1992,6 +1998,13 @@ impl Planner<'_> {
                 SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                     let c = compile(e, &mut Scope::plain(&rel.columns))?;
                     let n = output_name(item, outputs.len());
+                    if rel.updating.is_some() {
+                        refuse_watermark_over_updating(
+                            e,
+                            rel.updated_by.as_deref(),
+                            &format!("column {n:?}"),
+                        )?;
+                    }
                     outputs.push((n, c, column_index(e, &rel.columns)));
                 }
                 other => {
@@ -2689,6 +2702,25 @@ impl Planner<'_> {
             });
             out.stream = stream;
         }
+        if out.updating.is_some() || input.updating.is_some() {
+            let by = out.updated_by.as_deref().or(input.updated_by.as_deref());
+            for (i, item) in s.projection.iter().enumerate() {
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
+                {
+                    let n = output_name(item, i);
+                    refuse_watermark_over_updating(e, by, &format!("column {n:?}"))?;
+                }
+            }
+        }
+        if input.updating.is_some() {
+            for k in &keys {
+                refuse_watermark_over_updating(
+                    k,
+                    input.updated_by.as_deref(),
+                    &format!("GROUP BY {k}"),
+                )?;
+            }
+        }
         // The unique key (keys, and a late-updating window's columns)
         // follows the columns the SELECT list passes through.
         let projected = self.finish_projection(out, outputs, &format!("{name}.select"))?;
@@ -2801,6 +2833,40 @@ fn mentioned(
         }
     }
     Some(words)
+}
+
+/// Whether `e` calls `CURRENT_WATERMARK`.
+fn reads_watermark(e: &E) -> bool {
+    walk(
+        e,
+        &mut |x| matches!(x, E::Function(f) if function_name(f).eq_ignore_ascii_case("CURRENT_WATERMARK")),
+    )
+}
+
+/// `CURRENT_WATERMARK` is evaluated again for every row, a retraction
+/// included: over an updating result the update-before would carry
+/// another value than the row it takes back, so a join downstream keeps
+/// the old row forever and a Debezium `before` differs from the previous
+/// `after`. Refused where rows are taken back, as NOW and RAND are
+/// refused everywhere, naming the column (`what`) that computes it.
+fn refuse_watermark_over_updating(
+    e: &E,
+    updated_by: Option<&str>,
+    what: &str,
+) -> Result<(), SqlError> {
+    if !reads_watermark(e) {
+        return Ok(());
+    }
+    Err(err(
+        e,
+        format!(
+            "{what} reads CURRENT_WATERMARK over an updating result (operator {:?} takes back rows it \
+             emitted): a retraction would be computed again with a later watermark and no longer \
+             equal the row it takes back. Compute it over the append-only input, before the \
+             aggregate, join or table that makes the result updating",
+            updated_by.unwrap_or("?")
+        ),
+    ))
 }
 
 fn contains_aggregate(e: &E) -> bool {

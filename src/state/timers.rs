@@ -146,18 +146,33 @@ impl TimerService {
     }
 
     /// Writes the changes since the last write-back to the timer family.
+    ///
+    /// The changes stay pending until RocksDB took them: if the write
+    /// fails (the checkpoint that asked for it is declined and the job
+    /// goes on), the next snapshot's changes file still carries them, so
+    /// no later checkpoint loses a timer and no window fails to fire after
+    /// a restore from it.
     pub fn write_back(&mut self, backend: &StateBackend) -> Result<()> {
+        if self.dirty.is_empty() {
+            return Ok(());
+        }
         let cf = backend.cf(TIMERS);
         let mut batch = WriteBatch::default();
-        for ((time, payload), present) in self.dirty.drain() {
-            let key = timer_key(time, &payload);
-            if present {
+        for ((time, payload), present) in &self.dirty {
+            let key = timer_key(*time, payload);
+            if *present {
                 batch.put_cf(cf, &key, []);
             } else {
                 batch.delete_cf(cf, &key);
             }
         }
-        backend.write(batch)
+        fail::fail_point!("timers-write-back", |_| Err(WeirError::Io {
+            path: backend.path().to_path_buf(),
+            source: std::io::Error::other("failpoint timers-write-back"),
+        }));
+        backend.write(batch)?;
+        self.dirty.clear();
+        Ok(())
     }
 }
 

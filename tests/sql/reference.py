@@ -24,9 +24,10 @@ gen    Write DIR/person.jsonl, DIR/auction.jsonl, DIR/bid.jsonl (one JSON object
        up to D ms earlier than that of the auction/person it references.
 
 query  Load each DIR/{person,auction,bid}.jsonl present (and the other tables
-       of SCHEMAS: account_changes, side_input) as a DuckDB table named
-       after the file stem, with an explicit schema (BIGINT, VARCHAR, and
-       TIMESTAMP for date_time/expires/valid_from, session TimeZone=UTC),
+       of SCHEMAS: account_changes, side_input, probes, rate_changes) as a
+       DuckDB table named after the file stem, with an explicit schema
+       (BIGINT, VARCHAR, BOOLEAN, and TIMESTAMP for date_time/expires/
+       valid_from/t, session TimeZone=UTC),
        run the SQL and print one JSON object per result row, keys = column
        names in order.
 
@@ -248,6 +249,13 @@ SCHEMAS = {
     # side_input_rows): an upsert table keyed by `key`, each version valid
     # from `valid_from` on, in event time.
     "side_input": dict(key="BIGINT", value="VARCHAR", valid_from="TIMESTAMP"),
+    # A stream probing a versioned table (tests/sql_review.rs): `probes`
+    # at event time `t`, and the table's changes in the order they were
+    # written (`seq`), a tombstone marked `deleted` with the time from
+    # which it deletes its key as `valid_from`.
+    "probes": dict(id="BIGINT", key="BIGINT", t="TIMESTAMP"),
+    "rate_changes": dict(seq="BIGINT", key="BIGINT", rate="VARCHAR", valid_from="TIMESTAMP",
+                         deleted="BOOLEAN"),
 }
 
 

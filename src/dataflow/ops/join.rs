@@ -30,7 +30,11 @@
 //!   than the TTL do not match, and a row leaves state once the watermark
 //!   passes its time plus the TTL (counted in `weir_state_expired_total`).
 //!   For rows that are not late the two agree, so what joins does not
-//!   depend on how far the watermark had gone when a row arrived.
+//!   depend on how far the watermark had gone when a row arrived. A
+//!   retraction meets by the time of the row it takes back (held in
+//!   state), not its own: an aggregate or a table's normalize stamps an
+//!   update-before with the time of the change that replaced the row, and
+//!   a pair that joined must be taken back however much later that was.
 
 use std::sync::Arc;
 
@@ -264,6 +268,18 @@ impl Operator for Join {
             return Ok(());
         }
 
+        // This side's own entry: a retraction meets exactly the rows its
+        // addition met, by the held row's event time, not its own (an
+        // aggregate or a table's normalize stamps an update-before with
+        // the time of the change that replaced the row).
+        self.key.clear();
+        values.encode(&mut self.key);
+        let held: Option<JoinEntry> = ctx.map_get(Self::SIDES[side], &self.key)?;
+        let meets_at = match (&held, addition) {
+            (Some(e), false) => e.time,
+            _ => ts,
+        };
+
         // The other side's rows for this key that match.
         let mut matched = 0u64;
         let other_outer = self.spec.kind.outer(other);
@@ -271,11 +287,11 @@ impl Operator for Join {
             if entry.expires <= watermark {
                 continue; // Expired; its timer removes it.
             }
-            if let (Some(ttl), true) = (self.spec.ttl, ts != NO_TIMESTAMP) {
+            if let (Some(ttl), true) = (self.spec.ttl, meets_at != NO_TIMESTAMP) {
                 // Rows further apart in event time than the TTL do not
                 // meet, whichever came first and however far the
                 // watermark has gone: a replay joins as the first attempt.
-                let apart = i128::from(ts).abs_diff(i128::from(entry.time));
+                let apart = i128::from(meets_at).abs_diff(i128::from(entry.time));
                 if entry.time != NO_TIMESTAMP && apart > ttl as u128 {
                     continue;
                 }
@@ -325,9 +341,6 @@ impl Operator for Join {
         }
 
         // This side's own entry.
-        self.key.clear();
-        values.encode(&mut self.key);
-        let held: Option<JoinEntry> = ctx.map_get(Self::SIDES[side], &self.key)?;
         if addition {
             let expires = self.expiry_of(side, &values, ts);
             if expires <= watermark {
@@ -569,6 +582,30 @@ mod tests {
         assert_eq!(h.ctx.take_expired(), 1, "a went at 0 + 1000");
         let b = h.record(0, row(RowKind::Insert, 1, "b"), 1600).unwrap();
         assert_eq!(b.len(), 2, "b meets far and x");
+    }
+
+    #[test]
+    fn a_retraction_stamped_later_than_the_ttl_still_takes_back_what_its_row_joined() {
+        let mut s = spec(JoinKind::Inner);
+        s.ttl = Some(3_000);
+        let mut h = harness(s);
+        h.record(1, row(RowKind::Insert, 1, "p10"), 0).unwrap();
+        let joined = h.record(0, row(RowKind::Insert, 1, "c"), 1_000).unwrap();
+        assert_eq!(shown(joined), ["+I1,c,1,p10"]);
+        // The table's row is replaced 4 s after the stream row joined it;
+        // the update-before carries the new change's time.
+        let before = h
+            .record(1, row(RowKind::UpdateBefore, 1, "p10"), 5_000)
+            .unwrap();
+        assert_eq!(
+            shown(before),
+            ["-D1,c,1,p10"],
+            "the joined row is taken back"
+        );
+        let after = h
+            .record(1, row(RowKind::UpdateAfter, 1, "p11"), 5_000)
+            .unwrap();
+        assert!(after.is_empty(), "the new version is 4 s from c");
     }
 
     #[test]

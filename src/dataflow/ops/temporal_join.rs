@@ -9,7 +9,9 @@
 //!   state until the watermark passes its time: then every version up to
 //!   that time has arrived, and the row joins the latest version not after
 //!   it (none, or a deletion: no match). A version is dropped once a later
-//!   one is also behind the watermark. The result does not depend on how
+//!   one is also behind the watermark. A tombstone has no event time: it
+//!   deletes the key from the watermark on, so it also removes the
+//!   versions that came before it with times ahead of the watermark. The result does not depend on how
 //!   the two inputs interleave, so a replay joins as the first attempt
 //!   did. A stream row behind the watermark when it arrives is late
 //!   (the versions it needed may be gone): dropped and counted.
@@ -121,6 +123,17 @@ impl Operator for TemporalJoin {
                 // The update-after that follows replaces it.
                 RowKind::UpdateBefore => return Ok(()),
             };
+            if self.spec.event_time && r.timestamp == NO_TIMESTAMP {
+                // A tombstone deletes the key from the watermark on: the
+                // versions already here with later times go too, or the
+                // latest of them would sort after the deletion and stay
+                // the key's row for every later stream row.
+                for (k, _) in ctx.map_entries::<Row>(Self::VERSIONS)? {
+                    if key_time(&k).is_some_and(|t| t >= at) {
+                        ctx.map_delete(Self::VERSIONS, &k)?;
+                    }
+                }
+            }
             ctx.map_put(Self::VERSIONS, &time_key(at), &version)?;
             if self.spec.event_time {
                 // Versions the watermark leaves behind go then.
@@ -278,6 +291,46 @@ mod tests {
             values(h.watermark(30).unwrap()),
             [("+I1,a,1,v".to_string(), 15), ("+I1,b,_,_".to_string(), 25)]
         );
+    }
+
+    #[test]
+    fn a_tombstone_deletes_the_versions_ahead_of_the_watermark_too() {
+        for outer in [false, true] {
+            let mut h = harness(true, outer);
+            h.record(1, row(RowKind::Insert, 1, "v0"), 0).unwrap();
+            h.record(1, row(RowKind::Insert, 1, "v100"), 100).unwrap();
+            h.record(0, row(RowKind::Insert, 1, "a"), 50).unwrap();
+            assert_eq!(
+                values(h.watermark(60).unwrap()),
+                [("+I1,a,1,v0".to_string(), 50)]
+            );
+            // A tombstone (no event time) at watermark 60: the version at
+            // 100 arrived before it and goes with it.
+            h.record(
+                1,
+                Row::new(RowKind::Delete, vec![Value::Int(1), Value::Null]),
+                NO_TIMESTAMP,
+            )
+            .unwrap();
+            for t in [200, 250, 300] {
+                h.record(0, row(RowKind::Insert, 1, "b"), t).unwrap();
+            }
+            let want: Vec<(String, i64)> = if outer {
+                [200, 250, 300]
+                    .map(|t| ("+I1,b,_,_".to_string(), t))
+                    .to_vec()
+            } else {
+                Vec::new()
+            };
+            assert_eq!(values(h.watermark(400).unwrap()), want, "outer: {outer}");
+            // A version after the tombstone is the key's row again.
+            h.record(1, row(RowKind::Insert, 1, "v500"), 500).unwrap();
+            h.record(0, row(RowKind::Insert, 1, "c"), 600).unwrap();
+            assert_eq!(
+                values(h.watermark(700).unwrap()),
+                [("+I1,c,1,v500".to_string(), 600)]
+            );
+        }
     }
 
     #[test]
