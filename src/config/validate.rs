@@ -203,6 +203,27 @@ impl Config {
                     format!("environment variable {var} is not set or empty"),
                 );
             }
+            if self.admin.allow_unauthenticated {
+                bad(
+                    "admin.allow_unauthenticated",
+                    "is true while admin.token_env is set: choose one (the token, or an open \
+                     endpoint)"
+                        .into(),
+                );
+            }
+        } else if let Ok(addr) = self.admin.listen.parse::<std::net::SocketAddr>() {
+            if !addr.ip().is_loopback() && !self.admin.allow_unauthenticated {
+                bad(
+                    "admin.token_env",
+                    format!(
+                        "must be set: admin.listen {addr} is reachable beyond loopback, and \
+                         without a token anyone who reaches it reads keyed state (/state) and \
+                         takes savepoints. Name an environment variable holding a bearer token \
+                         (token_env = \"WEIR_ADMIN_TOKEN\"), listen on 127.0.0.1, or set \
+                         admin.allow_unauthenticated = true to serve it open on purpose"
+                    ),
+                );
+            }
         }
         if let Some(level) = &self.log.level {
             if tracing_subscriber::EnvFilter::try_new(level).is_err() {
