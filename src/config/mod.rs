@@ -838,7 +838,13 @@ topic = "word-counts"
             assert!(message.contains("allow_unauthenticated"), "{message}");
             assert!(message.contains("beyond loopback"), "{message}");
         }
-        for loopback in ["127.0.0.1:9249", "127.0.0.2:0", "[::1]:9249", ""] {
+        for loopback in [
+            "127.0.0.1:9249",
+            "127.0.0.2:0",
+            "[::1]:9249",
+            "localhost:9249",
+            "",
+        ] {
             load(&with_admin(&format!("listen = \"{loopback}\"")), &[])
                 .unwrap_or_else(|e| panic!("{loopback}: {e}"));
         }
