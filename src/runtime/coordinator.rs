@@ -551,6 +551,11 @@ impl Coordinator {
     /// are already in the savepoint directory (weir never deletes one).
     fn savepoint_refusal(&self) -> Option<SavepointError> {
         let max = self.config.checkpoint.max_savepoints;
+        if max == 0 {
+            return Some(SavepointError::TooMany(
+                "savepoints are off: checkpoint.max_savepoints = 0".into(),
+            ));
+        }
         let dir = self.config.savepoint_dir();
         let held = match count_savepoints(&dir) {
             Ok(n) => n,
