@@ -79,6 +79,16 @@ group.initial.rebalance.delay.ms=0
 # demo) use fixed event times long past: time-based retention (7 days by
 # default) would delete results between their commit and the reader.
 log.retention.ms=-1
+# A small footprint per partition: tests and benchmarks create thousands of
+# topics. Every partition's active segment preallocates its offset and time
+# indexes at log.index.size.max.bytes (10 MiB each by default); 1 MiB holds
+# the index of a whole 64 MiB segment. The internal topics keep their own
+# settings (offsets.topic.segment.bytes, transaction.state.log.segment.bytes).
+log.index.size.max.bytes=1048576
+log.segment.bytes=67108864
+# A deleted topic's files go after 5 s instead of 60 s (the test kit deletes
+# each test process's topics when it exits).
+log.segment.delete.delay.ms=5000
 # Let a killed producer's open transaction be aborted quickly in tests.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=5000
 # Group mode (KIP-848): the broker owns the session timeout. 6 s instead of

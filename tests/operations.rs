@@ -294,6 +294,118 @@ fn a_secret_from_the_environment_appears_in_no_log_line_or_output() {
     );
 }
 
+/// `weir validate` on `config` with `env`: the exit code and stderr.
+fn validate(config: &Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = Command::new(WEIR)
+        .args(["validate", "--config"])
+        .arg(config)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_admin_endpoint_beyond_loopback_requires_a_token_and_bounds_savepoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topics(2);
+    produce(&input, 2, &["x y z x"]);
+    let token = format!("tok-{}-{}", std::process::id(), unique("t"));
+    let open = JobSpec {
+        admin_listen: "0.0.0.0:0".into(),
+        checkpoint_extra: "max_savepoints = 1".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    // Without a token, beyond loopback: refused by validate and by run,
+    // naming the key.
+    let config = open.write();
+    let (code, err) = validate(&config, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("admin.token_env"), "{err}");
+    assert!(err.contains("allow_unauthenticated"), "{err}");
+    let run = Command::new(WEIR)
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(String::from_utf8_lossy(&run.stderr).contains("admin.token_env"));
+    // Open on purpose: accepted.
+    let opted_out = JobSpec {
+        admin_extra: "allow_unauthenticated = true".into(),
+        ..open.clone()
+    };
+    let (code, err) = validate(&opted_out.write(), &[]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let guarded = JobSpec {
+        admin_extra: "token_env = \"WEIR_TEST_ADMIN_TOKEN\"".into(),
+        ..open.clone()
+    };
+    let config = guarded.write();
+    let (code, err) = validate(&config, &[]);
+    assert_eq!(code, Some(2), "the variable is unset: {err}");
+    assert!(err.contains("admin.token_env"), "{err}");
+    let env = [("WEIR_TEST_ADMIN_TOKEN", token.as_str())];
+    assert_eq!(validate(&config, &env).0, Some(0));
+    let mut w = WeirProcess::start(weir(), &config, &env);
+    let listening = w.admin_addr(Duration::from_secs(30));
+    assert!(listening.starts_with("0.0.0.0:"), "{listening}");
+    let addr = listening.replace("0.0.0.0", "127.0.0.1");
+    read_counts(
+        &output,
+        &[("x", 2), ("y", 1), ("z", 1)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+    );
+    // The probes stay open.
+    assert_eq!(http(&addr, "GET", "/health", None).0, 200);
+    assert!(wait_until(Duration::from_secs(30), || http(
+        &addr, "GET", "/ready", None
+    )
+    .0 == 200));
+    // Keyed state: only with the token.
+    for wrong in [None, Some("wrong"), Some(&token[..token.len() - 1])] {
+        let (status, body) = http(&addr, "GET", "/state/word-count/x", wrong);
+        assert_eq!(status, 401, "{wrong:?}: {body}");
+        assert!(!body.contains("count"), "{body}");
+    }
+    let (status, body) = http(&addr, "GET", "/state/word-count/x", Some(&token));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"count\":2"), "{body}");
+    for path in ["/metrics", "/checkpoints", "/api/overview"] {
+        assert_eq!(http(&addr, "GET", path, None).0, 401, "{path}");
+        assert_eq!(http(&addr, "GET", path, Some(&token)).0, 200, "{path}");
+    }
+    // Savepoints: only with the token, and at most checkpoint.max_savepoints.
+    let (status, body) = http(&addr, "POST", "/savepoints", None);
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = http(&addr, "POST", "/savepoints", Some(&token));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(&addr, "POST", "/savepoints", Some(&token));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("checkpoint.max_savepoints = 1"), "{body}");
+    let savepoints = std::fs::read_dir(
+        guarded
+            .checkpoint_dir
+            .join(format!("{}-savepoints", guarded.name)),
+    )
+    .unwrap()
+    .count();
+    assert_eq!(savepoints, 1, "the refused request wrote nothing");
+    assert!(w.stop(Duration::from_secs(60)).success());
+    assert!(!w.log_text().contains(&token), "the token is in the log");
+}
+
 #[test]
 fn a_second_weir_on_the_same_state_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();

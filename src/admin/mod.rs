@@ -4,7 +4,9 @@
 //!
 //! `/health`, `/ready` and the console page `/` are open (probes; the page
 //! holds no data and asks for the token itself); with `[admin] token_env`
-//! set, the other routes require `Authorization: Bearer <token>`.
+//! set, the other routes require `Authorization: Bearer <token>`, compared
+//! in constant time. Validation requires the token when `listen` is not a
+//! loopback address, unless `allow_unauthenticated` says otherwise.
 
 pub mod overview;
 
@@ -21,7 +23,7 @@ use axum::{Json, Router};
 use crate::observe::history::History;
 use crate::observe::metrics::Metrics;
 use crate::runtime::query::{QueryError, QueryFailure, QueryRoutes, QUERY_TIMEOUT};
-use crate::runtime::SavepointRequest;
+use crate::runtime::{SavepointError, SavepointRequest};
 
 /// What the endpoint reads and whom it asks for savepoints.
 pub struct AdminState {
@@ -70,10 +72,18 @@ fn unauthorized(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
     let token = state.token.as_ref()?;
     let given = headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    (given != Some(token.as_str()))
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer ".as_slice()));
+    let matches = given.is_some_and(|given| token_matches(given, token.as_bytes()));
+    (!matches)
         .then(|| (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response())
+}
+
+/// Whether `given` is the token, in time that does not depend on where
+/// the two differ (only on their lengths), so that response times do not
+/// give the token away byte by byte.
+fn token_matches(given: &[u8], token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(given.ct_eq(token))
 }
 
 async fn console() -> Response {
@@ -265,7 +275,10 @@ async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> 
     }
     match tokio::time::timeout(state.savepoint_timeout, rx).await {
         Ok(Ok(Ok(path))) => Json(serde_json::json!({ "path": path })).into_response(),
-        Ok(Ok(Err(reason))) => json_error(StatusCode::INTERNAL_SERVER_ERROR, reason),
+        Ok(Ok(Err(SavepointError::TooMany(reason)))) => json_error(StatusCode::CONFLICT, reason),
+        Ok(Ok(Err(SavepointError::Failed(reason)))) => {
+            json_error(StatusCode::INTERNAL_SERVER_ERROR, reason)
+        }
         Ok(Err(_)) | Err(_) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "no checkpoint completed the savepoint in time".into(),
@@ -467,6 +480,48 @@ mod tests {
         let (status, body) = call(&s, "POST", "/savepoints", None).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body, r#"{"path":"/sp/savepoint-1"}"#);
+    }
+
+    #[tokio::test]
+    async fn a_savepoint_over_the_bound_answers_409_naming_the_key() {
+        let (s, rx) = state(None);
+        std::thread::spawn(move || {
+            let req = rx.recv().unwrap();
+            req.reply
+                .send(Err(SavepointError::TooMany(
+                    "10 savepoints in /sp reach checkpoint.max_savepoints = 10".into(),
+                )))
+                .unwrap();
+        });
+        let (status, body) = call(&s, "POST", "/savepoints", None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert!(body.contains("checkpoint.max_savepoints"), "{body}");
+    }
+
+    #[test]
+    fn tokens_are_compared_whole() {
+        assert!(token_matches(b"t0ken", b"t0ken"));
+        assert!(!token_matches(b"t0ke", b"t0ken"), "a prefix");
+        assert!(!token_matches(b"t0kenx", b"t0ken"), "longer");
+        assert!(!token_matches(b"", b"t0ken"));
+        assert!(!token_matches(b"T0KEN", b"t0ken"));
+    }
+
+    #[tokio::test]
+    async fn a_bearer_token_that_is_not_utf8_or_has_another_scheme_is_refused() {
+        let (s, _rx) = state(Some("t0ken"));
+        for auth in [&b"Basic t0ken"[..], b"bearer t0ken", b"Bearer t0ken\xff"] {
+            let req = Request::builder()
+                .uri("/checkpoints")
+                .header(
+                    "authorization",
+                    axum::http::HeaderValue::from_bytes(auth).unwrap(),
+                )
+                .body(Body::empty())
+                .unwrap();
+            let resp = router(s.clone()).oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+        }
     }
 
     #[tokio::test]

@@ -322,6 +322,28 @@ pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The savepoints in `dir`: `savepoint-*` folders, not counting copies
+/// still being written (`*.partial`). A missing folder holds none.
+pub fn count_savepoints(dir: &Path) -> Result<usize> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(WeirError::io(dir, e)),
+    };
+    let mut n = 0;
+    for entry in entries {
+        let path = entry.map_err(|e| WeirError::io(dir, e))?.path();
+        let is_savepoint = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("savepoint-"));
+        if is_savepoint && path.is_dir() && path.extension().is_none_or(|e| e != "partial") {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Removes `*.partial` folders in `dir`: savepoint copies a crash cut short.
 /// Returns the folders removed.
 pub fn remove_partial_copies(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -568,6 +590,12 @@ mod tests {
         let synced_now = synced::take();
         assert!(synced_now.contains(&sp.join("savepoint-2.partial/state/wc/0/CURRENT")));
         assert!(synced_now.contains(&sp));
+        assert_eq!(
+            count_savepoints(&sp).unwrap(),
+            1,
+            "the partial copy is not one"
+        );
+        assert_eq!(count_savepoints(&tmp.path().join("none")).unwrap(), 0);
         let removed = remove_partial_copies(&sp).unwrap();
         assert_eq!(removed, vec![sp.join("savepoint-1.partial")]);
         assert!(sp.join("savepoint-2").is_dir());

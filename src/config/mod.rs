@@ -772,6 +772,121 @@ topic = "word-counts"
     }
 
     #[test]
+    fn debug_of_the_config_redacts_every_kafka_and_s3_secret() {
+        let props = [
+            ("sasl.password", "kafka-sasl-pw"),
+            ("ssl.key.password", "kafka-key-pw"),
+            ("ssl.keystore.password", "kafka-keystore-pw"),
+            ("ssl.truststore.password", "kafka-truststore-pw"),
+            ("sasl.oauthbearer.client.secret", "kafka-oauth-secret"),
+            ("sasl.oauthbearer.config", "principal=kafka-oauth-config"),
+            ("ssl.key.pem", "kafka-key-pem"),
+            ("basic.auth.user.info", "user:kafka-basic-pw"),
+        ];
+        let lines: String = props
+            .iter()
+            .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
+            .collect();
+        let text = VALID
+            .replace("\"socket.timeout.ms\" = \"30000\"", &lines)
+            .replace("dir = \"/tmp/weir-test/chk\"", "dir = \"s3://bucket/prod\"")
+            .replace(
+                "topic = \"word-counts\"",
+                "topic = \"word-counts\"\ndelivery = \"exactly-once\"",
+            )
+            + "[checkpoint.s3]\nendpoint = \"http://127.0.0.1:9300\"\nregion = \"eu-west-1\"\n\
+               access_key_id = \"AKIDEXAMPLEKEYID\"\nsecret_access_key = \"s3-secret-key\"\n\
+               [scale]\nmode = \"group\"\ninstance = \"a\"\n";
+        let c = load(&text, &[]).unwrap();
+        let debug = format!("{c:?}");
+        let pretty = format!("{c:#?}");
+        for secret in props
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(["AKIDEXAMPLEKEYID", "s3-secret-key"])
+        {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+            assert!(!pretty.contains(secret), "{secret} in {pretty}");
+        }
+        let s3 = format!("{:?}", c.checkpoint.s3.as_ref().unwrap());
+        assert!(
+            !s3.contains("s3-secret-key") && !s3.contains("AKIDEXAMPLEKEYID"),
+            "{s3}"
+        );
+        assert!(
+            s3.contains("secret_access_key: Some(\"<redacted>\")"),
+            "{s3}"
+        );
+        assert!(s3.contains("eu-west-1"), "what is not secret stays: {s3}");
+        let kafka = format!("{:?}", c.kafka);
+        assert!(
+            kafka.contains("\"ssl.key.password\": \"<redacted>\""),
+            "{kafka}"
+        );
+        // An unset secret prints as unset, not as a redacted value.
+        let none = format!("{:?}", S3Config::default());
+        assert!(none.contains("secret_access_key: None"), "{none}");
+    }
+
+    #[test]
+    fn an_admin_endpoint_beyond_loopback_needs_a_token_or_an_explicit_opt_out() {
+        let with_admin = |admin: &str| VALID.to_string() + "[admin]\n" + admin + "\n";
+        for open in ["0.0.0.0:9249", "[::]:9249", "10.1.2.3:9249"] {
+            let e = load(&with_admin(&format!("listen = \"{open}\"")), &[]).unwrap_err();
+            assert_eq!(keys(&e), vec!["admin.token_env"], "{open}: {e}");
+            let message = e.to_string();
+            assert!(message.contains("allow_unauthenticated"), "{message}");
+            assert!(message.contains("beyond loopback"), "{message}");
+        }
+        for loopback in [
+            "127.0.0.1:9249",
+            "127.0.0.2:0",
+            "[::1]:9249",
+            "localhost:9249",
+            "",
+        ] {
+            load(&with_admin(&format!("listen = \"{loopback}\"")), &[])
+                .unwrap_or_else(|e| panic!("{loopback}: {e}"));
+        }
+        let opted_out = load(
+            &with_admin("listen = \"0.0.0.0:9249\"\nallow_unauthenticated = true"),
+            &[],
+        )
+        .unwrap();
+        assert!(opted_out.admin.allow_unauthenticated);
+        // SAFETY (of the test): a variable no other test reads or writes.
+        std::env::set_var("WEIR_TEST_ADMIN_TOKEN_7f3a", "t0ken");
+        load(
+            &with_admin("listen = \"0.0.0.0:9249\"\ntoken_env = \"WEIR_TEST_ADMIN_TOKEN_7f3a\""),
+            &[],
+        )
+        .unwrap();
+        let both = load(
+            &with_admin(
+                "listen = \"0.0.0.0:9249\"\ntoken_env = \"WEIR_TEST_ADMIN_TOKEN_7f3a\"\n\
+                 allow_unauthenticated = true",
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&both), vec!["admin.allow_unauthenticated"], "{both}");
+        let unset = load(
+            &with_admin("listen = \"0.0.0.0:9249\"\ntoken_env = \"WEIR_TEST_ADMIN_TOKEN_UNSET\""),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&unset), vec!["admin.token_env"], "{unset}");
+    }
+
+    #[test]
+    fn savepoints_are_bounded_by_default() {
+        let c = load(VALID, &[]).unwrap();
+        assert_eq!(c.checkpoint.max_savepoints, 10);
+        let text = VALID.replace("interval = \"1s\"", "interval = \"1s\"\nmax_savepoints = 3");
+        assert_eq!(load(&text, &[]).unwrap().checkpoint.max_savepoints, 3);
+    }
+
+    #[test]
     fn aggregate_uid_names_function_field_and_key() {
         let text = VALID
             .replace(

@@ -43,7 +43,7 @@ impl fmt::Debug for KafkaConfig {
                 (
                     k.as_str(),
                     if is_sensitive(k) {
-                        "<redacted>"
+                        REDACTED
                     } else {
                         v.as_str()
                     },
@@ -64,6 +64,7 @@ pub fn is_sensitive(property: &str) -> bool {
     let p = property.to_ascii_lowercase();
     p.contains("password")
         || p.contains("secret")
+        || p.contains("user.info")
         || p == "sasl.oauthbearer.config"
         || p == "ssl.key.pem"
         || p == "ssl_key"
@@ -88,6 +89,12 @@ pub struct CheckpointConfig {
     /// Where `POST /savepoints` writes; retention never deletes savepoints.
     /// Defaults to `<dir>/<job name>-savepoints`.
     pub savepoint_dir: Option<PathBuf>,
+    /// Savepoints `savepoint_dir` may hold: each pins its state files on
+    /// disk. `POST /savepoints` is refused (409) once this many are there;
+    /// weir never deletes a savepoint (the operator does). 0 turns
+    /// savepoints off.
+    #[serde(default = "defaults::max_savepoints")]
+    pub max_savepoints: u32,
     /// Consecutive failed checkpoints tolerated before the job restarts.
     #[serde(default = "defaults::tolerable_failures")]
     pub tolerable_failures: u32,
@@ -97,8 +104,8 @@ pub struct CheckpointConfig {
 
 /// `[checkpoint.s3]`: endpoint, region and credentials of an `s3://`
 /// checkpoint location. What is left out comes from the usual `AWS_*`
-/// environment variables.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// environment variables. Its `Debug` hides the keys.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
     /// An S3-compatible endpoint (MinIO, moto, ...); AWS when absent.
@@ -109,6 +116,22 @@ pub struct S3Config {
     /// Permits an `http://` endpoint (an emulator or a private store).
     #[serde(default)]
     pub allow_http: bool,
+}
+
+/// What `Debug` prints for a secret that is set.
+pub const REDACTED: &str = "<redacted>";
+
+impl fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hide = |v: &Option<String>| v.as_ref().map(|_| REDACTED);
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &hide(&self.access_key_id))
+            .field("secret_access_key", &hide(&self.secret_access_key))
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
 }
 
 /// `[scale]`: one process, or several instances sharing the job through a
@@ -169,9 +192,14 @@ pub struct AdminConfig {
     /// Address to listen on; loopback unless changed. "" disables it.
     #[serde(default = "defaults::admin_listen")]
     pub listen: String,
-    /// Name of an environment variable holding a bearer token that
-    /// `/metrics`, `/checkpoints` and `/savepoints` then require.
+    /// Name of an environment variable holding a bearer token that every
+    /// route but `/`, `/health` and `/ready` then requires. Required when
+    /// `listen` is not a loopback address.
     pub token_env: Option<String>,
+    /// Serves a non-loopback `listen` without a token: anyone who reaches
+    /// the port reads keyed state and takes savepoints. Off by default.
+    #[serde(default)]
+    pub allow_unauthenticated: bool,
 }
 
 impl Default for AdminConfig {
@@ -179,6 +207,7 @@ impl Default for AdminConfig {
         Self {
             listen: defaults::admin_listen(),
             token_env: None,
+            allow_unauthenticated: false,
         }
     }
 }
@@ -488,6 +517,9 @@ pub(crate) mod defaults {
     }
     pub fn retained() -> u32 {
         2
+    }
+    pub fn max_savepoints() -> u32 {
+        10
     }
     pub fn cache_entries() -> usize {
         200_000

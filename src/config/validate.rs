@@ -185,13 +185,12 @@ impl Config {
                 ),
             );
         }
-        if !self.admin.listen.is_empty()
-            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
-        {
+        let listen_loopback = admin_listen_is_loopback(&self.admin.listen);
+        if !self.admin.listen.is_empty() && listen_loopback.is_none() {
             bad(
                 "admin.listen",
                 format!(
-                    "{:?} is not an address like 127.0.0.1:9249",
+                    "{:?} is not an address like 127.0.0.1:9249 or localhost:9249",
                     self.admin.listen
                 ),
             );
@@ -203,6 +202,26 @@ impl Config {
                     format!("environment variable {var} is not set or empty"),
                 );
             }
+            if self.admin.allow_unauthenticated {
+                bad(
+                    "admin.allow_unauthenticated",
+                    "is true while admin.token_env is set: choose one (the token, or an open \
+                     endpoint)"
+                        .into(),
+                );
+            }
+        } else if listen_loopback == Some(false) && !self.admin.allow_unauthenticated {
+            bad(
+                "admin.token_env",
+                format!(
+                    "must be set: admin.listen {} is reachable beyond loopback, and without a \
+                     token anyone who reaches it reads keyed state (/state) and takes \
+                     savepoints. Name an environment variable holding a bearer token \
+                     (token_env = \"WEIR_ADMIN_TOKEN\"), listen on 127.0.0.1, or set \
+                     admin.allow_unauthenticated = true to serve it open on purpose",
+                    self.admin.listen
+                ),
+            );
         }
         if let Some(level) = &self.log.level {
             if tracing_subscriber::EnvFilter::try_new(level).is_err() {
@@ -464,4 +483,14 @@ impl Config {
             );
         }
     }
+}
+
+/// Whether an `admin.listen` value is a loopback address (127.0.0.0/8,
+/// `[::1]`, `localhost`); None when it is not an address at all.
+fn admin_listen_is_loopback(listen: &str) -> Option<bool> {
+    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+        return Some(addr.ip().is_loopback());
+    }
+    let port = listen.strip_prefix("localhost:")?;
+    port.parse::<u16>().ok().map(|_| true)
 }

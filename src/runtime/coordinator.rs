@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::gate::EpochGate;
-use super::{now_ms, Ack, JobShared, SourceCommand};
+use super::{now_ms, Ack, JobShared, SavepointError, SourceCommand};
 use crate::checkpoint::checksum::BackgroundVerification;
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
 use crate::checkpoint::retention::{to_prune, Retained};
-use crate::checkpoint::store::copy_checkpoint;
+use crate::checkpoint::store::{copy_checkpoint, count_savepoints};
 use crate::checkpoint::{
     CheckpointMetadata, CheckpointStore, PartitionOffset, StateHandle, Topology,
 };
@@ -180,6 +180,11 @@ impl Coordinator {
                     break true;
                 }
                 if let Ok(request) = self.shared.savepoints.try_recv() {
+                    // Over the bound no checkpoint is taken for it.
+                    if let Some(refusal) = self.savepoint_refusal() {
+                        let _ = request.reply.send(Err(refusal));
+                        continue;
+                    }
                     savepoint = Some(request);
                     break false;
                 }
@@ -230,9 +235,9 @@ impl Coordinator {
             self.shared.history.record(stats);
             self.shared.metrics.checkpoints_failed.inc();
             if let Some(request) = savepoint {
-                let _ = request
-                    .reply
-                    .send(Err(format!("checkpoint {id} failed: {reason}")));
+                let _ = request.reply.send(Err(SavepointError::Failed(format!(
+                    "checkpoint {id} failed: {reason}"
+                ))));
             }
             if outcome.status == Status::Aborted {
                 return Ok(());
@@ -531,14 +536,45 @@ impl Coordinator {
 
     /// Copies completed checkpoint `id` into the savepoint directory (hard
     /// links where it can), where retention never looks.
-    fn write_savepoint(&self, id: u64) -> std::result::Result<String, String> {
+    fn write_savepoint(&self, id: u64) -> std::result::Result<String, SavepointError> {
         let dir: PathBuf = self
             .config
             .savepoint_dir()
             .join(format!("savepoint-{id:010}-{}", now_ms()));
-        copy_checkpoint(&self.store.folder(id), &dir).map_err(|e| e.report().to_string())?;
+        copy_checkpoint(&self.store.folder(id), &dir)
+            .map_err(|e| SavepointError::Failed(e.report().to_string()))?;
         info!(checkpoint_id = id, path = %dir.display(), "savepoint written");
         Ok(dir.display().to_string())
+    }
+
+    /// Why a savepoint may not be taken now: `checkpoint.max_savepoints`
+    /// are already in the savepoint directory (weir never deletes one).
+    fn savepoint_refusal(&self) -> Option<SavepointError> {
+        let max = self.config.checkpoint.max_savepoints;
+        if max == 0 {
+            return Some(SavepointError::TooMany(
+                "savepoints are off: checkpoint.max_savepoints = 0".into(),
+            ));
+        }
+        let dir = self.config.savepoint_dir();
+        let held = match count_savepoints(&dir) {
+            Ok(n) => n,
+            Err(e) => {
+                return Some(SavepointError::Failed(format!(
+                    "cannot count the savepoints in {}: {}",
+                    dir.display(),
+                    e.report()
+                )))
+            }
+        };
+        (held >= max as usize).then(|| {
+            warn!(held, max, dir = %dir.display(), "savepoint refused: checkpoint.max_savepoints reached");
+            SavepointError::TooMany(format!(
+                "{held} savepoints in {} reach checkpoint.max_savepoints = {max}; delete one you \
+                 no longer need (weir never deletes savepoints) or raise the limit",
+                dir.display()
+            ))
+        })
     }
 
     /// Deletes checkpoints beyond `retained`; never one recovery may need.

@@ -156,7 +156,17 @@ pub use crate::observe::now_ms;
 /// A request for a savepoint (from the admin endpoint); the Coordinator
 /// answers with its path.
 pub struct SavepointRequest {
-    pub reply: tokio::sync::oneshot::Sender<Result<String, String>>,
+    pub reply: tokio::sync::oneshot::Sender<Result<String, SavepointError>>,
+}
+
+/// Why no savepoint was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SavepointError {
+    /// The checkpoint or the copy failed.
+    Failed(String),
+    /// `checkpoint.max_savepoints` savepoints are already there; none was
+    /// taken.
+    TooMany(String),
 }
 
 /// A named crash point for crash tests (`--features failpoints`, set with

@@ -13,6 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -29,18 +30,174 @@ pub fn bootstrap() -> String {
     std::env::var("WEIR_TEST_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into())
 }
 
-/// A name no other test run uses.
+/// A name no other test run uses. The process remembers it: when the
+/// process exits, every topic whose name contains it (the topic itself, or
+/// one weir derived from a job name, such as `<job>.<uid>.repartition`)
+/// is deleted ([`delete_topics_of_this_process`]).
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis();
-    format!(
+    let name = format!(
         "{prefix}-{}-{t}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
-    )
+    );
+    remember(&name);
+    name
+}
+
+/// Names [`unique`] handed out in this process.
+static NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn remember(name: &str) {
+    NAMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(name.to_string());
+    static AT_EXIT: Once = Once::new();
+    AT_EXIT.call_once(|| {
+        if keep_topics() {
+            return;
+        }
+        // librdkafka's global set-up (and the TLS library's, which may
+        // register exit handlers of its own) runs with the first client.
+        // Exit handlers run in the reverse order of registration: made
+        // after that, ours runs while Kafka clients can still be created.
+        drop(admin_client());
+        // SAFETY: registers a function with no arguments that catches its
+        // own panics; atexit has no other requirement.
+        unsafe {
+            libc::atexit(delete_at_exit);
+        }
+        // What processes that never reached their exit left (killed,
+        // interrupted with Ctrl-C), in the background.
+        std::thread::spawn(|| {
+            if let Err(e) = delete_topics_of_dead_processes(Duration::from_secs(600)) {
+                eprintln!("weir-testkit: could not delete topics of earlier test processes: {e}");
+            }
+        });
+    });
+}
+
+/// The pid and the time (Unix ms) in a name that [`unique`] made, or in
+/// one derived from it.
+fn maker_of(topic: &str) -> Option<(u32, u128)> {
+    static PATTERN: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"-(\d{1,10})-(\d{13})-\d+").unwrap());
+    let c = PATTERN.captures(topic)?;
+    Some((c[1].parse().ok()?, c[2].parse().ok()?))
+}
+
+fn process_is_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Deletes topics named by [`unique`] in a process of this machine that no
+/// longer runs, made more than `min_age` ago (the age keeps a broker shared
+/// with other machines' test runs, whose pids mean nothing here, safe for
+/// that long); returns the topics deleted.
+pub fn delete_topics_of_dead_processes(min_age: Duration) -> Result<Vec<String>, String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let doomed = list_topics()?
+        .into_iter()
+        .filter(|topic| {
+            maker_of(topic).is_some_and(|(pid, made)| {
+                now.saturating_sub(made) > min_age.as_millis() && !process_is_alive(pid)
+            })
+        })
+        .collect();
+    delete_topics(doomed)
+}
+
+fn list_topics() -> Result<Vec<String>, String> {
+    let lister: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .map_err(|e| format!("metadata client: {e}"))?;
+    let metadata = lister
+        .fetch_metadata(None, Duration::from_secs(10))
+        .map_err(|e| format!("list topics on {}: {e}", bootstrap()))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect())
+}
+
+/// Deletes `topics` (asked, not awaited: the broker removes the logs in
+/// the background); a topic already gone is no failure.
+fn delete_topics(topics: Vec<String>) -> Result<Vec<String>, String> {
+    if topics.is_empty() {
+        return Ok(topics);
+    }
+    let admin = admin_client();
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+    for chunk in topics.chunks(200) {
+        let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let results = block_on(admin.delete_topics(&names, &options))
+            .map_err(|e| format!("delete {} topics: {e}", names.len()))?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                if code != rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition {
+                    return Err(format!("delete topic {topic}: {code}"));
+                }
+            }
+        }
+    }
+    Ok(topics)
+}
+
+/// `WEIR_TEST_KEEP_TOPICS=1` keeps a test process's topics (to look at
+/// them after a failure).
+fn keep_topics() -> bool {
+    std::env::var_os("WEIR_TEST_KEEP_TOPICS").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+extern "C" fn delete_at_exit() {
+    // A panic must not unwind into libc; a failure to clean up must not
+    // change the process's exit code either.
+    let _ = std::panic::catch_unwind(|| match delete_topics_of_this_process() {
+        Ok(deleted) if !deleted.is_empty() => {
+            eprintln!(
+                "weir-testkit: deleted this process's {} topics",
+                deleted.len()
+            )
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("weir-testkit: could not delete this process's topics: {e}"),
+    });
+}
+
+fn admin_client() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("admin client")
+}
+
+/// Deletes every topic whose name contains a name [`unique`] handed out in
+/// this process, and forgets those names; returns the topics deleted.
+/// Runs by itself when the process exits (tests and benchmarks alike), so
+/// that topics are never deleted under a test still running; call it
+/// directly only when nothing of this process uses its topics any more.
+pub fn delete_topics_of_this_process() -> Result<Vec<String>, String> {
+    let names = std::mem::take(&mut *NAMES.lock().unwrap_or_else(|e| e.into_inner()));
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let doomed = list_topics()?
+        .into_iter()
+        .filter(|topic| names.iter().any(|n| topic.contains(n.as_str())))
+        .collect();
+    delete_topics(doomed)
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -65,10 +222,7 @@ pub fn create_compacted_topic(name: &str, partitions: i32) {
 /// A topic with the given topic configs, ready (every partition has a
 /// leader) when this returns.
 pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .expect("admin client");
+    let admin = admin_client();
     let topic = configs.iter().fold(
         NewTopic::new(name, partitions, TopicReplication::Fixed(1)),
         |topic, (key, value)| topic.set(key, value),
@@ -811,4 +965,26 @@ pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
         .lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_maker_of_a_unique_name_is_found_in_names_derived_from_it() {
+        let name = unique("wc");
+        let (pid, made) = maker_of(&name).unwrap();
+        assert_eq!(pid, std::process::id());
+        assert!(made > 1_600_000_000_000);
+        let derived = format!("{name}.word-count.repartition");
+        assert_eq!(maker_of(&derived), Some((pid, made)));
+        assert_eq!(
+            maker_of(&format!("weir-{name}-{}", unique("out"))).map(|m| m.0),
+            Some(pid)
+        );
+        assert_eq!(maker_of("words"), None);
+        assert_eq!(maker_of("word-counts-2"), None);
+        assert!(process_is_alive(pid));
+    }
 }
