@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use weir_testkit::{
-    assert_multiset, bootstrap, create_topic, http, log_tail, produce, read_topic, topic_pair,
-    unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
+    assert_multiset, bootstrap, create_topic, create_topic_with, http, log_tail, produce,
+    read_topic, topic_pair, unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -90,6 +90,8 @@ struct Cluster {
     protocol: &'static str,
     /// `source.start`.
     start: &'static str,
+    /// `source.on_bad_record`.
+    on_bad_record: &'static str,
     /// Where instances started from now on reach S3 (the emulator itself
     /// unless set), and `[kafka.properties]` lines they get besides.
     s3_endpoint: Option<String>,
@@ -113,6 +115,7 @@ impl Cluster {
             timeout: "5s".into(),
             protocol: "consumer",
             start: "earliest",
+            on_bad_record: "fail",
             s3_endpoint: None,
             properties: String::new(),
             tasks: TASKS,
@@ -129,6 +132,7 @@ impl Cluster {
         spec.delivery = "exactly-once".into();
         spec.interval = self.interval.clone();
         spec.start = self.start.into();
+        spec.on_bad_record = self.on_bad_record.into();
         spec.extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
              [kafka.properties]\n\"transaction.timeout.ms\" = \"{}\"\n{}{}",
@@ -238,6 +242,14 @@ impl Cluster {
             self.running.remove(&i);
             self.start(i);
         }
+    }
+
+    /// Every instance's whole log, for what must (not) have been logged.
+    fn full_logs(&self) -> String {
+        (0..4)
+            .filter_map(|i| std::fs::read_to_string(self.base.join(format!("i{i}/weir.log"))).ok())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Waits until the committed output holds every expected pair, then
@@ -516,6 +528,53 @@ fn classic_protocol_scaling_one_three_one_is_exact() {
 fn s3_scaling_one_three_one_is_exact() {
     let dir = tempfile::tempdir().unwrap();
     scales_one_three_one(Storage::s3(), dir.path(), "consumer");
+}
+
+/// Issue #38 item 5: a repartition record carries a row's key and the
+/// whole row, so a 600 KB word makes a record over 1 MB, larger than the
+/// producer's `message.max.bytes`. Under `on_bad_record = "skip"` the row
+/// is skipped with a warning naming it, like an oversized sink record in
+/// single mode: no instance exits (before, each owner of the source's
+/// partition in turn failed with `OutputTooLarge`), and every other word
+/// is counted exactly.
+#[test]
+fn a_row_too_large_for_a_repartition_record_is_skipped_and_every_instance_keeps_running() {
+    let (_tmp, dir) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&dir, Storage::Shared(dir.join("shared")));
+    c.on_bad_record = "skip";
+    let (mut lines, expected) = word_lines(rng.next_u64(), 4_000, 5, 500);
+    let giant = "g".repeat(600 * 1024);
+    lines.insert(2_000, giant.clone());
+    for i in 0..3 {
+        c.start(i);
+    }
+    feed(&c.input, lines, 500, Duration::from_millis(200))
+        .join()
+        .unwrap();
+    c.assert_exact(&expected);
+    // A while longer: an instance that failed on the row would be gone.
+    std::thread::sleep(Duration::from_secs(5));
+    c.assert_alive();
+    assert_eq!(c.running.len(), 3);
+    let logs = c.full_logs();
+    assert!(
+        logs.lines().any(
+            |l| l.contains("skipped an output record over message.max.bytes")
+                && l.contains(".word-count.repartition")
+                && l.contains(&giant[..48])
+        ),
+        "the skip is logged naming the topic and the row's key: {}",
+        c.logs()
+    );
+    assert!(
+        !logs.contains("restarting") && !logs.contains("OutputTooLarge"),
+        "{}",
+        c.logs()
+    );
+    for i in 0..3 {
+        c.stop(i);
+    }
 }
 
 /// SIGKILL of an instance whose epoch is open: its transaction holds
@@ -860,6 +919,35 @@ fn a_different_task_count_is_refused() {
     let log = w.log_text();
     assert!(
         log.contains("has 3 partitions but scale.tasks = 8"),
+        "{}",
+        log_tail(&log)
+    );
+}
+
+/// Issue #38 item 5: a repartition topic whose `max.message.bytes` is
+/// below the producer's `message.max.bytes` would take a record the
+/// producer accepts and then refuse it at the broker, failing every
+/// transaction holding it: refused at start, naming both keys.
+#[test]
+fn a_repartition_topic_smaller_than_the_producers_records_is_refused_naming_both_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    create_topic_with(
+        &format!("{}.word-count.repartition", c.name),
+        TASKS as i32,
+        &[("max.message.bytes", "500000")],
+    );
+    c.start(0);
+    let mut w = c.running.remove(&0).unwrap();
+    let status = w
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the instance kept running:\n{}", log_tail(&w.log_text())));
+    assert!(!status.success());
+    let log = w.log_text();
+    assert!(
+        log.contains("max.message.bytes = 500000")
+            && log.contains("message.max.bytes = 1000000")
+            && log.contains("--add-config max.message.bytes=1000061"),
         "{}",
         log_tail(&log)
     );

@@ -58,7 +58,7 @@ use super::chain::{Chain, ExchangeOut, SlotBody, Target};
 use super::{check_sink_topics, slot_body, OutputFor};
 use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::{SnapshotFile, StateHandle};
-use crate::config::{Config, StartPosition};
+use crate::config::{BadRecordPolicy, Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
 use crate::dataflow::row::Row;
 use crate::dataflow::state::KeyedStore;
@@ -725,6 +725,7 @@ impl GraphInstance {
                             tasks: self.config.scale.tasks,
                         },
                         self.epoch.clone(),
+                        self.repartition_too_large(n, name.clone(), subtask, stage),
                     ),
                     cols.clone(),
                 ));
@@ -746,6 +747,61 @@ impl GraphInstance {
             self.config.job.max_parallelism,
             self.cancel.clone(),
             self.metrics.clone(),
+        )
+    }
+
+    /// What a hash edge out of `node` does with a row too large for a
+    /// repartition record: the `on_bad_record` of the sources upstream of
+    /// it, through the sink's path for an oversized result. When they
+    /// differ, the strictest wins (fail, then dead-letter, then skip): a
+    /// source that asked to stop on a bad record never has its rows
+    /// dropped for another source's policy.
+    fn repartition_too_large(
+        &self,
+        node: NodeId,
+        uid: String,
+        subtask: u32,
+        stage: usize,
+    ) -> Output {
+        let graph = &self.graph;
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![node];
+        let mut policy: Option<(BadRecordPolicy, Option<String>)> = None;
+        while let Some(n) = todo.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if let NodeBody::Source(s) = &graph.nodes[n].body {
+                let rank = |p: BadRecordPolicy| match p {
+                    BadRecordPolicy::Fail => 2,
+                    BadRecordPolicy::DeadLetter => 1,
+                    BadRecordPolicy::Skip => 0,
+                };
+                if policy
+                    .as_ref()
+                    .is_none_or(|(p, _)| rank(s.on_bad_record) > rank(*p))
+                {
+                    policy = Some((s.on_bad_record, s.dead_letter_topic.clone()));
+                }
+            }
+            todo.extend(graph.inputs(n).map(|e| e.from));
+        }
+        let (policy, dead_letters) = policy.unwrap_or((BadRecordPolicy::Fail, None));
+        let policy = match (policy, &dead_letters) {
+            // Validated with the source; never a dead letter without a topic.
+            (BadRecordPolicy::DeadLetter, None) => BadRecordPolicy::Fail,
+            (p, _) => p,
+        };
+        Output::new(
+            uid,
+            subtask,
+            self.producer.clone(),
+            self.plan.stages[stage].topic.clone(),
+            dead_letters,
+            policy,
+            Arc::new(EpochGate::new(0)),
+            self.metrics.clone(),
+            self.cancel.clone(),
         )
     }
 

@@ -33,8 +33,9 @@ const WATERMARK: u8 = 2;
 const SHAPE: u8 = 4;
 const ROWS: u8 = 5;
 
-/// A run of rows is closed once it holds this many bytes, well under
-/// Kafka's default `message.max.bytes` (1 MB).
+/// A run of rows is closed before it would pass this many bytes, well
+/// under Kafka's default `message.max.bytes` (1 MB); a row over it on its
+/// own is a record alone (`exchange::RepartitionOut`).
 pub const ROWS_BYTES: usize = 256 * 1024;
 
 /// What a writer's rows' partitions mean: key group `kg` (of
@@ -106,6 +107,17 @@ impl RowsWriter {
 
     pub fn count(&self) -> u32 {
         self.count
+    }
+
+    /// Forgets the last row pushed (its bytes are the caller's to cut).
+    pub fn pop(&mut self) {
+        self.count -= 1;
+    }
+
+    /// A row as [`RowsWriter::push`] encoded it.
+    pub fn push_encoded(&mut self, row: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(row);
+        self.count += 1;
     }
 
     pub fn finish(&mut self, out: &mut [u8]) {
