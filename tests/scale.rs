@@ -96,6 +96,8 @@ struct Cluster {
     /// unless set), and `[kafka.properties]` lines they get besides.
     s3_endpoint: Option<String>,
     properties: String,
+    /// `[kafka.properties]` lines of one instance only.
+    instance_properties: BTreeMap<usize, String>,
     /// `scale.tasks` and `transaction.timeout.ms`.
     tasks: u32,
     transaction_timeout_ms: u32,
@@ -118,6 +120,7 @@ impl Cluster {
             on_bad_record: "fail",
             s3_endpoint: None,
             properties: String::new(),
+            instance_properties: BTreeMap::new(),
             tasks: TASKS,
             transaction_timeout_ms: 30_000,
             running: BTreeMap::new(),
@@ -135,11 +138,15 @@ impl Cluster {
         spec.on_bad_record = self.on_bad_record.into();
         spec.extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
-             [kafka.properties]\n\"transaction.timeout.ms\" = \"{}\"\n{}{}",
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"{}\"\n{}{}{}",
             self.tasks,
             self.protocol,
             self.transaction_timeout_ms,
             self.properties,
+            self.instance_properties
+                .get(&i)
+                .map(String::as_str)
+                .unwrap_or_default(),
             self.storage
                 .extra(self.s3_endpoint.as_deref().unwrap_or(&s3_endpoint()))
         );
@@ -628,6 +635,69 @@ fn a_killed_instances_open_transaction_is_aborted_when_its_tasks_move() {
     );
     c.assert_alive();
     c.stop(0);
+}
+
+/// Issue #38 item 6: a task's new owner fences the instance that last
+/// committed it only when that instance is not in the group. Members used
+/// to be told apart by a `client.id` weir set (`weir-instance-<name>`),
+/// so an instance with its own `client.id` in `[kafka.properties]` looked
+/// dead to one without: i1 sets one, owns every task, then i0 and i2 join
+/// and take some of i1's tasks (and later i1 takes some back when i2
+/// stops). No instance may fence another, and none restarts.
+#[test]
+fn a_live_instance_with_its_own_client_id_is_never_fenced_when_its_tasks_move() {
+    let (_tmp, dir) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&dir, Storage::Shared(dir.join("shared")));
+    c.instance_properties
+        .insert(1, "\"client.id\" = \"my-own-client-id\"\n".into());
+    let (lines, expected) = word_lines(rng.next_u64(), 9_000, 10, 2_000);
+    let (first, rest) = lines.split_at(3_000);
+    c.start(1);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    produce(&c.input, 4, first);
+    // i1 commits checkpoints of every task: their pointers name it.
+    std::thread::sleep(Duration::from_secs(5));
+    let feeder = feed(&c.input, rest.to_vec(), 500, Duration::from_millis(300));
+    c.start(0);
+    let started = Instant::now();
+    while c.tasks_of(0).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "i0 never owned a task:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    c.start(2);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(3));
+    c.stop(2);
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    for (i, w) in c.running.iter_mut() {
+        assert!(
+            matches!(w.child.try_wait(), Ok(None)),
+            "i{i} exited:\n{}",
+            log_tail(&w.log_text())
+        );
+    }
+    let logs = c.full_logs();
+    let fenced: Vec<&str> = logs
+        .lines()
+        .filter(|l| {
+            l.contains("took over the transactional id")
+                && (l.contains("instance=\"i0\"") || l.contains("instance=\"i1\""))
+        })
+        .collect();
+    assert!(fenced.is_empty(), "a live instance was fenced: {fenced:?}");
+    assert!(
+        !logs.contains("restarting"),
+        "an instance restarted:\n{}",
+        c.logs()
+    );
+    c.stop(0);
+    c.stop(1);
 }
 
 /// Test 4: an instance paused until its tasks moved is fenced when it

@@ -89,6 +89,26 @@ pub fn committed_marker(stage: &str, task: u32) -> String {
     format!("{MARKERS}/{stage}/{task:04}")
 }
 
+/// Where a group-mode instance announces its group member id
+/// ([`Presence`]), below the job's folder.
+pub fn presence_key(instance: &str) -> String {
+    format!("members/{instance}.json")
+}
+
+/// An instance's group member id, written each time it changes (a new
+/// process, a new member after a classic-protocol rejoin), so that the
+/// instances that take its tasks over can tell whether it, in its latest
+/// incarnation, is still a member of the group
+/// (`GraphInstance::fence_dead_owners`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Presence {
+    pub instance: String,
+    pub member: String,
+    /// The process attempt (`<writer>-<incarnation>`) that wrote it.
+    pub writer: String,
+    pub written_ms: u64,
+}
+
 /// One file of a task checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestFile {
