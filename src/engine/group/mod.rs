@@ -918,6 +918,8 @@ impl GraphInstance {
             member: member.clone(),
             writer: format!("{}-{}", self.writer, self.incarnations),
             written_ms: crate::runtime::now_ms(),
+            wire_format: wire::FORMAT,
+            manifest_format: manifest::FORMAT,
         };
         let bytes = serde_json::to_vec(&presence).expect("a presence serializes");
         match self

@@ -19,6 +19,20 @@
 //! version before runs of rows, is still read: its Kafka key is the row's
 //! key.
 //!
+//! # Versions
+//!
+//! The record types above are wire format [`FORMAT`] 1. The rule that
+//! keeps rolling upgrades safe (docs/operations.md): a record type's
+//! number and layout never change once released, and a new type (or a
+//! new layout, under a new number) makes a new format. A build reads
+//! every format up to its own; it writes a newer format only once every
+//! member of the group announces that it reads it ([`agreed_format`],
+//! `manifest::Presence`), and a member that announces nothing is a build
+//! of format 1. A record of an unknown type is refused with a message
+//! that names the format and says to upgrade the instance that meets it.
+//! Fixtures of format 1, written by the build that introduced this rule,
+//! are in `tests/fixtures/group-v1/` (`tests/compat.rs`).
+//!
 //! A writer's first write to a partition in each epoch (transaction) is
 //! its [`Shape`]: the `job.max_parallelism` and `scale.tasks` its rows'
 //! partitions were chosen by. A reading task refuses a shape other than
@@ -27,6 +41,22 @@
 
 use crate::dataflow::codec::{get_varint, put_varint, StateCodec};
 use crate::dataflow::row::Row;
+
+/// The newest repartition wire format this build reads and writes (see
+/// the module's "Versions").
+pub const FORMAT: u32 = 1;
+
+/// The format the group's writers use: the newest every member reads.
+/// `own` is this build's; `members` what each other member announced,
+/// `None` for one that announced nothing (a build before formats were
+/// announced reads format 1 only).
+pub fn agreed_format(own: u32, members: impl IntoIterator<Item = Option<u32>>) -> u32 {
+    members
+        .into_iter()
+        .map(|f| f.unwrap_or(1))
+        .fold(own, u32::min)
+        .max(1)
+}
 
 const ROW: u8 = 1;
 const WATERMARK: u8 = 2;
@@ -273,7 +303,11 @@ pub fn decode(bytes: &[u8]) -> Result<Wire<'_>, String> {
             }
             Ok(Wire::Shape { instance, shape })
         }
-        t => Err(format!("unknown repartition record type {t}")),
+        t => Err(format!(
+            "unknown repartition record type {t}: written by a newer weir build (this build \
+             reads repartition wire format {FORMAT}); upgrade this instance to the build the \
+             job's other instances run (docs/operations.md, \"Rolling upgrades\")"
+        )),
     }
 }
 
@@ -383,6 +417,14 @@ mod tests {
         };
         let last = rows.last().expect("two rows");
         assert!(last.unwrap_err().contains("1 bytes after the last row"));
+    }
+
+    #[test]
+    fn the_agreed_format_is_the_oldest_any_member_reads() {
+        assert_eq!(agreed_format(FORMAT, []), FORMAT);
+        assert_eq!(agreed_format(3, [Some(3), None]), 1);
+        assert_eq!(agreed_format(3, [Some(2), Some(3)]), 2);
+        assert_eq!(agreed_format(2, [Some(5)]), 2);
     }
 
     #[test]
