@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use weir_testkit::{
-    assert_multiset, bootstrap, create_topic, http, log_tail, produce, read_topic, topic_pair,
-    unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
+    assert_multiset, bootstrap, create_topic, create_topic_with, http, log_tail, produce,
+    read_topic, topic_pair, unique, word_lines, Isolation, JobSpec, OutRecord, Rng, WeirProcess,
 };
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -90,10 +90,16 @@ struct Cluster {
     protocol: &'static str,
     /// `source.start`.
     start: &'static str,
+    /// `source.on_bad_record`.
+    on_bad_record: &'static str,
     /// Where instances started from now on reach S3 (the emulator itself
     /// unless set), and `[kafka.properties]` lines they get besides.
     s3_endpoint: Option<String>,
     properties: String,
+    /// `[kafka.properties]` lines of one instance only.
+    instance_properties: BTreeMap<usize, String>,
+    /// Another build's binary for one instance (rolling upgrades).
+    binaries: BTreeMap<usize, PathBuf>,
     /// `scale.tasks` and `transaction.timeout.ms`.
     tasks: u32,
     transaction_timeout_ms: u32,
@@ -113,8 +119,11 @@ impl Cluster {
             timeout: "5s".into(),
             protocol: "consumer",
             start: "earliest",
+            on_bad_record: "fail",
             s3_endpoint: None,
             properties: String::new(),
+            instance_properties: BTreeMap::new(),
+            binaries: BTreeMap::new(),
             tasks: TASKS,
             transaction_timeout_ms: 30_000,
             running: BTreeMap::new(),
@@ -129,13 +138,18 @@ impl Cluster {
         spec.delivery = "exactly-once".into();
         spec.interval = self.interval.clone();
         spec.start = self.start.into();
+        spec.on_bad_record = self.on_bad_record.into();
         spec.extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {}\ninstance = \"i{i}\"\ngroup_protocol = {:?}\n\n\
-             [kafka.properties]\n\"transaction.timeout.ms\" = \"{}\"\n{}{}",
+             [kafka.properties]\n\"transaction.timeout.ms\" = \"{}\"\n{}{}{}",
             self.tasks,
             self.protocol,
             self.transaction_timeout_ms,
             self.properties,
+            self.instance_properties
+                .get(&i)
+                .map(String::as_str)
+                .unwrap_or_default(),
             self.storage
                 .extra(self.s3_endpoint.as_deref().unwrap_or(&s3_endpoint()))
         );
@@ -153,7 +167,11 @@ impl Cluster {
             ("WEIR__CHECKPOINT__TIMEOUT", self.timeout.as_str()),
         ];
         vars.extend_from_slice(env);
-        let w = WeirProcess::start(Path::new(WEIR), &config, &vars);
+        let binary = self
+            .binaries
+            .get(&i)
+            .map_or(Path::new(WEIR), PathBuf::as_path);
+        let w = WeirProcess::start(binary, &config, &vars);
         self.running.insert(i, w);
     }
 
@@ -238,6 +256,14 @@ impl Cluster {
             self.running.remove(&i);
             self.start(i);
         }
+    }
+
+    /// Every instance's whole log, for what must (not) have been logged.
+    fn full_logs(&self) -> String {
+        (0..4)
+            .filter_map(|i| std::fs::read_to_string(self.base.join(format!("i{i}/weir.log"))).ok())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Waits until the committed output holds every expected pair, then
@@ -518,6 +544,53 @@ fn s3_scaling_one_three_one_is_exact() {
     scales_one_three_one(Storage::s3(), dir.path(), "consumer");
 }
 
+/// Issue #38 item 5: a repartition record carries a row's key and the
+/// whole row, so a 600 KB word makes a record over 1 MB, larger than the
+/// producer's `message.max.bytes`. Under `on_bad_record = "skip"` the row
+/// is skipped with a warning naming it, like an oversized sink record in
+/// single mode: no instance exits (before, each owner of the source's
+/// partition in turn failed with `OutputTooLarge`), and every other word
+/// is counted exactly.
+#[test]
+fn a_row_too_large_for_a_repartition_record_is_skipped_and_every_instance_keeps_running() {
+    let (_tmp, dir) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&dir, Storage::Shared(dir.join("shared")));
+    c.on_bad_record = "skip";
+    let (mut lines, expected) = word_lines(rng.next_u64(), 4_000, 5, 500);
+    let giant = "g".repeat(600 * 1024);
+    lines.insert(2_000, giant.clone());
+    for i in 0..3 {
+        c.start(i);
+    }
+    feed(&c.input, lines, 500, Duration::from_millis(200))
+        .join()
+        .unwrap();
+    c.assert_exact(&expected);
+    // A while longer: an instance that failed on the row would be gone.
+    std::thread::sleep(Duration::from_secs(5));
+    c.assert_alive();
+    assert_eq!(c.running.len(), 3);
+    let logs = c.full_logs();
+    assert!(
+        logs.lines().any(
+            |l| l.contains("skipped an output record over message.max.bytes")
+                && l.contains(".word-count.repartition")
+                && l.contains(&giant[..48])
+        ),
+        "the skip is logged naming the topic and the row's key: {}",
+        c.logs()
+    );
+    assert!(
+        !logs.contains("restarting") && !logs.contains("OutputTooLarge"),
+        "{}",
+        c.logs()
+    );
+    for i in 0..3 {
+        c.stop(i);
+    }
+}
+
 /// SIGKILL of an instance whose epoch is open: its transaction holds
 /// output (and repartition records for every task, if it reads input), so
 /// every read_committed reader of those partitions (the output's reader,
@@ -569,6 +642,141 @@ fn a_killed_instances_open_transaction_is_aborted_when_its_tasks_move() {
     );
     c.assert_alive();
     c.stop(0);
+}
+
+/// Issue #38 item 6: a task's new owner fences the instance that last
+/// committed it only when that instance is not in the group. Members used
+/// to be told apart by a `client.id` weir set (`weir-instance-<name>`),
+/// so an instance with its own `client.id` in `[kafka.properties]` looked
+/// dead to one without: i1 sets one, owns every task, then i0 and i2 join
+/// and take some of i1's tasks (and later i1 takes some back when i2
+/// stops). No instance may fence another, and none restarts.
+#[test]
+fn a_live_instance_with_its_own_client_id_is_never_fenced_when_its_tasks_move() {
+    let (_tmp, dir) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&dir, Storage::Shared(dir.join("shared")));
+    c.instance_properties
+        .insert(1, "\"client.id\" = \"my-own-client-id\"\n".into());
+    let (lines, expected) = word_lines(rng.next_u64(), 9_000, 10, 2_000);
+    let (first, rest) = lines.split_at(3_000);
+    c.start(1);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    produce(&c.input, 4, first);
+    // i1 commits checkpoints of every task: their pointers name it.
+    std::thread::sleep(Duration::from_secs(5));
+    let feeder = feed(&c.input, rest.to_vec(), 500, Duration::from_millis(300));
+    c.start(0);
+    let started = Instant::now();
+    while c.tasks_of(0).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "i0 never owned a task:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    c.start(2);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(3));
+    c.stop(2);
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    for (i, w) in c.running.iter_mut() {
+        assert!(
+            matches!(w.child.try_wait(), Ok(None)),
+            "i{i} exited:\n{}",
+            log_tail(&w.log_text())
+        );
+    }
+    let logs = c.full_logs();
+    let fenced: Vec<&str> = logs
+        .lines()
+        .filter(|l| {
+            l.contains("took over the transactional id")
+                && (l.contains("instance=\"i0\"") || l.contains("instance=\"i1\""))
+        })
+        .collect();
+    assert!(fenced.is_empty(), "a live instance was fenced: {fenced:?}");
+    assert!(
+        !logs.contains("restarting"),
+        "an instance restarted:\n{}",
+        c.logs()
+    );
+    c.stop(0);
+    c.stop(1);
+}
+
+/// Issue #38 item 7, a rolling upgrade: two instances of an earlier
+/// build (its binary in `WEIR_OLD_BINARY`) run the job, one of this build
+/// joins, then each earlier one is stopped and replaced by this build,
+/// while input flows. Every instance keeps running and the output is
+/// exact. Ignored by default: it needs the earlier build
+/// (docs/operations.md, "Rolling upgrades").
+#[test]
+#[ignore = "needs an earlier build's binary in WEIR_OLD_BINARY"]
+fn a_rolling_upgrade_from_an_earlier_build_is_exact() {
+    let old = PathBuf::from(
+        std::env::var("WEIR_OLD_BINARY").expect("WEIR_OLD_BINARY names an earlier build's weir"),
+    );
+    let (_tmp, dir) = test_dir();
+    let mut rng = Rng::new(seed());
+    let mut c = Cluster::new(&dir, Storage::Shared(dir.join("shared")));
+    let (lines, expected) = word_lines(rng.next_u64(), 30_000, 10, 2_000);
+    c.binaries.insert(0, old.clone());
+    c.binaries.insert(1, old);
+    c.start(0);
+    c.start(1);
+    c.wait_all_tasks_owned(Duration::from_secs(60));
+    let feeder = feed(&c.input, lines, 500, Duration::from_millis(400));
+    std::thread::sleep(Duration::from_secs(4));
+    // Two of the earlier build and one of this.
+    c.start(2);
+    let wait_for_tasks = |c: &mut Cluster, i: usize| {
+        let started = Instant::now();
+        while c.tasks_of(i).is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "i{i} never owned a task:\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    wait_for_tasks(&mut c, 2);
+    std::thread::sleep(Duration::from_secs(4));
+    for i in [0, 1] {
+        c.stop(i);
+        c.binaries.remove(&i);
+        c.start(i);
+        // The log is appended to: the admin address is the new process's
+        // once it logged its own.
+        assert!(c.running.get_mut(&i).unwrap().wait_for_log(
+            "admin endpoint listening",
+            2,
+            Duration::from_secs(30)
+        ));
+        wait_for_tasks(&mut c, i);
+        std::thread::sleep(Duration::from_secs(4));
+    }
+    feeder.join().unwrap();
+    c.assert_exact(&expected);
+    for (i, w) in c.running.iter_mut() {
+        assert!(
+            matches!(w.child.try_wait(), Ok(None)),
+            "i{i} exited:\n{}",
+            log_tail(&w.log_text())
+        );
+    }
+    let logs = c.full_logs();
+    assert!(
+        !logs.contains("unknown repartition record type") && !logs.contains("restarting"),
+        "{}",
+        c.logs()
+    );
+    for i in 0..3 {
+        c.stop(i);
+    }
 }
 
 /// Test 4: an instance paused until its tasks moved is fenced when it
@@ -860,6 +1068,35 @@ fn a_different_task_count_is_refused() {
     let log = w.log_text();
     assert!(
         log.contains("has 3 partitions but scale.tasks = 8"),
+        "{}",
+        log_tail(&log)
+    );
+}
+
+/// Issue #38 item 5: a repartition topic whose `max.message.bytes` is
+/// below the producer's `message.max.bytes` would take a record the
+/// producer accepts and then refuse it at the broker, failing every
+/// transaction holding it: refused at start, naming both keys.
+#[test]
+fn a_repartition_topic_smaller_than_the_producers_records_is_refused_naming_both_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(dir.path(), Storage::Shared(dir.path().join("shared")));
+    create_topic_with(
+        &format!("{}.word-count.repartition", c.name),
+        TASKS as i32,
+        &[("max.message.bytes", "500000")],
+    );
+    c.start(0);
+    let mut w = c.running.remove(&0).unwrap();
+    let status = w
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the instance kept running:\n{}", log_tail(&w.log_text())));
+    assert!(!status.success());
+    let log = w.log_text();
+    assert!(
+        log.contains("max.message.bytes = 500000")
+            && log.contains("message.max.bytes = 1000000")
+            && log.contains("--add-config max.message.bytes=1000061"),
         "{}",
         log_tail(&log)
     );

@@ -14,9 +14,12 @@ use rdkafka::client::{Client, ClientContext};
 
 use crate::error::{Result, WeirError};
 
-/// The `client.id` of a group-mode instance's group consumer (unless
-/// `[kafka.properties]` sets one), by which other instances tell from the
-/// group's members whether it is alive.
+/// The `client.id` of a group-mode instance's group consumer unless
+/// `[kafka.properties]` sets one: it names the instance in the group's
+/// member list for people and tools (`weir reset`), and builds before
+/// issue #38 tell live instances by it. Members are told apart by their
+/// member id ([`own_member_id`], `Member::member_id`), never by it: a
+/// `client.id` is the user's to set.
 pub fn instance_client_id(instance: &str) -> String {
     format!("weir-instance-{instance}")
 }
@@ -24,8 +27,29 @@ pub fn instance_client_id(instance: &str) -> String {
 /// One member of a consumer group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
+    /// The member id the group coordinator knows it by (KIP-848: chosen
+    /// once per consumer and kept when it rejoins; classic protocol: given
+    /// at its first join).
+    pub member_id: String,
     pub client_id: String,
     pub host: String,
+}
+
+/// The member id `client` (a group consumer) has in its group now, if it
+/// joined.
+pub fn own_member_id<C: ClientContext>(client: &Client<C>) -> Option<String> {
+    // SAFETY: `rd_kafka_memberid` returns a string the caller owns (or
+    // null), freed here with `rd_kafka_mem_free` after it is copied.
+    unsafe {
+        let rk = client.native_ptr();
+        let id = rd::rd_kafka_memberid(rk);
+        if id.is_null() {
+            return None;
+        }
+        let text = CStr::from_ptr(id).to_string_lossy().into_owned();
+        rd::rd_kafka_mem_free(rk, id as *mut std::ffi::c_void);
+        (!text.is_empty()).then_some(text)
+    }
 }
 
 /// The members of consumer group `group` now, asked through `client`
@@ -113,6 +137,7 @@ unsafe fn members_of(event: *mut rd::rd_kafka_event_t) -> std::result::Result<Ve
         for m in 0..rd::rd_kafka_ConsumerGroupDescription_member_count(description) {
             let member = rd::rd_kafka_ConsumerGroupDescription_member(description, m);
             members.push(Member {
+                member_id: text(rd::rd_kafka_MemberDescription_consumer_id(member)),
                 client_id: text(rd::rd_kafka_MemberDescription_client_id(member)),
                 host: text(rd::rd_kafka_MemberDescription_host(member)),
             });

@@ -366,6 +366,15 @@ impl Output {
         }
     }
 
+    /// Applies `on_bad_record` to a record the producer refused for its
+    /// size, `bytes` long, under `key` (shown in the warning, the error and
+    /// the dead letter, which describes it). Group mode's repartition edges
+    /// use it for a row too large for a repartition record, with their
+    /// sources' policy (`exchange::RepartitionOut`).
+    pub fn refused_for_size(&self, key: &[u8], bytes: usize) -> Result<()> {
+        self.sent(Err(SendError::TooLarge { bytes }), key)
+    }
+
     /// Counts a sent result, or applies `on_bad_record` to one the producer
     /// refused for its size (a replay would make it again: restarting
     /// cannot help).
@@ -388,7 +397,7 @@ impl Output {
                     BadRecordPolicy::Fail => Err(error),
                     BadRecordPolicy::Skip => {
                         self.metrics.bad_records.with_label_values(&["skip"]).inc();
-                        warn!(uid = %self.uid, subtask = self.subtask, key = %shown, bytes, "skipped an output record over message.max.bytes");
+                        warn!(uid = %self.uid, subtask = self.subtask, topic = %self.sink_topic, key = %shown, bytes, "skipped an output record over message.max.bytes");
                         Ok(())
                     }
                     BadRecordPolicy::DeadLetter => {
@@ -396,7 +405,7 @@ impl Output {
                             .bad_records
                             .with_label_values(&["dead-letter"])
                             .inc();
-                        warn!(uid = %self.uid, subtask = self.subtask, key = %shown, bytes, "output record over message.max.bytes described in the dead-letter topic");
+                        warn!(uid = %self.uid, subtask = self.subtask, topic = %self.sink_topic, key = %shown, bytes, "output record over message.max.bytes described in the dead-letter topic");
                         // The description, not the record: it would not fit either.
                         let description = DeadLetter {
                             key: Some(shown.into_bytes()),

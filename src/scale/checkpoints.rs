@@ -72,7 +72,7 @@ pub fn load_manifest(storage: &SharedStorage, label: &str, key: &str) -> Result<
             storage.location
         ))
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    manifest::parse_manifest(&bytes).map_err(|e| {
         WeirError::Recovery(format!(
             "{label}: its committed checkpoint {}/{key} cannot be read: {e}",
             storage.location
@@ -209,12 +209,11 @@ pub fn collect(
     for o in storage.list(prefix)? {
         if o.key.contains("/manifests/") {
             let files = match storage.get(&o.key)? {
-                Some(b) => match serde_json::from_slice::<TaskManifest>(&b) {
-                    Ok(m) => m.files.into_iter().map(|f| f.key).collect(),
-                    // An unreadable manifest is never a committed one
-                    // (those are checked); its files are not protected.
-                    Err(_) => Vec::new(),
-                },
+                // Of any format, a newer build's too: its files stay
+                // while it is retained. An unreadable manifest is never a
+                // committed one (those are checked); its files are not
+                // protected.
+                Some(b) => manifest::manifest_file_keys(&b).unwrap_or_default(),
                 None => continue,
             };
             objects.manifests.insert(o.key, (files, o.modified_ms));

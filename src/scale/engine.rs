@@ -250,8 +250,11 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
     // retention while being read, a log truncated) is an error, not a
     // silent jump to either end of the partition.
     cc.set("auto.offset.reset", "error");
-    // Names the instance among the group's members, for the instances
-    // that take its tasks over (`GraphInstance::fence_dead_owners`).
+    // Names the instance among the group's members for people and tools
+    // (`weir reset`), and for instances of builds before issue #38, which
+    // tell a live instance by it: a build of today goes by member ids
+    // (`GraphInstance::fence_dead_owners`), so a `client.id` of the user's
+    // own changes nothing.
     if !c.kafka.properties.contains_key("client.id") {
         cc.set(
             "client.id",

@@ -89,6 +89,31 @@ pub fn committed_marker(stage: &str, task: u32) -> String {
     format!("{MARKERS}/{stage}/{task:04}")
 }
 
+/// Where a group-mode instance announces its group member id
+/// ([`Presence`]), below the job's folder.
+pub fn presence_key(instance: &str) -> String {
+    format!("members/{instance}.json")
+}
+
+/// An instance's group member id, written each time it changes (a new
+/// process, a new member after a classic-protocol rejoin), so that the
+/// instances that take its tasks over can tell whether it, in its latest
+/// incarnation, is still a member of the group
+/// (`GraphInstance::fence_dead_owners`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Presence {
+    pub instance: String,
+    pub member: String,
+    /// The process attempt (`<writer>-<incarnation>`) that wrote it.
+    pub writer: String,
+    pub written_ms: u64,
+    /// The newest repartition wire format (`engine::group::wire::FORMAT`)
+    /// and task manifest format ([`FORMAT`]) the instance reads: what the
+    /// group may write once every member reads it (rolling upgrades).
+    pub wire_format: u32,
+    pub manifest_format: u32,
+}
+
 /// One file of a task checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestFile {
@@ -152,7 +177,53 @@ pub struct WriterMark {
     pub idle: bool,
 }
 
+/// The newest task manifest format this build reads and writes. A field
+/// added with a serde default (which earlier builds ignore, and which they
+/// may leave out) keeps the format; any other change makes a new one,
+/// which a build writes only once every member of the group announces
+/// that it reads it (`Presence::manifest_format`, as for the repartition
+/// wire format: `engine::group::wire`). Every format keeps `files[].key`,
+/// which garbage collection reads ([`manifest_file_keys`]). Fixtures of
+/// format 1 are in `tests/fixtures/group-v1/`.
 pub const FORMAT: u32 = 1;
+
+/// A task manifest from its stored bytes: refused with a message saying
+/// what to do when a newer build wrote it.
+pub fn parse_manifest(bytes: &[u8]) -> Result<TaskManifest, String> {
+    #[derive(Deserialize)]
+    struct Head {
+        format: u32,
+    }
+    let head: Head = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if head.format > FORMAT {
+        return Err(format!(
+            "it is of task manifest format {}, written by a newer weir build (this build reads \
+             formats up to {FORMAT}); upgrade this instance to the build the job's other \
+             instances run (docs/operations.md, \"Rolling upgrades\")",
+            head.format
+        ));
+    }
+    if head.format == 0 {
+        return Err("its format is 0, which no weir build writes".into());
+    }
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+}
+
+/// The stored files a manifest of any format references, for garbage
+/// collection (which must keep them even when this build cannot read the
+/// rest of the manifest); None if it is not a manifest.
+pub fn manifest_file_keys(bytes: &[u8]) -> Option<Vec<String>> {
+    #[derive(Deserialize)]
+    struct Files {
+        files: Vec<FileKey>,
+    }
+    #[derive(Deserialize)]
+    struct FileKey {
+        key: String,
+    }
+    let f: Files = serde_json::from_slice(bytes).ok()?;
+    Some(f.files.into_iter().map(|f| f.key).collect())
+}
 
 impl TaskManifest {
     /// Where this manifest is stored.

@@ -1,6 +1,17 @@
 //! A hash edge in group mode: rows go to the repartition topic partition
 //! of their key group's task, in the instance's open transaction, with
 //! the writer's watermarks among them.
+//!
+//! Rows go in runs (`wire::RowsWriter`) closed before they would pass
+//! `wire::ROWS_BYTES`. A row over that on its own is a record alone, sent
+//! by itself: if the producer refuses it for its size (over
+//! `message.max.bytes`: a record carries the key and the whole row, so a
+//! 600 KB word makes a record over 1 MB), the edge applies the
+//! `on_bad_record` policy of the sources upstream of it, through the same
+//! path as a sink's oversized result (`Output::refused_for_size`): skipped
+//! with a warning naming its key, described in the dead-letter topic, or
+//! the job stops. A replay would make the same row again, so failing over
+//! to another instance cannot help.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,6 +21,7 @@ use crate::dataflow::Record;
 use crate::element::Element;
 use crate::error::{Result, WeirError};
 use crate::kafka::producer::{ProduceBatch, SinkProducer};
+use crate::runtime::output::Output;
 
 pub struct RepartitionOut {
     pub producer: Arc<SinkProducer>,
@@ -33,9 +45,12 @@ pub struct RepartitionOut {
     last: (i64, bool),
     batch: ProduceBatch,
     buf: Vec<u8>,
+    /// The sources' `on_bad_record` for a row too large for a record.
+    too_large: Output,
 }
 
 impl RepartitionOut {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         producer: Arc<SinkProducer>,
         topic: String,
@@ -44,6 +59,7 @@ impl RepartitionOut {
         instance: String,
         shape: wire::Shape,
         epoch: Arc<AtomicU64>,
+        too_large: Output,
     ) -> Self {
         let tasks = shape.tasks as usize;
         Self {
@@ -59,6 +75,7 @@ impl RepartitionOut {
             last: (crate::time::MIN_WATERMARK, false),
             batch: ProduceBatch::default(),
             buf: Vec::with_capacity(4096),
+            too_large,
         }
     }
 
@@ -68,16 +85,36 @@ impl RepartitionOut {
         match element {
             Element::Records(records) => {
                 // One Kafka record per run of rows (wire.rs says why),
-                // closed at `wire::ROWS_BYTES`.
+                // closed before it would pass `wire::ROWS_BYTES`.
                 let mut run = wire::RowsWriter::default();
                 run.begin(self.port, &mut self.buf);
                 for r in &records {
+                    let before = self.buf.len();
                     run.push(&r.key, r.timestamp, &r.row, &mut self.buf);
-                    if self.buf.len() >= wire::ROWS_BYTES {
+                    if self.buf.len() <= wire::ROWS_BYTES {
+                        continue;
+                    }
+                    if run.count() > 1 {
+                        // The rows before this one are a run of their own.
+                        let row = self.buf.split_off(before);
+                        run.pop();
                         run.finish(&mut self.buf);
                         self.batch.push(&[], &self.buf);
                         run.begin(self.port, &mut self.buf);
+                        run.push_encoded(&row, &mut self.buf);
+                        if self.buf.len() <= wire::ROWS_BYTES {
+                            continue;
+                        }
                     }
+                    // Over a run's size on its own: a record alone.
+                    run.finish(&mut self.buf);
+                    let record = std::mem::take(&mut self.buf);
+                    let sent = self
+                        .produce(target)
+                        .and_then(|()| self.produce_alone(target, &record, &r.key));
+                    self.buf = record;
+                    sent?;
+                    run.begin(self.port, &mut self.buf);
                 }
                 if run.count() > 0 {
                     run.finish(&mut self.buf);
@@ -123,16 +160,7 @@ impl RepartitionOut {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let epoch = self.epoch.load(Ordering::Relaxed) + 1;
-        if self.shaped[target] != epoch {
-            // First in the epoch's transaction on this partition: sent
-            // before the batch, so that it goes before the rows.
-            let mut first = ProduceBatch::default();
-            wire::encode_shape(&self.instance, self.shape, &mut self.buf);
-            first.push(&[], &self.buf);
-            self.send_batch(target, &mut first)?;
-            self.shaped[target] = epoch;
-        }
+        self.shape_first(target)?;
         let mut batch = std::mem::take(&mut self.batch);
         let sent = self.send_batch(target, &mut batch);
         batch.clear();
@@ -140,6 +168,40 @@ impl RepartitionOut {
         sent
     }
 
+    /// The writer's shape, when nothing was sent to `target` yet in this
+    /// epoch's transaction: it goes before the rows.
+    fn shape_first(&mut self, target: usize) -> Result<()> {
+        let epoch = self.epoch.load(Ordering::Relaxed) + 1;
+        if self.shaped[target] != epoch {
+            let mut first = ProduceBatch::default();
+            wire::encode_shape(&self.instance, self.shape, &mut self.buf);
+            first.push(&[], &self.buf);
+            self.send_batch(target, &mut first)?;
+            self.shaped[target] = epoch;
+        }
+        Ok(())
+    }
+
+    /// A run of one row (`record`) over `wire::ROWS_BYTES`, by itself, so
+    /// that a refusal for its size is that row's: the sources' policy
+    /// applies to it (`key` is the row's).
+    fn produce_alone(&mut self, target: usize, record: &[u8], key: &[u8]) -> Result<()> {
+        self.shape_first(target)?;
+        let mut one = ProduceBatch::default();
+        one.push(&[], record);
+        let sent = self
+            .producer
+            .send_batch_to(&self.topic, target as i32, &mut one)
+            .map_err(|e| e.into_error(&self.topic))?;
+        match sent.too_large.first() {
+            Some((_, bytes)) => self.too_large.refused_for_size(key, *bytes),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends shapes, watermarks and runs of rows within `wire::ROWS_BYTES`:
+    /// a refusal for size is the configuration's fault (a
+    /// `message.max.bytes` below a run), not a row's, and stops the job.
     fn send_batch(&self, target: usize, batch: &mut ProduceBatch) -> Result<()> {
         let sent = self
             .producer

@@ -58,7 +58,7 @@ use super::chain::{Chain, ExchangeOut, SlotBody, Target};
 use super::{check_sink_topics, slot_body, OutputFor};
 use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::{SnapshotFile, StateHandle};
-use crate::config::{Config, StartPosition};
+use crate::config::{BadRecordPolicy, Config, StartPosition};
 use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
 use crate::dataflow::row::Row;
 use crate::dataflow::state::KeyedStore;
@@ -348,6 +348,8 @@ pub struct GraphInstance {
     /// writes its shape first in every epoch (`exchange::RepartitionOut`).
     epoch: Arc<std::sync::atomic::AtomicU64>,
     incarnations: u64,
+    /// The group member id last announced on shared storage.
+    announced: Option<String>,
     inputs: BTreeMap<(String, i32), InputPartition>,
     /// One chain per source (stateless: shared by its partitions), and the
     /// rows read for it not yet pushed.
@@ -600,6 +602,7 @@ fn run_attempt(
         seq: 0,
         epoch: Arc::default(),
         incarnations: 0,
+        announced: None,
         inputs: BTreeMap::new(),
         source_chains: Vec::new(),
         source_batches: Vec::new(),
@@ -725,6 +728,7 @@ impl GraphInstance {
                             tasks: self.config.scale.tasks,
                         },
                         self.epoch.clone(),
+                        self.repartition_too_large(n, name.clone(), subtask, stage),
                     ),
                     cols.clone(),
                 ));
@@ -746,6 +750,61 @@ impl GraphInstance {
             self.config.job.max_parallelism,
             self.cancel.clone(),
             self.metrics.clone(),
+        )
+    }
+
+    /// What a hash edge out of `node` does with a row too large for a
+    /// repartition record: the `on_bad_record` of the sources upstream of
+    /// it, through the sink's path for an oversized result. When they
+    /// differ, the strictest wins (fail, then dead-letter, then skip): a
+    /// source that asked to stop on a bad record never has its rows
+    /// dropped for another source's policy.
+    fn repartition_too_large(
+        &self,
+        node: NodeId,
+        uid: String,
+        subtask: u32,
+        stage: usize,
+    ) -> Output {
+        let graph = &self.graph;
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![node];
+        let mut policy: Option<(BadRecordPolicy, Option<String>)> = None;
+        while let Some(n) = todo.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if let NodeBody::Source(s) = &graph.nodes[n].body {
+                let rank = |p: BadRecordPolicy| match p {
+                    BadRecordPolicy::Fail => 2,
+                    BadRecordPolicy::DeadLetter => 1,
+                    BadRecordPolicy::Skip => 0,
+                };
+                if policy
+                    .as_ref()
+                    .is_none_or(|(p, _)| rank(s.on_bad_record) > rank(*p))
+                {
+                    policy = Some((s.on_bad_record, s.dead_letter_topic.clone()));
+                }
+            }
+            todo.extend(graph.inputs(n).map(|e| e.from));
+        }
+        let (policy, dead_letters) = policy.unwrap_or((BadRecordPolicy::Fail, None));
+        let policy = match (policy, &dead_letters) {
+            // Validated with the source; never a dead letter without a topic.
+            (BadRecordPolicy::DeadLetter, None) => BadRecordPolicy::Fail,
+            (p, _) => p,
+        };
+        Output::new(
+            uid,
+            subtask,
+            self.producer.clone(),
+            self.plan.stages[stage].topic.clone(),
+            dead_letters,
+            policy,
+            Arc::new(EpochGate::new(0)),
+            self.metrics.clone(),
+            self.cancel.clone(),
         )
     }
 
@@ -843,6 +902,40 @@ impl GraphInstance {
         self.publish_ownership();
     }
 
+    /// Announces this instance's group member id on shared storage when it
+    /// changed (see [`GraphInstance::fence_dead_owners`]): at each
+    /// assignment and each commit. A failed write is a warning; it is
+    /// tried again at the next.
+    fn announce(&mut self, consumer: &Consumer_) {
+        let Some(member) = kafka::members::own_member_id(consumer.client()) else {
+            return;
+        };
+        if self.announced.as_deref() == Some(member.as_str()) {
+            return;
+        }
+        let presence = manifest::Presence {
+            instance: self.config.instance().to_string(),
+            member: member.clone(),
+            writer: format!("{}-{}", self.writer, self.incarnations),
+            written_ms: crate::runtime::now_ms(),
+            wire_format: wire::FORMAT,
+            manifest_format: manifest::FORMAT,
+        };
+        let bytes = serde_json::to_vec(&presence).expect("a presence serializes");
+        match self
+            .storage
+            .put(&manifest::presence_key(self.config.instance()), bytes)
+        {
+            Ok(()) => {
+                info!(member = %member, "announced this instance's group member id");
+                self.announced = Some(member);
+            }
+            Err(e) => {
+                warn!(error = %e.report(), "cannot announce this instance's group member id; tried again at the next commit")
+            }
+        }
+    }
+
     /// Where each of `partitions` resumes, from the group's committed
     /// offsets (read_committed), checked: an error for one partition is an
     /// error (not "no offset", which would start it over); lost offsets of
@@ -855,6 +948,7 @@ impl GraphInstance {
         consumer: &Consumer_,
         partitions: &[(String, i32)],
     ) -> Result<Vec<((String, i32), Placed)>> {
+        self.announce(consumer);
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
@@ -1182,19 +1276,34 @@ impl GraphInstance {
     /// broker aborts it `transaction.timeout.ms` after it began. So before
     /// that read, each newly assigned task's last committed pointer names
     /// the instance that wrote its checkpoint (`manifest_instance`; read
-    /// without waiting). Another instance that is no longer a member of
-    /// the group (its group consumer announces `instance_client_id`) is
-    /// fenced by its transactional id: its open transaction is aborted now,
-    /// and if it is a zombie it can no longer commit. A live member is
-    /// never fenced: it let the task go after committing. Its next process
-    /// takes its id over as always. Without a way to tell members apart (a
-    /// `client.id` set in `[kafka.properties]`), or when the pointers or
-    /// the members cannot be read or the fence fails, it warns and the
+    /// without waiting), and that instance is fenced by its transactional
+    /// id (its open transaction is aborted now, and a zombie can no longer
+    /// commit) only when it is not a member of the group.
+    ///
+    /// Members are told apart by their group member id, which every
+    /// instance announces on shared storage when it changes
+    /// ([`manifest::Presence`], [`GraphInstance::announce`]): the instance
+    /// is alive when the member id of its latest announcement is among the
+    /// group's members (DescribeConsumerGroups). So a live member is never
+    /// fenced, whatever `client.id` it sets (the user's: builds before
+    /// issue #38 went by a `client.id` weir set, and fenced live instances
+    /// with their own); and a restarted incarnation, which announces its
+    /// new member id as it joins, is not fenced by a survivor that takes
+    /// over what its predecessor wrote (the restart's own
+    /// `init_transactions` aborted that transaction already). An instance
+    /// that never announced one (a build before this) is not fenced: the
     /// read waits as before.
+    ///
+    /// Static membership (`group.instance.id`) would name instances too,
+    /// but it changes what the group does: a stopped or killed member keeps
+    /// its partitions until its session times out, so scale-in and
+    /// take-over after a crash would wait for it. The member id in the
+    /// pointer alone would not know a restarted incarnation (a new member
+    /// id), which would then be fenced needlessly.
+    ///
+    /// When the pointers, the members or an announcement cannot be read,
+    /// or the fence fails, it warns and the read waits as before.
     fn fence_dead_owners(&self, partitions: &[(String, i32)]) {
-        if self.config.kafka.properties.contains_key("client.id") {
-            return;
-        }
         let mut tpl = TopicPartitionList::new();
         for (t, p) in partitions
             .iter()
@@ -1237,8 +1346,25 @@ impl GraphInstance {
             }
         };
         for instance in &writers {
-            let client_id = kafka::members::instance_client_id(instance);
-            if members.iter().any(|m| m.client_id == client_id) {
+            let presence = match self.storage.get(&manifest::presence_key(instance)) {
+                Ok(Some(bytes)) => match serde_json::from_slice::<manifest::Presence>(&bytes) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        warn!(instance, error = %e, "an instance's announced member id does not parse; not fenced, its open transaction, if any, is left to time out");
+                        continue;
+                    }
+                },
+                Ok(None) => {
+                    info!(instance, "an instance that last committed a task never announced its group member id (a build before it did): not fenced; its open transaction, if any, is left to time out");
+                    continue;
+                }
+                Err(e) => {
+                    warn!(instance, error = %e.report(), "cannot read an instance's announced member id; not fenced, its open transaction, if any, is left to time out");
+                    continue;
+                }
+            };
+            if members.iter().any(|m| m.member_id == presence.member) {
+                debug!(instance, member = %presence.member, "the task's last writer is a member of the group: not fenced");
                 continue;
             }
             let transactional_id = self.config.transactional_id_of(instance);
@@ -1255,6 +1381,7 @@ impl GraphInstance {
             info!(
                 instance,
                 transactional_id,
+                member = %presence.member,
                 took_ms = started.elapsed().as_millis() as u64,
                 "took over the transactional id of an instance that is no longer in the group: its open transaction, if any, is aborted"
             );
@@ -1776,6 +1903,7 @@ impl GraphInstance {
     /// revocation, the stop): the open transaction is renewed when it
     /// nears its timeout instead.
     fn commit(&mut self, consumer: &Consumer_, forced: bool) -> Result<()> {
+        self.announce(consumer);
         // Housekeeping after this call covers only what it commits:
         // nothing, if it commits nothing (a stop with an empty epoch).
         self.collectable.clear();

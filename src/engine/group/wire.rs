@@ -19,6 +19,20 @@
 //! version before runs of rows, is still read: its Kafka key is the row's
 //! key.
 //!
+//! # Versions
+//!
+//! The record types above are wire format [`FORMAT`] 1. The rule that
+//! keeps rolling upgrades safe (docs/operations.md): a record type's
+//! number and layout never change once released, and a new type (or a
+//! new layout, under a new number) makes a new format. A build reads
+//! every format up to its own; it writes a newer format only once every
+//! member of the group announces that it reads it ([`agreed_format`],
+//! `manifest::Presence`), and a member that announces nothing is a build
+//! of format 1. A record of an unknown type is refused with a message
+//! that names the format and says to upgrade the instance that meets it.
+//! Fixtures of format 1, written by the build that introduced this rule,
+//! are in `tests/fixtures/group-v1/` (`tests/compat.rs`).
+//!
 //! A writer's first write to a partition in each epoch (transaction) is
 //! its [`Shape`]: the `job.max_parallelism` and `scale.tasks` its rows'
 //! partitions were chosen by. A reading task refuses a shape other than
@@ -28,13 +42,30 @@
 use crate::dataflow::codec::{get_varint, put_varint, StateCodec};
 use crate::dataflow::row::Row;
 
+/// The newest repartition wire format this build reads and writes (see
+/// the module's "Versions").
+pub const FORMAT: u32 = 1;
+
+/// The format the group's writers use: the newest every member reads.
+/// `own` is this build's; `members` what each other member announced,
+/// `None` for one that announced nothing (a build before formats were
+/// announced reads format 1 only).
+pub fn agreed_format(own: u32, members: impl IntoIterator<Item = Option<u32>>) -> u32 {
+    members
+        .into_iter()
+        .map(|f| f.unwrap_or(1))
+        .fold(own, u32::min)
+        .max(1)
+}
+
 const ROW: u8 = 1;
 const WATERMARK: u8 = 2;
 const SHAPE: u8 = 4;
 const ROWS: u8 = 5;
 
-/// A run of rows is closed once it holds this many bytes, well under
-/// Kafka's default `message.max.bytes` (1 MB).
+/// A run of rows is closed before it would pass this many bytes, well
+/// under Kafka's default `message.max.bytes` (1 MB); a row over it on its
+/// own is a record alone (`exchange::RepartitionOut`).
 pub const ROWS_BYTES: usize = 256 * 1024;
 
 /// What a writer's rows' partitions mean: key group `kg` (of
@@ -106,6 +137,17 @@ impl RowsWriter {
 
     pub fn count(&self) -> u32 {
         self.count
+    }
+
+    /// Forgets the last row pushed (its bytes are the caller's to cut).
+    pub fn pop(&mut self) {
+        self.count -= 1;
+    }
+
+    /// A row as [`RowsWriter::push`] encoded it.
+    pub fn push_encoded(&mut self, row: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(row);
+        self.count += 1;
     }
 
     pub fn finish(&mut self, out: &mut [u8]) {
@@ -261,7 +303,11 @@ pub fn decode(bytes: &[u8]) -> Result<Wire<'_>, String> {
             }
             Ok(Wire::Shape { instance, shape })
         }
-        t => Err(format!("unknown repartition record type {t}")),
+        t => Err(format!(
+            "unknown repartition record type {t}: written by a newer weir build (this build \
+             reads repartition wire format {FORMAT}); upgrade this instance to the build the \
+             job's other instances run (docs/operations.md, \"Rolling upgrades\")"
+        )),
     }
 }
 
@@ -371,6 +417,14 @@ mod tests {
         };
         let last = rows.last().expect("two rows");
         assert!(last.unwrap_err().contains("1 bytes after the last row"));
+    }
+
+    #[test]
+    fn the_agreed_format_is_the_oldest_any_member_reads() {
+        assert_eq!(agreed_format(FORMAT, []), FORMAT);
+        assert_eq!(agreed_format(3, [Some(3), None]), 1);
+        assert_eq!(agreed_format(3, [Some(2), Some(3)]), 2);
+        assert_eq!(agreed_format(2, [Some(5)]), 2);
     }
 
     #[test]
