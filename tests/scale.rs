@@ -378,6 +378,30 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(250));
         }
     }
+
+    /// Waits until instance `i` owns at least one task.
+    fn wait_owns_a_task(&mut self, i: usize, timeout: Duration) {
+        let started = Instant::now();
+        while self.tasks_of(i).is_empty() {
+            assert!(
+                started.elapsed() < timeout,
+                "i{i} owns no task after {timeout:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Asserts that every running instance is still running (none exited).
+    fn assert_all_running(&mut self) {
+        for (i, w) in self.running.iter_mut() {
+            assert!(
+                matches!(w.child.try_wait(), Ok(None)),
+                "i{i} exited:\n{}",
+                log_tail(&w.log_text())
+            );
+        }
+    }
 }
 
 /// Produces `lines` in chunks on a background thread.
@@ -608,15 +632,7 @@ fn a_killed_instances_open_transaction_is_aborted_when_its_tasks_move() {
     let (lines, expected) = word_lines(rng.next_u64(), 12_000, 10, 2_000);
     c.start(0);
     c.start(1);
-    let started = Instant::now();
-    while c.tasks_of(1).is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "i1 never owned a task:\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    c.wait_owns_a_task(1, Duration::from_secs(60));
     // i1's tasks write output (and, with input partitions, it writes
     // repartition records) all along, in an epoch that is open whenever
     // it is killed: the output's read_committed reader waits for it.
@@ -667,28 +683,14 @@ fn a_live_instance_with_its_own_client_id_is_never_fenced_when_its_tasks_move() 
     std::thread::sleep(Duration::from_secs(5));
     let feeder = feed(&c.input, rest.to_vec(), 500, Duration::from_millis(300));
     c.start(0);
-    let started = Instant::now();
-    while c.tasks_of(0).is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "i0 never owned a task:\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    c.wait_owns_a_task(0, Duration::from_secs(60));
     c.start(2);
     c.wait_all_tasks_owned(Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(3));
     c.stop(2);
     feeder.join().unwrap();
     c.assert_exact(&expected);
-    for (i, w) in c.running.iter_mut() {
-        assert!(
-            matches!(w.child.try_wait(), Ok(None)),
-            "i{i} exited:\n{}",
-            log_tail(&w.log_text())
-        );
-    }
+    c.assert_all_running();
     let logs = c.full_logs();
     let fenced: Vec<&str> = logs
         .lines()
@@ -732,18 +734,7 @@ fn a_rolling_upgrade_from_an_earlier_build_is_exact() {
     std::thread::sleep(Duration::from_secs(4));
     // Two of the earlier build and one of this.
     c.start(2);
-    let wait_for_tasks = |c: &mut Cluster, i: usize| {
-        let started = Instant::now();
-        while c.tasks_of(i).is_empty() {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "i{i} never owned a task:\n{}",
-                c.logs()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    };
-    wait_for_tasks(&mut c, 2);
+    c.wait_owns_a_task(2, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(4));
     for i in [0, 1] {
         c.stop(i);
@@ -756,18 +747,12 @@ fn a_rolling_upgrade_from_an_earlier_build_is_exact() {
             2,
             Duration::from_secs(30)
         ));
-        wait_for_tasks(&mut c, i);
+        c.wait_owns_a_task(i, Duration::from_secs(60));
         std::thread::sleep(Duration::from_secs(4));
     }
     feeder.join().unwrap();
     c.assert_exact(&expected);
-    for (i, w) in c.running.iter_mut() {
-        assert!(
-            matches!(w.child.try_wait(), Ok(None)),
-            "i{i} exited:\n{}",
-            log_tail(&w.log_text())
-        );
-    }
+    c.assert_all_running();
     let logs = c.full_logs();
     assert!(
         !logs.contains("unknown repartition record type") && !logs.contains("restarting"),
@@ -795,15 +780,7 @@ fn a_paused_instance_is_fenced_and_its_output_never_visible() {
     // Pause i0 in the middle of its work.
     let feeder = feed(&c.input, rest.to_vec(), 250, Duration::from_millis(200));
     // i0 must own a task to lose; under load the split takes a moment.
-    let started = Instant::now();
-    while c.tasks_of(0).is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "i0 owns no task to lose:\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_owns_a_task(0, Duration::from_secs(30));
     assert!(
         !c.tasks_of(0).is_empty(),
         "i0 owns no task to lose:\n{}",
@@ -1448,15 +1425,7 @@ fn a_zombie_never_collects_what_the_new_owner_committed() {
     c.start(0);
     c.start(1);
     c.wait_all_tasks_owned(Duration::from_secs(60));
-    let started = Instant::now();
-    while c.tasks_of(0).is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "i0 owns no task:\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_owns_a_task(0, Duration::from_secs(30));
     produce(&c.input, 4, &first);
     c.assert_exact(&expected);
     let pid = c.running[&0].pid();
