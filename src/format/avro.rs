@@ -580,6 +580,13 @@ fn compile_top(
     }
 }
 
+/// Whether records written with `writer` (an Avro schema's text) can be
+/// read into `columns`; Err names the field that cannot.
+pub fn check_fits(writer: &str, columns: &[Field]) -> Result<(), String> {
+    let writer = parse(writer)?;
+    compile_top(&writer, columns, &vec![None; columns.len()]).map(|_| ())
+}
+
 /// A record's bytes, consumed as they are read.
 struct Input<'b> {
     bytes: &'b [u8],

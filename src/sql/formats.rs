@@ -227,6 +227,49 @@ fn decoder(
     })
 }
 
+/// For `weir validate`: the subject's latest schema can be read into the
+/// table's columns (a subject without a schema yet passes: its first
+/// writer has not come).
+fn check_latest_fits(at: &SourceAt<'_>, columns: &[Field], subject: &str) -> Result<(), String> {
+    let SourceAt {
+        name,
+        s,
+        registries,
+    } = *at;
+    let registry_format = matches!(s.format, FormatName::Avro | FormatName::DebeziumAvro)
+        || (s.format == FormatName::Protobuf && s.proto_file.is_none());
+    if !registry_format {
+        return Ok(());
+    }
+    let registry = registry_of(name, s.registry.as_deref(), registries, "sources")?;
+    let latest = match registry.latest(subject, plan_patience()) {
+        Ok(latest) => latest,
+        Err(crate::format::registry::RegistryError::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(format!("sources.{name}.registry: {e}")),
+    };
+    let misfit = |e: String| {
+        format!(
+            "sources.{name}.schema: subject {subject:?}'s latest schema (id {}) does not fit the table's columns: {e}",
+            latest.id
+        )
+    };
+    match s.format {
+        FormatName::Avro => avro::check_fits(&latest.text, columns).map_err(misfit),
+        FormatName::DebeziumAvro => {
+            avro::check_fits(&latest.text, &envelope_columns(columns)).map_err(misfit)
+        }
+        _ => ProtobufDecoder::new(
+            proto_source(name, s, registries, subject)?,
+            s.message.as_deref(),
+            columns,
+            true,
+        )
+        .map_err(misfit)?
+        .check_latest(plan_patience())
+        .map_err(|e| misfit(e.message().to_string())),
+    }
+}
+
 /// A text column: the bytes as UTF-8.
 struct Utf8;
 
@@ -350,6 +393,9 @@ impl TableDecoder {
             &parts.defaults,
             &subject,
         )?;
+        if IMPATIENT.load(std::sync::atomic::Ordering::SeqCst) {
+            check_latest_fits(&at_source, columns, &subject)?;
+        }
         let key = match s.key_format {
             None => None,
             Some(format) => {

@@ -816,6 +816,13 @@ impl Planner<'_> {
         let time = watermark
             .as_ref()
             .and_then(|(c, _)| columns.iter().position(|x| x.name.eq_ignore_ascii_case(c)));
+        if let (Some((c, _)), None) = (&watermark, time) {
+            let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            return Err(fail(format!(
+                "WATERMARK FOR {c}: no such column ({})",
+                names.join(", ")
+            )));
+        }
         if let Some(t) = time {
             if columns[t].ty != DataType::Timestamp {
                 return Err(fail(format!(
