@@ -86,15 +86,25 @@ fn nexmark_from_avro_and_protobuf_is_exact_under_sigkills_against_duckdb() {
         .iter()
         .map(|q| (q.sink.to_string(), unique(&format!("fmt-{}", q.sink))))
         .collect();
-    let (q0_avro, q3_proto) = (unique("fmt-q0-avro"), unique("fmt-q3-proto"));
-    for topic in sinks.iter().map(|(_, t)| t).chain([&q0_avro, &q3_proto]) {
+    let (q0_avro, q3_proto, q17_avro) = (
+        unique("fmt-q0-avro"),
+        unique("fmt-q3-proto"),
+        unique("fmt-q17-avro"),
+    );
+    for topic in sinks
+        .iter()
+        .map(|(_, t)| t)
+        .chain([&q0_avro, &q3_proto, &q17_avro])
+    {
         create_topic(topic, 2);
     }
     let q0 = queries.iter().find(|q| q.sink == "q0").unwrap();
     let q3 = queries.iter().find(|q| q.sink == "q3").unwrap();
+    let q17 = queries.iter().find(|q| q.sink == "q17").unwrap();
     let sql = inserts(&queries)
         + &format!("INSERT INTO q0_avro\n{};\n", q0.weir)
-        + &format!("INSERT INTO q3_proto\n{};\n", q3.weir);
+        + &format!("INSERT INTO q3_proto\n{};\n", q3.weir)
+        + &format!("INSERT INTO q17_avro\n{};\n", q17.weir);
     let mut sections = nexmark_format_sections(&topics);
     for (name, topic) in &sinks {
         sections.push_str(&format!(
@@ -105,6 +115,8 @@ fn nexmark_from_avro_and_protobuf_is_exact_under_sigkills_against_duckdb() {
         "\n[sinks.q0_avro]\ntopic = \"{q0_avro}\"\nformat = \"avro\"\nregistry = \"main\"\n\
          \n[sinks.q3_proto]\ntopic = \"{q3_proto}\"\nformat = \"protobuf\"\nregistry = \"main\"\n\
          message = \"weir.test.LocalItem\"\n\
+         \n[sinks.q17_avro]\ntopic = \"{q17_avro}\"\nformat = \"avro\"\nregistry = \"main\"\n\
+         key_format = \"avro\"\n\
          \n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n"
     ));
     let config = graph_config_with(
@@ -153,6 +165,33 @@ fn nexmark_from_avro_and_protobuf_is_exact_under_sigkills_against_duckdb() {
     let want_q3 = duckdb(&input.data, q3.duckdb);
     let got = consume(&q3_proto, "protobuf", "string", Some(want_q3.len()), 10_000);
     assert_rows_match("q3 in Protobuf", &got, want_q3, &[]);
+    // q17's updating result as an Avro upsert topic keyed by an Avro
+    // record of its key columns: the last value of each key, tombstones
+    // deleting, is DuckDB's table.
+    let want_q17 = multiset(duckdb(&input.data, q17.duckdb).into_iter());
+    let got = consume(&q17_avro, "avro", "avro", None, 8_000);
+    let mut table: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for r in &got {
+        let key = r["key"].to_string();
+        assert!(
+            r["key"]["auction"].is_i64(),
+            "an Avro key record: {}",
+            r["key"]
+        );
+        match &r["value"] {
+            serde_json::Value::Null => {
+                table.remove(&key);
+            }
+            v => {
+                table.insert(key, v.clone());
+            }
+        }
+    }
+    assert_eq!(
+        multiset(table.into_values()),
+        want_q17,
+        "q17 as an Avro upsert topic against DuckDB"
+    );
     let log = weir.log_text();
     weir.stop(Duration::from_secs(30));
     assert!(
@@ -842,4 +881,304 @@ fn validate_names_a_missing_or_unreachable_registry_and_a_schema_that_does_not_f
             && e.contains("date_time"),
         "a listed column the registry's latest schema cannot fill is named: {e}"
     );
+}
+
+/// An Avro sink given a registered schema (`schema_id`) writes with it:
+/// its field order, an enum for a VARCHAR column, a nullable decimal, a
+/// field no column fills left null; confluent-kafka's deserializer reads
+/// every row back with that schema.
+#[test]
+fn an_avro_sink_writes_with_the_schema_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, scratch) = (
+        unique("fmt-given-in"),
+        unique("fmt-given-out"),
+        unique("fmt-given-scratch"),
+    );
+    for t in [&input, &output, &scratch] {
+        create_topic(t, 1);
+    }
+    // The schema registered by confluent-kafka's serializer; its id read
+    // from a record's frame.
+    produce_values(
+        &scratch,
+        1,
+        "avro",
+        "given/out.avsc",
+        None,
+        &[r#"{"status":"OK","id":0,"amount":null}"#.to_string()],
+    );
+    let hex = consume(&scratch, "raw", "string", Some(1), 5000)[0]["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = u32::from_str_radix(&hex[2..10], 16).unwrap();
+    let rows: Vec<String> = (0..20)
+        .map(|i| {
+            format!(
+                r#"{{"id":{i},"ok":{},"amount":{}}}"#,
+                i % 3 != 0,
+                if i % 4 == 0 {
+                    "null".to_string()
+                } else {
+                    format!("{i}.5")
+                }
+            )
+        })
+        .collect();
+    weir_testkit::produce(&input, 1, &rows);
+    let sections = format!(
+        r#"
+[registries.main]
+url = "{url}"
+
+[sources.orders]
+topics = ["{input}"]
+schema = "id BIGINT, ok BOOLEAN, amount DECIMAL(10, 2)"
+
+[sinks.out]
+topic = "{output}"
+format = "avro"
+registry = "main"
+schema_id = {id}
+
+[pipeline]
+sql = "INSERT INTO out SELECT id, CASE WHEN ok THEN 'OK' ELSE 'BAD' END AS status, amount FROM orders;"
+"#,
+        url = registry_url()
+    );
+    let config = graph_config_with(
+        dir.path(),
+        &unique("fmt-given"),
+        1,
+        &dir.path().join("checkpoints"),
+        &sections,
+    );
+    let validate = weir_on("validate", &config);
+    assert!(
+        validate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&validate.stderr)
+    );
+    let mut weir = WeirProcess::start(&weir(), &config, &[]);
+    let got = consume(&output, "avro", "string", Some(20), 30_000);
+    assert_eq!(got.len(), 20, "{}", log_tail(&weir.log_text()));
+    let mut values: Vec<serde_json::Value> = got.iter().map(|r| r["value"].clone()).collect();
+    values.sort_by_key(|v| v["id"].as_i64());
+    for (i, v) in values.iter().enumerate() {
+        let want = serde_json::json!({
+            "status": if i % 3 != 0 { "OK" } else { "BAD" },
+            "id": i,
+            "amount": if i % 4 == 0 { serde_json::Value::Null } else { format!("{i}.50").into() },
+            "note": null,
+        });
+        assert_eq!(v, &want, "row {i}");
+    }
+    let framed = consume(&output, "raw", "string", Some(1), 5000);
+    let written_id = u32::from_str_radix(&framed[0]["value"].as_str().unwrap()[2..10], 16).unwrap();
+    assert_eq!(written_id, id, "the records carry the given schema's id");
+    weir.stop(Duration::from_secs(30));
+}
+
+/// JSON Schema records (framed by confluent-kafka's JSONSerializer) with
+/// an Avro key read into `key_fields`, Kafka metadata as columns (the
+/// record's timestamp, partition, offset and headers), CSV lines and raw
+/// bytes, in one job; its results written as JSON Schema (read back by
+/// confluent-kafka's JSONDeserializer with the registered schema), CSV and
+/// raw (read back as text).
+#[test]
+fn json_schema_csv_raw_key_fields_and_metadata_read_and_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let t: BTreeMap<&str, String> = ["js", "csv", "raw", "js_out", "csv_out", "raw_out"]
+        .into_iter()
+        .map(|n| (n, unique(&format!("fmt-misc-{n}"))))
+        .collect();
+    for topic in t.values() {
+        create_topic(topic, 2);
+    }
+    let schema = formats_dir().join("misc/reading.schema.json");
+    let key_schema = formats_dir().join("misc/key.avsc");
+    let lines: Vec<String> = (0..30)
+        .map(|i| {
+            serde_json::json!({
+                "key": {"site": format!("site{}", i % 3), "seq": i},
+                "value": {"sensor": format!("s{i}"), "celsius": i as f64 / 2.0,
+                          "at": format!("2026-11-30T10:00:{:02}.000Z", i)},
+                "partition": i % 2,
+                "timestamp": 1_764_496_800_000i64 + i * 1000,
+                "headers": {"trace": format!("t{i}")},
+            })
+            .to_string()
+        })
+        .collect();
+    produce_lines(
+        &t["js"],
+        &[
+            "--format",
+            "json-schema",
+            "--schema",
+            schema.to_str().unwrap(),
+            "--key-format",
+            "avro",
+            "--key-schema",
+            key_schema.to_str().unwrap(),
+        ],
+        &lines,
+    );
+    let csv: Vec<String> = std::iter::once("name,qty,price".to_string())
+        .chain((0..10).map(|i| format!("\"item, {i}\",{i},{i}.25")))
+        .collect();
+    weir_testkit::produce(&t["csv"], 1, &csv);
+    let raw: Vec<String> = (0..10).map(|i| format!("line {i} \u{e9}")).collect();
+    weir_testkit::produce(&t["raw"], 1, &raw);
+    let sections = format!(
+        r#"
+[registries.main]
+url = "{url}"
+
+[sources.readings]
+topics = ["{js}"]
+format = "json-schema"
+registry = "main"
+schema = "site VARCHAR, seq BIGINT, sensor VARCHAR, celsius DOUBLE, `at` TIMESTAMP(3)"
+key_format = "avro"
+key_fields = ["site", "seq"]
+metadata = ["timestamp AS kafka_ts", "partition", "offset", "headers"]
+
+[sources.items]
+topics = ["{csv}"]
+format = "csv"
+schema = "name VARCHAR, qty INT, price DECIMAL(6, 2)"
+
+[sources.lines]
+topics = ["{raw}"]
+format = "raw"
+schema = "body VARCHAR"
+
+[sinks.js_out]
+topic = "{js_out}"
+format = "json-schema"
+registry = "main"
+
+[sinks.csv_out]
+topic = "{csv_out}"
+format = "csv"
+csv_delimiter = ";"
+
+[sinks.raw_out]
+topic = "{raw_out}"
+format = "raw"
+
+[pipeline]
+sql = """
+INSERT INTO js_out
+SELECT site, seq, sensor, celsius, `at`, kafka_ts, `partition`, `offset`, headers
+FROM readings;
+INSERT INTO csv_out SELECT name || ';' AS name, qty * 2 AS qty2, price FROM items;
+INSERT INTO raw_out SELECT UPPER(body) AS body FROM lines;
+"""
+"#,
+        url = registry_url(),
+        js = t["js"],
+        csv = t["csv"],
+        raw = t["raw"],
+        js_out = t["js_out"],
+        csv_out = t["csv_out"],
+        raw_out = t["raw_out"],
+    );
+    let config = graph_config_with(
+        dir.path(),
+        &unique("fmt-misc"),
+        1,
+        &dir.path().join("checkpoints"),
+        &sections,
+    );
+    let mut weir = WeirProcess::start(&weir(), &config, &[]);
+    // Where each input record landed, as an independent reader sees it.
+    let input = consume(&t["js"], "raw", "raw", Some(30), 10_000);
+    let mut offsets: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for r in &input {
+        let value = hex_text(r["value"].as_str().unwrap());
+        let sensor = value
+            .split("\"sensor\":\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string();
+        offsets.insert(
+            sensor,
+            (
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+            ),
+        );
+    }
+    let got = consume(&t["js_out"], "json-schema", "string", Some(30), 30_000);
+    assert_eq!(got.len(), 30, "{}", log_tail(&weir.log_text()));
+    for r in &got {
+        let v = &r["value"];
+        let seq = v["seq"].as_i64().unwrap();
+        let sensor = format!("s{seq}");
+        let (partition, offset) = offsets[&sensor];
+        assert_eq!(
+            v["site"],
+            serde_json::json!(format!("site{}", seq % 3)),
+            "{v}"
+        );
+        assert_eq!(v["sensor"], serde_json::json!(sensor), "{v}");
+        assert_eq!(v["celsius"].as_f64(), Some(seq as f64 / 2.0), "{v}");
+        assert_eq!(
+            v["at"],
+            serde_json::json!(format!("2026-11-30T10:00:{seq:02}.000Z")),
+            "{v}"
+        );
+        assert_eq!(
+            v["kafka_ts"],
+            serde_json::json!(weir::dataflow::json::format_timestamp(
+                1_764_496_800_000 + seq * 1000
+            )),
+            "{v}"
+        );
+        assert_eq!(
+            (v["partition"].as_i64(), v["offset"].as_i64()),
+            (Some(partition), Some(offset)),
+            "{v}"
+        );
+        assert_eq!(
+            v["headers"],
+            serde_json::json!([{"key": "trace", "value": format!("t{seq}")}]),
+            "{v}"
+        );
+    }
+    let csv_out = consume(&t["csv_out"], "string", "string", Some(10), 30_000);
+    let mut csv_lines: Vec<String> = csv_out
+        .iter()
+        .map(|r| r["value"].as_str().unwrap().to_string())
+        .collect();
+    csv_lines.sort();
+    let mut want: Vec<String> = (0..10)
+        .map(|i| format!("\"item, {i};\";{};{i}.25", i * 2))
+        .collect();
+    want.sort();
+    assert_eq!(csv_lines, want, "the CSV sink (the header line skipped)");
+    let raw_out = consume(&t["raw_out"], "string", "string", Some(10), 30_000);
+    let mut raw_lines: Vec<String> = raw_out
+        .iter()
+        .map(|r| r["value"].as_str().unwrap().to_string())
+        .collect();
+    raw_lines.sort();
+    let mut want: Vec<String> = (0..10).map(|i| format!("LINE {i} \u{c9}")).collect();
+    want.sort();
+    assert_eq!(raw_lines, want, "the raw sink");
+    weir.stop(Duration::from_secs(30));
+}
+
+fn hex_text(hex: &str) -> String {
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }

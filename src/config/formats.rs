@@ -228,6 +228,12 @@ pub fn sink_problems(
             ));
         }
     }
+    if s.schema_id.is_some() && f != FormatName::Avro {
+        out.push(problem(
+            format!("{at}.schema_id"),
+            format!("schema_id names a registered Avro schema; this sink writes {f}"),
+        ));
+    }
     if s.message.is_some() && f != FormatName::Protobuf {
         out.push(problem(
             format!("{at}.message"),

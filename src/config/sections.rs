@@ -708,6 +708,9 @@ pub struct SqlSinkConfig {
     pub message: Option<String>,
     /// The subject the value's schema is registered under (default `<topic>-value`).
     pub subject: Option<String>,
+    /// Avro: write with this registered schema (its id) instead of
+    /// registering the one derived from the result's columns.
+    pub schema_id: Option<u32>,
     /// CSV: one ASCII character (default `,`).
     pub csv_delimiter: Option<String>,
     /// Unset: `[sink] delivery`, else at-least-once. Every sink of a job

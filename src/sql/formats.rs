@@ -694,7 +694,17 @@ pub fn sink_encoding(
         .subject
         .clone()
         .unwrap_or_else(|| format!("{}-value", sink.topic));
-    let value = encoder(sink.format, columns, &subject, &message)?;
+    let value = match sink.schema_id {
+        Some(id) if sink.format == FormatName::Avro => {
+            let e = crate::format::avro::GivenSchemaEncoder::new(registry()?, id, columns);
+            if IMPATIENT.load(std::sync::atomic::Ordering::SeqCst) {
+                e.check(plan_patience())
+                    .map_err(|m| format!("{at}.schema_id: {m}"))?;
+            }
+            Some(Arc::new(e) as Arc<dyn BytesEncoder>)
+        }
+        _ => encoder(sink.format, columns, &subject, &message)?,
+    };
     let key = match sink.key_format {
         None => None,
         Some(format) if key.is_empty() => {
