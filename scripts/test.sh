@@ -3,12 +3,19 @@
 # (scripts/kafka.sh, idempotent) and runs every test against it, including
 # the crash tests (named crash points need the `failpoints` feature).
 # The S3 emulator (scripts/s3.sh, moto) serves the group-mode tests of
-# checkpoints on S3.
+# checkpoints on S3. The schema registry (scripts/registry.sh, Apicurio with
+# Confluent's API) and the format tests' independent producer and reader
+# (tests/formats/, a Python virtualenv) serve the Avro, Protobuf and JSON
+# Schema tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/kafka.sh start
 scripts/s3.sh start
+scripts/registry.sh start
 scripts/browser.sh install
+formats_python=$(tests/formats/venv.sh)
 eval "$(scripts/s3.sh env)"
+eval "$(scripts/registry.sh env)"
+export WEIR_FORMATS_PYTHON=$formats_python
 cargo test --features failpoints "$@"

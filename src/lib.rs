@@ -35,6 +35,7 @@ pub mod dataflow;
 pub mod element;
 pub mod engine;
 pub mod error;
+pub mod format;
 pub mod kafka;
 pub mod observe;
 pub mod pipelines;

@@ -31,6 +31,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Named crash points, only in builds with `--features failpoints`.
     let _failpoints = fail::FailScenario::setup();
+    if matches!(
+        cli.command,
+        Command::Validate { .. } | Command::Explain { .. }
+    ) {
+        // A registry that cannot be reached is named, not waited for.
+        weir::sql::formats::impatient();
+    }
     match cli.command {
         Command::Validate { config } => match load(&config) {
             Ok(c) => {

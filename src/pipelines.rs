@@ -178,6 +178,7 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
         late_record: late_to.as_ref().map(|_| (RECORD.into(), ORIGIN.into())),
     };
     let job = SqlJob {
+        registries: Default::default(),
         sources: Default::default(),
         sinks: Default::default(),
         pipeline: SqlPipelineConfig {

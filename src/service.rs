@@ -101,6 +101,9 @@ pub fn serve(
                     std::process::exit(130);
                 }
                 info!("stop requested: taking a final checkpoint");
+                // A source waiting for its schema registry stops waiting
+                // (its task fails without skipping the record).
+                crate::format::registry::stop_waiting();
             }
         });
         let job_config = config.clone();

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
+mod formats;
 mod sections;
 mod sql;
 mod validate;
@@ -88,6 +89,7 @@ const SECTIONS: &[&str] = &[
     "scale",
     "sources",
     "sinks",
+    "registries",
 ];
 
 impl Config {

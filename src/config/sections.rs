@@ -500,8 +500,8 @@ pub(crate) mod defaults {
         crate::time::timestamp::TimestampFormat::EpochMillis
     }
     use std::time::Duration;
-    pub fn sql_format() -> super::RecordFormat {
-        super::RecordFormat::Json
+    pub fn registry_timeout() -> Duration {
+        Duration::from_secs(10)
     }
     pub fn parallelism() -> u32 {
         1
@@ -570,17 +570,112 @@ pub(crate) const RESERVED_PROPERTIES: &[&str] = &[
 /// The uid of the source operator.
 pub const SOURCE_UID: &str = "kafka-source";
 
+/// What a record's bytes are, as a source or sink names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum FormatName {
+    #[default]
+    Json,
+    Text,
+    Csv,
+    Raw,
+    Avro,
+    Protobuf,
+    JsonSchema,
+    DebeziumJson,
+    DebeziumAvro,
+}
+
+impl FormatName {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Text => "text",
+            Self::Csv => "csv",
+            Self::Raw => "raw",
+            Self::Avro => "avro",
+            Self::Protobuf => "protobuf",
+            Self::JsonSchema => "json-schema",
+            Self::DebeziumJson => "debezium-json",
+            Self::DebeziumAvro => "debezium-avro",
+        }
+    }
+
+    /// Whether records are framed for a schema registry (and need one).
+    pub fn needs_registry(self) -> bool {
+        matches!(self, Self::Avro | Self::JsonSchema | Self::DebeziumAvro)
+    }
+
+    /// Whether the format carries changes (a change stream).
+    pub fn is_changelog(self) -> bool {
+        matches!(self, Self::DebeziumJson | Self::DebeziumAvro)
+    }
+}
+
+impl std::fmt::Display for FormatName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `[registries.NAME]`: a schema registry (Confluent's API: Confluent,
+/// Apicurio's `/apis/ccompat/v7`, Karapace, Redpanda) that sources and
+/// sinks name with `registry = "NAME"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// `http://host:port` (with the API's path prefix, if any).
+    pub url: String,
+    pub basic_auth_user: Option<String>,
+    /// The environment variable holding the password (never the password).
+    pub basic_auth_password_env: Option<String>,
+    /// A PEM file of the CA that signed an `https://` registry's certificate.
+    pub ssl_ca_location: Option<std::path::PathBuf>,
+    /// How long one request may take before it counts as unanswered.
+    #[serde(with = "humantime_serde", default = "defaults::registry_timeout")]
+    pub timeout: Duration,
+}
+
 /// `[sources.NAME]` of a SQL job: a table read from Kafka topics.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SqlSourceConfig {
     pub topics: Vec<String>,
-    /// `json` (columns by field name) or `text` (one VARCHAR column `line`).
-    #[serde(default = "defaults::sql_format")]
-    pub format: RecordFormat,
+    /// How a record's value is read (docs/formats.md): `json` (columns by
+    /// field name), `text` (one VARCHAR column `line`), `csv`, `raw`,
+    /// `avro`, `protobuf`, `json-schema`, `debezium-json`, `debezium-avro`.
+    #[serde(default)]
+    pub format: FormatName,
+    /// The `[registries.NAME]` whose ids the records carry.
+    pub registry: Option<String>,
     /// A SQL column list: `name TYPE, ...`, computed columns `name AS
-    /// expr`, and `WATERMARK FOR col AS col - INTERVAL '..' SECOND`.
+    /// expr`, and `WATERMARK FOR col AS col - INTERVAL '..' SECOND`. With a
+    /// registry the physical columns may be left out: they are the
+    /// subject's latest schema's.
     pub schema: Option<String>,
+    /// The subject whose latest schema gives the columns (default
+    /// `<first topic>-value`).
+    pub subject: Option<String>,
+    /// Protobuf: the message's full name (`shop.Order`).
+    pub message: Option<String>,
+    /// Protobuf without a registry: the `.proto` file that defines `message`.
+    pub proto_file: Option<std::path::PathBuf>,
+    /// How the Kafka key is read into `key_fields` (Flink's `key.format`).
+    pub key_format: Option<FormatName>,
+    /// The columns the key holds (default: the primary key's).
+    pub key_fields: Option<Vec<String>>,
+    /// Protobuf keys: the key message's full name.
+    pub key_message: Option<String>,
+    /// Kafka metadata as columns after the physical ones:
+    /// `["timestamp AS kafka_ts", "partition", "offset", "headers"]`.
+    #[serde(default)]
+    pub metadata: Vec<String>,
+    /// CSV: the field names in record order (default: the columns').
+    pub csv_header: Option<Vec<String>>,
+    /// CSV: one ASCII character (default `,`).
+    pub csv_delimiter: Option<String>,
+    /// CSV: one ASCII character (default `"`).
+    pub csv_quote: Option<String>,
     #[serde(default)]
     pub start: StartPosition,
     #[serde(default)]
@@ -591,7 +686,8 @@ pub struct SqlSourceConfig {
     #[serde(with = "humantime_serde", default)]
     pub idle_timeout: Option<Duration>,
     /// The table's key: the topic is an upsert stream (each record
-    /// replaces its key's row, a tombstone deletes it).
+    /// replaces its key's row, a tombstone deletes it), or a change
+    /// stream's key.
     pub primary_key: Option<Vec<String>>,
 }
 
@@ -600,8 +696,23 @@ pub struct SqlSourceConfig {
 #[serde(deny_unknown_fields)]
 pub struct SqlSinkConfig {
     pub topic: String,
+    /// How values are written: `json`, `avro`, `protobuf`, `json-schema`,
+    /// `csv`, `raw`, or `debezium-json` (as `changelog = "debezium"`).
     #[serde(default)]
-    pub format: SqlSinkFormat,
+    pub format: FormatName,
+    /// The `[registries.NAME]` the value's (and key's) schema is registered in.
+    pub registry: Option<String>,
+    /// How the Kafka key is written (default: JSON).
+    pub key_format: Option<FormatName>,
+    /// Protobuf: the generated message's full name (default `weir.<Sink>`).
+    pub message: Option<String>,
+    /// The subject the value's schema is registered under (default `<topic>-value`).
+    pub subject: Option<String>,
+    /// Avro: write with this registered schema (its id) instead of
+    /// registering the one derived from the result's columns.
+    pub schema_id: Option<u32>,
+    /// CSV: one ASCII character (default `,`).
+    pub csv_delimiter: Option<String>,
     /// Unset: `[sink] delivery`, else at-least-once. Every sink of a job
     /// has the same (they commit in one transaction per checkpoint).
     pub delivery: Option<Delivery>,
@@ -624,13 +735,6 @@ pub enum SinkChangelog {
     Upsert,
     /// Every change in Debezium's `{"before","after","op"}` JSON.
     Debezium,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum SqlSinkFormat {
-    #[default]
-    Json,
 }
 
 /// `[pipeline]` of a SQL job: the statements, and what applies to every
@@ -658,6 +762,8 @@ pub struct SqlPipelineConfig {
 /// from `sql_file` when the configuration loads).
 #[derive(Debug, Clone)]
 pub struct SqlJob {
+    /// `[registries.NAME]`.
+    pub registries: std::collections::BTreeMap<String, RegistryConfig>,
     pub sources: std::collections::BTreeMap<String, SqlSourceConfig>,
     pub sinks: std::collections::BTreeMap<String, SqlSinkConfig>,
     pub pipeline: SqlPipelineConfig,

@@ -69,12 +69,21 @@ pub(super) fn sql_job(
     };
     let source_values = named("sources");
     let sink_values = named("sinks");
+    let registry_values = named("registries");
     let (declared_sources, declared_sinks) = (source_values.len(), sink_values.len());
     let mut sources = BTreeMap::new();
     for (name, v) in source_values {
         if let Some(s) = parse_section::<SqlSourceConfig>(&v, &format!("sources.{name}"), problems)
         {
             sources.insert(name, s);
+        }
+    }
+    let mut registries = BTreeMap::new();
+    for (name, v) in registry_values {
+        if let Some(r) =
+            parse_section::<RegistryConfig>(&v, &format!("registries.{name}"), problems)
+        {
+            registries.insert(name, r);
         }
     }
     let mut sinks = BTreeMap::new();
@@ -99,17 +108,19 @@ pub(super) fn sql_job(
         problem("sinks", "a SQL job needs at least one [sinks.NAME]".into());
     }
     for (name, s) in &sources {
-        if s.format == RecordFormat::Json && s.schema.is_none() {
-            problem(
-                &format!("sources.{name}.schema"),
-                "a JSON source needs its columns: schema = \"name TYPE, ...\"".into(),
-            );
+        for p in super::formats::source_problems(name, s, &registries) {
+            problems_out(&mut problem, p);
         }
         if s.on_bad_record == BadRecordPolicy::DeadLetter && s.dead_letter_topic.is_none() {
             problem(
                 &format!("sources.{name}.dead_letter_topic"),
                 "on_bad_record = \"dead-letter\" needs a dead_letter_topic".into(),
             );
+        }
+    }
+    for (name, s) in &sinks {
+        for p in super::formats::sink_problems(name, s, &registries) {
+            problems_out(&mut problem, p);
         }
     }
     // One delivery for the job: every sink that names one, and [sink]'s,
@@ -198,10 +209,15 @@ pub(super) fn sql_job(
         );
     }
     Some(SqlJob {
+        registries,
         sources,
         sinks,
         pipeline,
         text,
         origin,
     })
+}
+
+fn problems_out(problem: &mut impl FnMut(&str, String), p: ConfigProblem) {
+    problem(&p.key, p.message);
 }

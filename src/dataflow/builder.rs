@@ -175,6 +175,7 @@ pub struct KafkaSink {
     on_too_large: BadRecordPolicy,
     dead_letter_topic: Option<String>,
     timestamps: bool,
+    encoding: crate::dataflow::graph::SinkEncoding,
 }
 
 impl KafkaSink {
@@ -215,7 +216,16 @@ impl KafkaSink {
             on_too_large: BadRecordPolicy::Fail,
             dead_letter_topic: None,
             timestamps: true,
+            encoding: Default::default(),
         }
+    }
+
+    /// Values (and keys) in another format than JSON: encoders from
+    /// [`crate::format`] (Avro, Protobuf, CSV, ...), each given the
+    /// value's columns (the key's: the key columns).
+    pub fn encoded(mut self, encoding: crate::dataflow::graph::SinkEncoding) -> Self {
+        self.encoding = encoding;
+        self
     }
 
     /// Without the rows' event times as the records' Kafka timestamps
@@ -622,6 +632,7 @@ impl Stream {
             on_too_large: sink.on_too_large,
             dead_letter_topic: sink.dead_letter_topic,
             timestamps: sink.timestamps,
+            encoding: sink.encoding,
         };
         self.then(uid, "kafka-sink", schema, NodeBody::Sink(spec));
     }

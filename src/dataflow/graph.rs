@@ -70,6 +70,44 @@ pub trait RecordDecoder: Send + Sync {
     ) -> std::result::Result<(super::row::Row, i64), String> {
         self.decode(payload, kafka_ts)
     }
+
+    /// The whole record: key, value, and where and when it was written
+    /// (a table's metadata columns read them). `Ok(None)`: the record
+    /// holds no row (a change stream's tombstone); the source moves past it.
+    fn decode_record(
+        &self,
+        record: &KafkaRecord<'_>,
+    ) -> std::result::Result<Option<(super::row::Row, i64)>, RecordError> {
+        self.decode_keyed(record.key, record.payload, record.timestamp)
+            .map(Some)
+            .map_err(RecordError::Bad)
+    }
+}
+
+/// One Kafka record as a source read it.
+#[derive(Clone, Copy)]
+pub struct KafkaRecord<'a> {
+    pub key: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    /// The record's Kafka timestamp in milliseconds.
+    pub timestamp: Option<i64>,
+    /// Whether the producer (`CreateTime`) or the broker (`LogAppendTime`) stamped it.
+    pub log_append_time: bool,
+    pub headers: Option<&'a rdkafka::message::BorrowedHeaders>,
+}
+
+/// Why a record gave no row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordError {
+    /// The record is bad: the source's `on_bad_record` decides.
+    Bad(String),
+    /// Something the record needs (its schema, from a registry) cannot be
+    /// had now: the task fails without moving past the record, and reads
+    /// it again from the last checkpoint.
+    Unavailable(String),
 }
 
 impl std::fmt::Debug for SourceFormat {
@@ -155,7 +193,44 @@ pub struct SinkSpec {
     /// call stamps the current time), so a job that does not need them can
     /// turn them off.
     pub timestamps: bool,
+    /// The value's and key's encoders for formats other than JSON
+    /// (Avro, Protobuf, CSV, ...); None: JSON as `key_format` says.
+    pub encoding: SinkEncoding,
 }
+
+/// A sink's encoders (docs/formats.md); compared by identity.
+#[derive(Clone, Default)]
+pub struct SinkEncoding {
+    pub value: Option<Arc<dyn crate::format::BytesEncoder>>,
+    pub key: Option<Arc<dyn crate::format::BytesEncoder>>,
+}
+
+impl std::fmt::Debug for SinkEncoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkEncoding")
+            .field("value", &self.value.is_some())
+            .field("key", &self.key.is_some())
+            .finish()
+    }
+}
+
+impl PartialEq for SinkEncoding {
+    fn eq(&self, other: &Self) -> bool {
+        fn same(
+            a: &Option<Arc<dyn crate::format::BytesEncoder>>,
+            b: &Option<Arc<dyn crate::format::BytesEncoder>>,
+        ) -> bool {
+            match (a, b) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+        }
+        same(&self.value, &other.value) && same(&self.key, &other.key)
+    }
+}
+
+impl Eq for SinkEncoding {}
 
 /// How a sink writes its Kafka key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,8 +34,29 @@ impl SinkWriter {
         }
     }
 
+    /// An encoder's error as the job's: the sink cannot write this row.
+    fn encode_error(&self, what: &str, e: String) -> WeirError {
+        WeirError::Operator {
+            uid: self.uid.clone(),
+            subtask: self.output.subtask,
+            reason: format!(
+                "sink to {}: the {what} cannot be encoded: {e}",
+                self.spec.topic
+            ),
+        }
+    }
+
     pub fn write(&mut self, r: &Record) -> Result<()> {
+        if let Some(encoder) = &self.spec.encoding.key {
+            if !self.spec.key.is_empty() {
+                let values: Vec<&Value> = self.spec.key.iter().map(|c| r.row.get(*c)).collect();
+                if let Err(e) = encoder.encode(&values, &mut self.key) {
+                    return Err(self.encode_error("key", e));
+                }
+            }
+        }
         match (self.spec.key_format, &self.spec.key[..]) {
+            _ if self.spec.encoding.key.is_some() => {}
             (_, []) => self.key.clear(),
             (KeyFormat::Raw, [c]) => {
                 self.key.clear();
@@ -52,9 +73,15 @@ impl SinkWriter {
             | (
                 SinkMode::Upsert | SinkMode::Results,
                 RowKind::Insert | RowKind::UpdateAfter,
-            ) => {
-                self.encoder.encode(&r.row, &mut self.output.buf);
-            }
+            ) => match &self.spec.encoding.value {
+                None => self.encoder.encode(&r.row, &mut self.output.buf),
+                Some(encoder) => {
+                    let values: Vec<&Value> = r.row.values.iter().collect();
+                    if let Err(e) = encoder.encode(&values, &mut self.output.buf) {
+                        return Err(self.encode_error("value", e));
+                    }
+                }
+            },
             (SinkMode::Results, RowKind::UpdateBefore | RowKind::Delete) => return Ok(()),
             (SinkMode::Append, kind) => {
                 return Err(WeirError::Operator {

@@ -14,7 +14,7 @@ use tracing::{debug, info};
 
 use super::chain::Chain;
 use crate::checkpoint::CheckpointStore;
-use crate::dataflow::graph::{SourceFormat, SourceSpec};
+use crate::dataflow::graph::{KafkaRecord, RecordError, SourceFormat, SourceSpec};
 use crate::dataflow::operator::RecordOrigin;
 use crate::dataflow::row::{Row, Schema, Value};
 use crate::dataflow::{Record, RecordKey};
@@ -99,19 +99,9 @@ impl GraphSource {
                 info!(uid = %self.uid, subtask = self.subtask, topic, partition, offset,
                     since_start_ms = crate::observe::since_process_start().as_millis() as u64, "first record read");
             }
-            match decode(
-                &self.spec,
-                &self.schema,
-                msg.payload(),
-                msg.timestamp().to_millis(),
-                Origin {
-                    key: msg.key(),
-                    topic,
-                    partition,
-                    offset,
-                },
-            ) {
-                Ok((row, ts)) => {
+            match decode(&self.spec, &self.schema, &record_of(&msg)) {
+                Ok(None) => {}
+                Ok(Some((row, ts))) => {
                     if let Some(w) = &mut self.watermarks {
                         w.on_record(topic, partition, ts, now);
                     }
@@ -125,7 +115,16 @@ impl GraphSource {
                         push(&mut self.chain, &mut batch)?;
                     }
                 }
-                Err(reason) => {
+                Err(RecordError::Unavailable(reason)) => {
+                    // The record is not skipped: the task fails and the
+                    // job restarts from its last checkpoint.
+                    return Err(crate::error::WeirError::Operator {
+                        uid: self.uid.clone(),
+                        subtask: self.subtask,
+                        reason: format!("{topic}/{partition}@{offset}: {reason}"),
+                    });
+                }
+                Err(RecordError::Bad(reason)) => {
                     let metrics = self.chain.metrics.clone();
                     if let Some(reason) = bad_record(
                         self.spec.on_bad_record,
@@ -252,69 +251,80 @@ fn push(chain: &mut Chain, batch: &mut Vec<Record>) -> Result<()> {
     chain.push(0, 0, records)
 }
 
-/// Where a Kafka record was read.
-pub struct Origin<'a> {
-    pub key: Option<&'a [u8]>,
-    pub topic: &'a str,
-    pub partition: i32,
-    pub offset: i64,
-}
-
 /// One Kafka record value as a row of the source's schema, with its event
 /// time, and its origin last where the source keeps it
-/// (`SourceSpec::origin`); Err says why the record is bad.
+/// (`SourceSpec::origin`); `Ok(None)` for a record that holds no row (a
+/// change stream's tombstone).
 pub fn decode(
     spec: &SourceSpec,
     schema: &Schema,
-    payload: Option<&[u8]>,
-    kafka_ts: Option<i64>,
-    origin: Origin<'_>,
-) -> std::result::Result<(Row, i64), String> {
-    let (mut row, ts) = decode_value(spec, schema, origin.key, payload, kafka_ts)?;
+    record: &KafkaRecord<'_>,
+) -> std::result::Result<Option<(Row, i64)>, RecordError> {
+    let Some((mut row, ts)) = decode_value(spec, schema, record)? else {
+        return Ok(None);
+    };
     if spec.origin {
         row.values.push(RecordOrigin::value(
-            origin.key,
-            origin.topic,
-            origin.partition,
-            origin.offset,
+            record.key,
+            record.topic,
+            record.partition,
+            record.offset,
         ));
     }
-    Ok((row, ts))
+    Ok(Some((row, ts)))
+}
+
+/// The record of a message as decoders see it.
+pub fn record_of<'a>(m: &'a rdkafka::message::BorrowedMessage<'a>) -> KafkaRecord<'a> {
+    use rdkafka::Message;
+    KafkaRecord {
+        key: m.key(),
+        payload: m.payload(),
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp: m.timestamp().to_millis(),
+        log_append_time: matches!(m.timestamp(), rdkafka::Timestamp::LogAppendTime(_)),
+        headers: m.headers(),
+    }
 }
 
 fn decode_value(
     spec: &SourceSpec,
     schema: &Schema,
-    key: Option<&[u8]>,
-    payload: Option<&[u8]>,
-    kafka_ts: Option<i64>,
-) -> std::result::Result<(Row, i64), String> {
+    record: &KafkaRecord<'_>,
+) -> std::result::Result<Option<(Row, i64)>, RecordError> {
     if let SourceFormat::Custom(decoder) = &spec.format {
-        return decoder.decode_keyed(key, payload, kafka_ts);
+        return decoder.decode_record(record);
     }
-    let payload = payload.ok_or("record has no value (null)")?;
+    let bad = RecordError::Bad;
+    let payload = record
+        .payload
+        .ok_or_else(|| bad("record has no value (null)".into()))?;
     let row = match spec.format {
         SourceFormat::Custom(_) => unreachable!("decoded above"),
         SourceFormat::Text => Row::insert(vec![Value::String(
             std::str::from_utf8(payload)
-                .map_err(|e| format!("value is not valid UTF-8: {e}"))?
+                .map_err(|e| bad(format!("value is not valid UTF-8: {e}")))?
                 .to_string(),
         )]),
-        SourceFormat::Json => crate::dataflow::json::decode_row(payload, schema)?,
+        SourceFormat::Json => crate::dataflow::json::decode_row(payload, schema).map_err(bad)?,
     };
     let ts = match &spec.event_time {
         None => NO_TIMESTAMP,
         Some(et) => match et.column {
-            None => kafka_ts.ok_or("record has no Kafka timestamp for event time")?,
+            None => record
+                .timestamp
+                .ok_or_else(|| bad("record has no Kafka timestamp for event time".into()))?,
             Some(c) => row.get(c).as_timestamp().ok_or_else(|| {
-                format!(
+                bad(format!(
                     "event-time field {:?} is missing or null",
                     schema.fields[c].name
-                )
+                ))
             })?,
         },
     };
-    Ok((row, ts))
+    Ok(Some((row, ts)))
 }
 
 /// The source's watermarks, with each partition registered before its

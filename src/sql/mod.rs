@@ -12,6 +12,7 @@
 pub mod cast;
 pub mod compiled;
 pub mod expr;
+pub mod formats;
 pub mod functions;
 pub mod joins;
 pub mod planner;

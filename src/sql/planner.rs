@@ -37,14 +37,12 @@ use super::expr::{
 use super::joins;
 use super::schema::parse_schema;
 use super::{note_eval_error, SqlError};
-use crate::config::{BadRecordPolicy, Config, LatePolicy, RecordFormat, SqlJob};
-use crate::dataflow::graph::RecordDecoder;
+use crate::config::{BadRecordPolicy, Config, FormatName, LatePolicy, SqlJob};
 use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
 use crate::dataflow::ops::join::{JoinCondition, JoinKind, JoinSpec};
 use crate::dataflow::ops::temporal_join::TemporalJoinSpec;
 use crate::dataflow::ops::top_n::{SortKey, TopNSpec};
 use crate::dataflow::prelude::*;
-use crate::time::NO_TIMESTAMP;
 
 /// A planned job: its graph, and what each sink receives.
 pub struct Plan {
@@ -216,9 +214,12 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
     if statements.is_empty() {
         return Err(vec![SqlError::general("the SQL has no statements")]);
     }
+    let registries = crate::format::registry::Registries::new(&job.registries)
+        .map_err(|e| vec![SqlError::general(e)])?;
     let mut planner = Planner {
         job: JobBuilder::new(&config.job.name),
         sql: job,
+        registries,
         sources: BTreeMap::new(),
         views: BTreeMap::new(),
         uids: BTreeMap::new(),
@@ -364,6 +365,8 @@ fn temporal_versions(sql: &str) -> (String, Vec<AsOf>) {
 struct Planner<'a> {
     job: JobBuilder,
     sql: &'a SqlJob,
+    /// `[registries.*]`, shared by the job's sources and sinks.
+    registries: crate::format::registry::Registries,
     sources: BTreeMap<String, Rel>,
     views: BTreeMap<String, Rel>,
     uids: BTreeMap<String, usize>,
@@ -550,6 +553,7 @@ impl Planner<'_> {
         };
         use crate::config::SinkChangelog;
         let changelog = sink.changelog.unwrap_or(match rel.updating {
+            _ if sink.format == crate::config::FormatName::DebeziumJson => SinkChangelog::Debezium,
             Some(_) => SinkChangelog::Upsert,
             None => SinkChangelog::Append,
         });
@@ -632,6 +636,19 @@ impl Planner<'_> {
         // clock, and one row with a future event time would fail every
         // retry of its epoch.
         let kafka_sink = kafka_sink.without_timestamps();
+        let key_idx: Vec<usize> = key
+            .iter()
+            .filter_map(|k| names.iter().position(|n| n == k))
+            .collect();
+        let columns: Vec<crate::dataflow::row::Field> = rel
+            .columns
+            .iter()
+            .map(|c| crate::dataflow::row::Field::new(c.name.clone(), c.ty.clone()))
+            .collect();
+        let encoding =
+            super::formats::sink_encoding(name, sink, &columns, &key_idx, &self.registries)
+                .map_err(|m| SqlError::at(query.span(), m))?;
+        let kafka_sink = kafka_sink.encoded(encoding);
         let uid = self.uid(&format!("{name}.sink"));
         rel.stream.sink(&uid, kafka_sink);
         self.sinks
@@ -744,8 +761,8 @@ impl Planner<'_> {
         let source_name = source_name.clone();
         let fail =
             |m: String| SqlError::at(at.span(), format!("sources.{source_name}.schema: {m}"));
-        let (physical, computed, watermark) = match s.format {
-            RecordFormat::Text => {
+        let (mut physical, computed, watermark) = match s.format {
+            FormatName::Text => {
                 if s.schema.is_some() {
                     return Err(fail(
                         "a text source has one column, `line`: remove schema".into(),
@@ -753,11 +770,37 @@ impl Planner<'_> {
                 }
                 (Schema::of(&[("line", DataType::String)]), Vec::new(), None)
             }
-            RecordFormat::Json => {
+            _ => {
                 let t = parse_schema(s.schema.as_deref().unwrap_or("")).map_err(fail)?;
                 (t.physical, t.computed, t.watermark)
             }
         };
+        let mut defaults = vec![None; physical.len()];
+        if physical.is_empty() {
+            // The columns are the registry's (or the .proto file's).
+            let (columns, d) = super::formats::registry_columns(&source_name, s, &self.registries)
+                .map_err(|m| SqlError::at(at.span(), m))?;
+            physical = Schema::new(columns);
+            defaults = d;
+        }
+        let metadata = super::formats::metadata_columns(&source_name, s)
+            .map_err(|m| SqlError::at(at.span(), m))?;
+        for m in &metadata {
+            if physical
+                .fields
+                .iter()
+                .any(|f| f.name.eq_ignore_ascii_case(&m.name))
+            {
+                return Err(SqlError::at(
+                    at.span(),
+                    format!(
+                        "sources.{source_name}.metadata: column {:?} is already a physical column; name it with `KEY AS other_name`",
+                        m.name
+                    ),
+                ));
+            }
+            physical.fields.push(m.field());
+        }
         let mut columns = scope_columns(&physical, &source_name);
         let mut computed_fns: Vec<Arc<EvalFn>> = Vec::new();
         for (n, e) in &computed {
@@ -773,6 +816,13 @@ impl Planner<'_> {
         let time = watermark
             .as_ref()
             .and_then(|(c, _)| columns.iter().position(|x| x.name.eq_ignore_ascii_case(c)));
+        if let (Some((c, _)), None) = (&watermark, time) {
+            let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            return Err(fail(format!(
+                "WATERMARK FOR {c}: no such column ({})",
+                names.join(", ")
+            )));
+        }
         if let Some(t) = time {
             if columns[t].ty != DataType::Timestamp {
                 return Err(fail(format!(
@@ -789,7 +839,7 @@ impl Planner<'_> {
         );
         let primary_key = match &s.primary_key {
             None => Vec::new(),
-            Some(_) if s.format == RecordFormat::Text => {
+            Some(_) if s.format == FormatName::Text => {
                 return Err(SqlError::at(
                     at.span(),
                     format!("sources.{source_name}.primary_key: a text source has no columns to key by; use format = \"json\""),
@@ -828,20 +878,20 @@ impl Planner<'_> {
                 idx
             }
         };
-        let decoder = SqlDecoder {
-            source: source_name.clone(),
-            text: s.format == RecordFormat::Text,
-            key_schema: Schema::new(
-                primary_key
-                    .iter()
-                    .map(|i| physical.fields[*i].clone())
-                    .collect(),
-            ),
-            primary_key: primary_key.clone(),
-            physical,
-            computed: computed_fns,
-            time,
-        };
+        let decoder = super::formats::TableDecoder::new(
+            s,
+            super::formats::TableParts {
+                source: source_name.clone(),
+                physical,
+                defaults,
+                metadata,
+                computed: computed_fns,
+                time,
+                primary_key: primary_key.clone(),
+            },
+            &self.registries,
+        )
+        .map_err(|m| SqlError::at(at.span(), m))?;
         let topics: Vec<&str> = s.topics.iter().map(String::as_str).collect();
         let mut k = KafkaSource::custom(&topics, schema, Arc::new(decoder)).start(s.start);
         k = match (s.on_bad_record, &s.dead_letter_topic) {
@@ -2882,150 +2932,4 @@ fn contains_aggregate(e: &E) -> bool {
         e,
         &mut |x| matches!(x, E::Function(f) if is_aggregate(&function_name(f))),
     )
-}
-
-/// Decodes a SQL source's records: JSON fields (or a text line) into the
-/// physical columns, then the computed columns, and the event time from
-/// the watermark's column.
-struct SqlDecoder {
-    source: String,
-    text: bool,
-    physical: Schema,
-    computed: Vec<Arc<EvalFn>>,
-    time: Option<usize>,
-    /// A table's primary key (columns of `physical`), and their schema.
-    primary_key: Vec<usize>,
-    key_schema: Schema,
-}
-
-impl SqlDecoder {
-    /// A tombstone's row: a delete with the key's columns taken from the
-    /// Kafka key, the others NULL. The key is a JSON object of the key
-    /// columns (as an upsert sink writes it) or, for a one-column key, its
-    /// value as JSON or, for a VARCHAR, as bare text.
-    fn tombstone(&self, key: Option<&[u8]>) -> std::result::Result<Row, String> {
-        let key = key.ok_or(
-            "a tombstone (a record without a value) has no Kafka key, so the row it deletes is unknown",
-        )?;
-        let text =
-            std::str::from_utf8(key).map_err(|e| format!("the Kafka key is not UTF-8: {e}"))?;
-        let keys = if text.trim_start().starts_with('{') {
-            crate::dataflow::json::decode_row(key, &self.key_schema)
-                .map_err(|e| format!("the Kafka key {text:?}: {e}"))?
-                .values
-        } else if let [only] = &self.key_schema.fields[..] {
-            let name = serde_json::to_string(&only.name).expect("a string");
-            if serde_json::from_str::<serde_json::Value>(text).is_ok() {
-                let object = format!("{{{name}:{text}}}");
-                crate::dataflow::json::decode_row(object.as_bytes(), &self.key_schema)
-                    .map_err(|e| format!("the Kafka key {text:?}: {e}"))?
-                    .values
-            } else if only.data_type == DataType::String {
-                vec![Value::String(text.to_string())]
-            } else {
-                return Err(format!(
-                    "the Kafka key {text:?} is not a {} value for primary key column {:?}",
-                    only.data_type, only.name
-                ));
-            }
-        } else {
-            return Err(format!(
-                "the Kafka key {text:?} is not a JSON object of the primary key's {} columns",
-                self.key_schema.len()
-            ));
-        };
-        let mut values = vec![Value::Null; self.physical.len() + self.computed.len()];
-        for ((c, v), f) in self
-            .primary_key
-            .iter()
-            .zip(keys)
-            .zip(&self.key_schema.fields)
-        {
-            if v.is_null() {
-                return Err(format!(
-                    "the tombstone's Kafka key {text:?} has no value for primary key column {:?}",
-                    f.name
-                ));
-            }
-            values[*c] = v;
-        }
-        Ok(Row {
-            kind: crate::dataflow::row::RowKind::Delete,
-            values,
-        })
-    }
-}
-
-impl RecordDecoder for SqlDecoder {
-    fn name(&self) -> String {
-        format!(
-            "sql source {} ({})",
-            self.source,
-            if self.text { "text" } else { "json" }
-        )
-    }
-
-    fn decode(
-        &self,
-        payload: Option<&[u8]>,
-        _kafka_ts: Option<i64>,
-    ) -> std::result::Result<(Row, i64), String> {
-        let payload = payload.ok_or("record has no value (null)")?;
-        let mut row = if self.text {
-            let line = std::str::from_utf8(payload)
-                .map_err(|e| format!("value is not valid UTF-8: {e}"))?;
-            Row::insert(vec![Value::String(line.to_string())])
-        } else {
-            crate::dataflow::json::decode_row(payload, &self.physical)?
-        };
-        for f in &self.computed {
-            let v = f(&row.values).unwrap_or_else(|e| {
-                note_eval_error(&self.source, &e);
-                Value::Null
-            });
-            row.values.push(v);
-        }
-        let ts = match self.time {
-            None => NO_TIMESTAMP,
-            Some(t) => match &row.values[t] {
-                Value::Timestamp(ms) => *ms,
-                _ => {
-                    return Err(format!(
-                    "the event-time column {:?} is NULL (its WATERMARK needs a time on every row)",
-                    self.physical
-                        .fields
-                        .get(t)
-                        .map_or("(computed)", |f| f.name.as_str())
-                ))
-                }
-            },
-        };
-        Ok((row, ts))
-    }
-
-    fn decode_keyed(
-        &self,
-        key: Option<&[u8]>,
-        payload: Option<&[u8]>,
-        kafka_ts: Option<i64>,
-    ) -> std::result::Result<(Row, i64), String> {
-        if self.primary_key.is_empty() {
-            return self.decode(payload, kafka_ts);
-        }
-        if payload.is_none() {
-            // A deletion has no time of its own to order windows by; a
-            // table's changes are not windowed.
-            return Ok((self.tombstone(key)?, NO_TIMESTAMP));
-        }
-        let (row, ts) = self.decode(payload, kafka_ts)?;
-        for &c in &self.primary_key {
-            if row.values[c].is_null() {
-                return Err(format!(
-                    "primary key column {:?} is missing or null",
-                    self.physical.fields[c].name
-                ));
-            }
-        }
-        Ok((row, ts))
-    }
 }

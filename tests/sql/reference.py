@@ -256,6 +256,12 @@ SCHEMAS = {
     "probes": dict(id="BIGINT", key="BIGINT", t="TIMESTAMP"),
     "rate_changes": dict(seq="BIGINT", key="BIGINT", rate="VARCHAR", valid_from="TIMESTAMP",
                          deleted="BOOLEAN"),
+    # A product table's Debezium changes in the order they were made
+    # (`seq`), a delete marked `deleted` with the row it deleted, and the
+    # orders joined to it (tests/formats.rs).
+    "product_changes": dict(seq="BIGINT", id="BIGINT", name="VARCHAR", price="BIGINT",
+                            category="BIGINT", deleted="BOOLEAN"),
+    "orders": dict(order_id="BIGINT", product_id="BIGINT", qty="BIGINT"),
 }
 
 

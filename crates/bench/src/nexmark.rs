@@ -38,6 +38,12 @@ pub struct NexmarkArgs {
     rounds: u32,
     #[arg(long, default_value_t = 2)]
     parallelism: u32,
+    /// The input's formats, each run for every system, interleaved:
+    /// `json`, and `avro` (weir reads registry-framed Avro through
+    /// `scripts/registry.sh`'s registry, Flink the same rows as plain Avro
+    /// in its `avro` format: bench/peers/flink/SQL.md, "Avro").
+    #[arg(long, default_value = "json")]
+    formats: String,
 }
 
 const PARTITIONS: i32 = 4;
@@ -93,7 +99,25 @@ pub fn nexmark(args: NexmarkArgs) {
             known().map(|q| q.sink).collect::<Vec<_>>()
         );
     }
-    let systems: Vec<&str> = args.systems.split(',').map(str::trim).collect();
+    let formats: Vec<&str> = args.formats.split(',').map(str::trim).collect();
+    for f in &formats {
+        assert!(
+            ["json", "avro"].contains(f),
+            "unknown format {f}: json or avro"
+        );
+    }
+    // Each system in each format, as `system` or `system/avro`.
+    let systems: Vec<String> = args
+        .systems
+        .split(',')
+        .map(str::trim)
+        .flat_map(|s| {
+            formats.iter().map(move |f| match *f {
+                "json" => s.to_string(),
+                f => format!("{s}/{f}"),
+            })
+        })
+        .collect();
     let expected: HashMap<&str, Vec<BTreeMap<String, String>>> = queries
         .iter()
         .map(|q| {
@@ -121,11 +145,18 @@ pub fn nexmark(args: NexmarkArgs) {
     for round in 0..args.rounds {
         for q in &queries {
             for system in &systems {
-                if q.sink == "pipe" && *system != "weir" {
+                if q.sink == "pipe" && !system.starts_with("weir") {
                     continue; // the pipe is weir's only
                 }
                 eprintln!("round {round}: {} {system}", q.sink);
-                let result = run_once(system, q, &tables, args.parallelism, &expected[q.sink]);
+                let result = run_once(
+                    system,
+                    q,
+                    &tables,
+                    &data,
+                    args.parallelism,
+                    &expected[q.sink],
+                );
                 let key = (q.sink.to_string(), system.to_string());
                 match result {
                     Ok(run) => {
@@ -172,7 +203,7 @@ pub fn nexmark(args: NexmarkArgs) {
     println!("|---|---|---|---|---|---|---|");
     for q in &queries {
         for system in &systems {
-            if q.sink == "pipe" && *system != "weir" {
+            if q.sink == "pipe" && !system.starts_with("weir") {
                 continue;
             }
             let key = (q.sink.to_string(), system.to_string());
@@ -203,6 +234,7 @@ pub fn nexmark(args: NexmarkArgs) {
     save(
         "nexmark",
         json!({"machine": machine(), "events": args.events, "partitions": PARTITIONS,
+               "formats": formats,
                "parallelism": args.parallelism, "rounds": args.rounds, "results": rows}),
     );
 }
@@ -242,15 +274,19 @@ fn run_once(
     system: &str,
     q: &Query,
     tables: &BTreeMap<&'static str, Vec<String>>,
+    data: &Path,
     parallelism: u32,
     expected: &[BTreeMap<String, String>],
 ) -> Result<Run, String> {
+    let (system, format) = system.split_once('/').unwrap_or((system, "json"));
     // A topic per table the query reads, each with every event.
     let inputs: Vec<TableInput> = tables_read(q)
         .into_iter()
         .map(|table| {
-            let (topic, ends) =
-                input_topic(&format!("nexmark-{table}"), PARTITIONS, &tables[table]);
+            let (topic, ends) = match format {
+                "avro" => avro_topic(table, data, system == "weir"),
+                _ => input_topic(&format!("nexmark-{table}"), PARTITIONS, &tables[table]),
+            };
             TableInput { table, topic, ends }
         })
         .collect();
@@ -260,8 +296,8 @@ fn run_once(
     let dir = tempfile::tempdir().unwrap();
     let name = unique("nexmark");
     let (argv, group, env) = match system {
-        "weir" => weir_job(dir.path(), &name, &topics, &output, q, parallelism),
-        "flink" => flink_job(dir.path(), &name, &topics, &output, q, parallelism),
+        "weir" => weir_job(dir.path(), &name, &topics, &output, q, parallelism, format),
+        "flink" => flink_job(dir.path(), &name, &topics, &output, q, parallelism, format),
         other => return Err(format!("unknown system {other}")),
     };
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -378,6 +414,7 @@ fn weir_job(
     output: &str,
     q: &Query,
     p: u32,
+    format: &str,
 ) -> Launch {
     let sql = format!("{}INSERT INTO {}\n{};\n", views_for(q), q.sink, q.weir);
     let mut sections = match inputs {
@@ -398,6 +435,13 @@ fn weir_job(
         let unread = "channel VARCHAR, url VARCHAR,";
         assert!(sections.contains(unread), "the bid schema changed");
         sections = sections.replace(unread, "");
+    }
+    if format == "avro" {
+        // The same columns, read from registry-framed Avro.
+        let json = "format = \"json\"\n";
+        assert!(sections.contains(json), "the sources are JSON");
+        sections = sections.replace(json, "format = \"avro\"\nregistry = \"main\"\n")
+            + &format!("\n[registries.main]\nurl = \"{}\"\n", registry_url());
     }
     let toml = format!(
         "[job]\nname = \"{name}\"\nparallelism = {p}\nmax_parallelism = 128\n\n\
@@ -433,9 +477,10 @@ fn flink_job(
     output: &str,
     q: &Query,
     p: u32,
+    format: &str,
 ) -> Launch {
     let sql_file = dir.join("job.sql");
-    std::fs::write(&sql_file, flink_sql(name, inputs, output, q)).unwrap();
+    std::fs::write(&sql_file, flink_sql(name, inputs, output, q, format)).unwrap();
     let argv = [
         vec!["java".to_string(), "-Xmx2g".into()],
         crate::systems::FLINK_OPENS
@@ -465,7 +510,13 @@ fn flink_job(
 /// planner gives the query (`weir explain`), the views, and the INSERT.
 /// Flink's `AVG` of a BIGINT is a truncated BIGINT; the query averages a
 /// DOUBLE instead, which is what DuckDB and weir compute.
-fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query) -> String {
+fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query, format: &str) -> String {
+    // Plain Avro with the schema Flink derives from the DDL
+    // (bench/peers/avro/*.avsc), event times as timestamp-millis.
+    let source_format = match format {
+        "avro" => "'format' = 'avro', 'avro.timestamp_mapping.legacy' = 'false'",
+        _ => "'format' = 'json', 'json.timestamp-format.standard' = 'ISO-8601'",
+    };
     let (columns, key) = result_schema(q);
     let b = bootstrap();
     let mut ddl: Vec<String> = columns
@@ -517,7 +568,7 @@ fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query) -> St
   'connector' = 'kafka', 'topic' = '{input}',
   'properties.bootstrap.servers' = '{b}', 'properties.group.id' = '{name}',
   'properties.isolation.level' = 'read_committed', 'scan.startup.mode' = 'earliest-offset',
-  'format' = 'json', 'json.timestamp-format.standard' = 'ISO-8601'
+  {source_format}
 );
 "
             )
@@ -560,7 +611,7 @@ fn flink_type(column: &str, weir_type: &str) -> String {
 fn result_schema(q: &Query) -> (Vec<(String, String)>, Option<Vec<String>>) {
     let dir = tempfile::tempdir().unwrap();
     let tables: Vec<(&str, &str)> = tables_read(q).into_iter().map(|t| (t, t)).collect();
-    let (argv, _, _) = weir_job(dir.path(), "schema", &tables, "out", q, 1);
+    let (argv, _, _) = weir_job(dir.path(), "schema", &tables, "out", q, 1, "json");
     let config = argv.last().expect("--config FILE").clone();
     let out = std::process::Command::new(weir_binary())
         .args(["explain", "--config", &config])
@@ -610,4 +661,55 @@ fn result_schema(q: &Query) -> (Vec<(String, String)>, Option<Vec<String>>) {
         .and_then(|r| r.split_once(')').map(|(k, _)| k))
         .map(|k| k.split(", ").map(String::from).collect());
     (columns, key)
+}
+
+/// The registry's Confluent API (`scripts/registry.sh env`).
+fn registry_url() -> String {
+    std::env::var("WEIR_REGISTRY_URL")
+        .unwrap_or_else(|_| "http://127.0.0.1:8081/apis/ccompat/v7".to_string())
+}
+
+/// A new topic of `table`'s events in Avro, written by
+/// bench/peers/avro_topics.py (confluent-kafka): registry-framed for weir,
+/// plain for Flink. Returns the topic and its end offsets.
+fn avro_topic(table: &str, data: &Path, framed: bool) -> (String, Vec<(i32, i64)>) {
+    let topic = unique(&format!("nexmark-avro-{table}"));
+    create_topic(&topic, PARTITIONS);
+    let python = std::env::var_os("WEIR_FORMATS_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/weir/formats-venv/bin/python")
+        });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers/avro_topics.py");
+    let started = Instant::now();
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .args(["--table", table, "--partitions", &PARTITIONS.to_string()])
+        .arg("--input")
+        .arg(data.join(format!("{table}.jsonl")))
+        .args([if framed { "--framed" } else { "--plain" }, &topic])
+        .args(["--registry", &registry_url(), "--bootstrap", &bootstrap()])
+        .output()
+        .expect("bench/peers/avro_topics.py runs (tests/formats/venv.sh installs its packages)");
+    assert!(
+        out.status.success(),
+        "avro_topics.py {table}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("avro_topics.py prints JSON");
+    let side = if framed { "framed" } else { "plain" };
+    let ends = report[side]["ends"]
+        .as_array()
+        .expect("end offsets")
+        .iter()
+        .map(|e| (e[0].as_i64().unwrap() as i32, e[1].as_i64().unwrap()))
+        .collect();
+    eprintln!(
+        "{} Avro records written to {topic} ({side}) in {:.1}s",
+        report["records"],
+        started.elapsed().as_secs_f64()
+    );
+    (topic, ends)
 }

@@ -59,7 +59,7 @@ use super::{check_sink_topics, slot_body, OutputFor};
 use crate::checkpoint::metadata::OperatorInfo;
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::config::{BadRecordPolicy, Config, StartPosition};
-use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, SourceSpec};
+use crate::dataflow::graph::{Exchange, Graph, NodeBody, NodeId, RecordError, SourceSpec};
 use crate::dataflow::row::Row;
 use crate::dataflow::state::KeyedStore;
 use crate::dataflow::{Record, RecordKey};
@@ -1767,20 +1767,9 @@ impl GraphInstance {
         let node = &self.graph.nodes[head];
         let spec = source_spec(&self.graph, head);
         self.records_in[source].inc();
-        let origin = super::source::Origin {
-            key: m.key(),
-            topic,
-            partition,
-            offset,
-        };
-        match super::source::decode(
-            spec,
-            &node.schema,
-            m.payload(),
-            m.timestamp().to_millis(),
-            origin,
-        ) {
-            Ok((row, timestamp)) => {
+        match super::source::decode(spec, &node.schema, &super::source::record_of(m)) {
+            Ok(None) => Ok(()),
+            Ok(Some((row, timestamp))) => {
                 if let Some(w) = &mut input.marks {
                     w.on_record(topic, partition, timestamp, self.now_ms);
                 }
@@ -1796,7 +1785,14 @@ impl GraphInstance {
                 }
                 Ok(())
             }
-            Err(reason) => {
+            // Not skipped: the instance fails its epoch and restarts from
+            // the last committed one, which reads the record again.
+            Err(RecordError::Unavailable(reason)) => Err(WeirError::Operator {
+                uid: node.uid.clone(),
+                subtask: 0,
+                reason: format!("{topic}/{partition}@{offset}: {reason}"),
+            }),
+            Err(RecordError::Bad(reason)) => {
                 match bad_record(
                     spec.on_bad_record,
                     &self.metrics,
