@@ -161,7 +161,12 @@ def main():
         "bootstrap.servers": a.bootstrap,
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": 20,
+        # Batches as full as the JSON input's (weir-testkit writes 10,000
+        # records per batch from Rust; Python produces slower, and a 20 ms
+        # linger would cut the log into batches of a few hundred, which
+        # costs every reader more fetches): the input's shape is the same.
+        "linger.ms": 1000,
+        "batch.size": 4194304,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 1000000,
         "message.timeout.ms": 60000,
