@@ -904,10 +904,20 @@ impl AvroDecoder {
         if let Some(p) = self.plans.read().expect("avro plans").get(&id) {
             return Ok(p.clone());
         }
-        let schema = self
-            .registry
-            .schema_by_id(id, Patience::Forever)
-            .map_err(|e| DecodeError::from(e).context(&format!("schema id {id}")))?;
+        let schema = match self.registry.schema_by_id(id, Patience::Forever) {
+            Ok(schema) => schema,
+            // An id the registry does not have stays a bad record: every
+            // record naming it is refused without asking again.
+            Err(e @ super::registry::RegistryError::NotFound(_)) => {
+                let plan = Arc::new(Err(format!("schema id {id}: {e}")));
+                self.plans
+                    .write()
+                    .expect("avro plans")
+                    .insert(id, plan.clone());
+                return Ok(plan);
+            }
+            Err(e) => return Err(DecodeError::from(e).context(&format!("schema id {id}"))),
+        };
         let plan = if schema.kind != SchemaKind::Avro {
             Err(format!(
                 "schema id {id} is a {} schema, not Avro",
