@@ -160,16 +160,16 @@ fn nexmark_from_avro_and_protobuf_is_exact_under_sigkills_against_duckdb() {
         });
     }
     let want_q0 = duckdb(&input.data, q0.duckdb);
-    let got = consume(&q0_avro, "avro", "string", Some(want_q0.len()), 10_000);
+    let got = consume(&q0_avro, "avro", "string", Some(want_q0.len()), 30_000);
     assert_rows_match("q0 in Avro", &got, want_q0, &["date_time"]);
     let want_q3 = duckdb(&input.data, q3.duckdb);
-    let got = consume(&q3_proto, "protobuf", "string", Some(want_q3.len()), 10_000);
+    let got = consume(&q3_proto, "protobuf", "string", Some(want_q3.len()), 30_000);
     assert_rows_match("q3 in Protobuf", &got, want_q3, &[]);
     // q17's updating result as an Avro upsert topic keyed by an Avro
     // record of its key columns: the last value of each key, tombstones
     // deleting, is DuckDB's table.
     let want_q17 = multiset(duckdb(&input.data, q17.duckdb).into_iter());
-    let got = consume(&q17_avro, "avro", "avro", None, 8_000);
+    let got = consume_to_end(&q17_avro, "avro", "avro");
     let mut table: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     for r in &got {
         let key = r["key"].to_string();
@@ -611,7 +611,7 @@ fn bad_records_in_registry_formats_are_skipped_dead_lettered_or_stop_the_job_nam
         None,
         &[bid.to_string()],
     );
-    let framed = consume(&probe, "raw", "string", Some(1), 5000);
+    let framed = consume(&probe, "raw", "string", Some(1), 30_000);
     let avro_hex = framed[0]["value"].as_str().unwrap().to_string();
     let unknown_id = format!("00{:08x}{}", 0x7fff_fff0u32, &avro_hex[10..]);
     let truncated = avro_hex[..avro_hex.len() - 4].to_string();
@@ -626,7 +626,7 @@ fn bad_records_in_registry_formats_are_skipped_dead_lettered_or_stop_the_job_nam
         Some("other.Ping"),
         &[r#"{"text":"not a person"}"#.to_string()],
     );
-    let ping_hex = consume(&other_proto, "raw", "string", Some(1), 5000)[0]["value"]
+    let ping_hex = consume(&other_proto, "raw", "string", Some(1), 30_000)[0]["value"]
         .as_str()
         .unwrap()
         .to_string();
@@ -908,7 +908,7 @@ fn an_avro_sink_writes_with_the_schema_it_is_given() {
         None,
         &[r#"{"status":"OK","id":0,"amount":null}"#.to_string()],
     );
-    let hex = consume(&scratch, "raw", "string", Some(1), 5000)[0]["value"]
+    let hex = consume(&scratch, "raw", "string", Some(1), 30_000)[0]["value"]
         .as_str()
         .unwrap()
         .to_string();
@@ -974,7 +974,7 @@ sql = "INSERT INTO out SELECT id, CASE WHEN ok THEN 'OK' ELSE 'BAD' END AS statu
         });
         assert_eq!(v, &want, "row {i}");
     }
-    let framed = consume(&output, "raw", "string", Some(1), 5000);
+    let framed = consume(&output, "raw", "string", Some(1), 30_000);
     let written_id = u32::from_str_radix(&framed[0]["value"].as_str().unwrap()[2..10], 16).unwrap();
     assert_eq!(written_id, id, "the records carry the given schema's id");
     weir.stop(Duration::from_secs(30));
@@ -1095,7 +1095,7 @@ INSERT INTO raw_out SELECT UPPER(body) AS body FROM lines;
     );
     let mut weir = WeirProcess::start(&weir(), &config, &[]);
     // Where each input record landed, as an independent reader sees it.
-    let input = consume(&t["js"], "raw", "raw", Some(30), 10_000);
+    let input = consume(&t["js"], "raw", "raw", Some(30), 30_000);
     let mut offsets: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for r in &input {
         let value = hex_text(r["value"].as_str().unwrap());

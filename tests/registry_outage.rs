@@ -118,7 +118,7 @@ sql = "INSERT INTO out SELECT id, sensor, `value`, unit FROM readings;"
     // (the id is new to weir), kept as bytes.
     let v2: Vec<String> = (200..400).map(|id| reading(id, 2)).collect();
     produce_values(&scratch, 1, "avro", "evolution/v2.avsc", None, &v2);
-    let framed: Vec<String> = consume(&scratch, "raw", "string", Some(200), 10_000)
+    let framed: Vec<String> = consume(&scratch, "raw", "string", Some(200), 30_000)
         .iter()
         .map(|r| r["value"].as_str().unwrap().to_string())
         .collect();

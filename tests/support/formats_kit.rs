@@ -126,6 +126,28 @@ pub fn consume(
         .collect()
 }
 
+/// Every committed record of `topic`, read to the end of each partition
+/// (`--eof`: no guess at how many records an updating result wrote).
+pub fn consume_to_end(topic: &str, format: &str, key_format: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(python())
+        .arg(formats_dir().join("consume.py"))
+        .args(["--topic", topic, "--registry", &registry_url()])
+        .args(["--format", format, "--key-format", key_format])
+        .args(["--eof", "--idle-ms", "60000"])
+        .output()
+        .expect("tests/formats/consume.py runs");
+    assert!(
+        out.status.success(),
+        "consume.py {topic}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("consume.py prints JSON lines"))
+        .collect()
+}
+
 /// Epoch milliseconds (consume.py's form of a timestamp) as RFC 3339 with
 /// milliseconds, DuckDB's canonical form, for the named columns.
 pub fn timestamps_as_text(row: &mut serde_json::Value, columns: &[&str]) {
