@@ -619,14 +619,23 @@ impl<'b> Input<'b> {
         std::str::from_utf8(self.prefixed()?).map_err(|e| format!("a string is not UTF-8: {e}"))
     }
 
-    /// An array's or map's next block count (0 ends it); a negative count
-    /// is followed by the block's size in bytes.
-    fn block(&mut self) -> Result<usize, String> {
-        let n = self.long()?;
-        if n < 0 {
-            self.long()?;
+    /// Reads an array's or map's blocks, calling `each` with each block's
+    /// item count (a negative count is followed by the block's size in
+    /// bytes; a count of 0 ends them).
+    fn blocks(
+        &mut self,
+        mut each: impl FnMut(&mut Self, usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        loop {
+            let n = self.long()?;
+            if n < 0 {
+                self.long()?;
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            each(self, n.unsigned_abs() as usize)?;
         }
-        Ok(n.unsigned_abs() as usize)
     }
 
     fn skip(&mut self, s: &Skip) -> Result<(), String> {
@@ -645,25 +654,19 @@ impl<'b> Input<'b> {
                 let b = self.branch(branches.len())?;
                 self.skip(&branches[b])?;
             }
-            Skip::Array(item) => loop {
-                let n = self.block()?;
-                if n == 0 {
-                    break;
-                }
+            Skip::Array(item) => self.blocks(|input, n| {
                 for _ in 0..n {
-                    self.skip(item)?;
+                    input.skip(item)?;
                 }
-            },
-            Skip::Map(value) => loop {
-                let n = self.block()?;
-                if n == 0 {
-                    break;
-                }
+                Ok(())
+            })?,
+            Skip::Map(value) => self.blocks(|input, n| {
                 for _ in 0..n {
-                    self.prefixed()?;
-                    self.skip(value)?;
+                    input.prefixed()?;
+                    input.skip(value)?;
                 }
-            },
+                Ok(())
+            })?,
             Skip::Record(fields) => {
                 for f in fields {
                     self.skip(f)?;
@@ -726,32 +729,26 @@ impl<'b> Input<'b> {
             }
             Read::Array(item) => {
                 let mut items = Vec::new();
-                loop {
-                    let n = self.block()?;
-                    if n == 0 {
-                        break;
-                    }
-                    items.reserve(n.min(self.bytes.len() + 1));
+                self.blocks(|input, n| {
+                    items.reserve(n.min(input.bytes.len() + 1));
                     for _ in 0..n {
-                        items.push(self.value(item)?);
+                        items.push(input.value(item)?);
                     }
-                }
+                    Ok(())
+                })?;
                 Value::List(items)
             }
             Read::Map(value) => {
                 let mut entries = Vec::new();
-                loop {
-                    let n = self.block()?;
-                    if n == 0 {
-                        break;
-                    }
-                    entries.reserve(n.min(self.bytes.len() + 1));
+                self.blocks(|input, n| {
+                    entries.reserve(n.min(input.bytes.len() + 1));
                     for _ in 0..n {
-                        let k = Value::String(self.text()?.to_string());
-                        let v = self.value(value)?;
+                        let k = Value::String(input.text()?.to_string());
+                        let v = input.value(value)?;
                         entries.push(Value::Struct(vec![k, v]));
                     }
-                }
+                    Ok(())
+                })?;
                 Value::List(entries)
             }
             Read::Record(plan) => {
@@ -1018,16 +1015,7 @@ fn type_json(t: &DataType, name: &str, counter: &mut usize) -> serde_json::Value
 
 /// A column name as an Avro name (`[A-Za-z_][A-Za-z0-9_]*`).
 fn avro_name(name: &str) -> String {
-    let mut s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let mut s = super::identifier_chars(name);
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '_');
     }

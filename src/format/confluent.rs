@@ -4,6 +4,8 @@
 //! file the payload is (a zigzag varint count, then that many zigzag
 //! varint indexes; the first message, `[0]`, is written as one 0 byte).
 
+use crate::dataflow::codec::{get_varint, put_varint};
+
 /// The payload of a framed record, with its schema id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framed<'a> {
@@ -37,30 +39,21 @@ pub fn frame(schema_id: u32, out: &mut Vec<u8>) {
 }
 
 /// Reads a zigzag varint (Avro's `int`/`long` encoding, and Protobuf's
-/// message indexes).
+/// message indexes): the state codec's varint, unzigzagged.
 pub fn read_zigzag(input: &mut &[u8]) -> Result<i64, String> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&b, rest) = input
-            .split_first()
-            .ok_or("the record is cut short inside a number")?;
-        *input = rest;
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Ok(((v >> 1) as i64) ^ -((v & 1) as i64));
+    let v = get_varint(input).map_err(|e| {
+        if e.contains("longer than") {
+            "a number is longer than 10 bytes".to_string()
+        } else {
+            "the record is cut short inside a number".to_string()
         }
-    }
-    Err("a number is longer than 10 bytes".into())
+    })?;
+    Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
 }
 
 /// Writes a zigzag varint.
 pub fn write_zigzag(v: i64, out: &mut Vec<u8>) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
+    put_varint(((v << 1) ^ (v >> 63)) as u64, out);
 }
 
 /// Protobuf's message indexes after the schema id: the path of the

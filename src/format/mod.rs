@@ -94,3 +94,18 @@ pub trait BytesEncoder: Send + Sync {
     /// into `out`, which is cleared first.
     fn encode(&self, values: &[&Value], out: &mut Vec<u8>) -> Result<(), String>;
 }
+
+/// `name` with every character but ASCII letters, digits and `_` made `_`:
+/// the body of an Avro name or a Protobuf identifier (each format then
+/// says how one may start).
+pub(crate) fn identifier_chars(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

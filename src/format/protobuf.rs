@@ -1609,16 +1609,7 @@ impl Unique {
 /// A valid proto identifier: letters, digits and `_`, not starting with a
 /// digit (other characters become `_`).
 fn identifier(name: &str) -> String {
-    let mut id: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let mut id = super::identifier_chars(name);
     if !id.starts_with(|c: char| c.is_ascii_alphabetic()) {
         id.insert_str(0, "f_");
     }

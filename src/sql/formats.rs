@@ -50,6 +50,14 @@ fn registry_of(
     registries.get(r, &format!("{section}.{name}.registry"))
 }
 
+/// The subject of a table's value schema: `subject`, else Confluent's
+/// TopicNameStrategy on its first topic.
+fn value_subject(s: &SqlSourceConfig) -> String {
+    s.subject
+        .clone()
+        .unwrap_or_else(|| format!("{}-value", s.topics.first().map_or("", String::as_str)))
+}
+
 /// The physical columns of a table whose `schema` lists none, from its
 /// format: `line` for text, `value` for raw, the registry's latest schema
 /// of the subject for Avro and Protobuf (or the `.proto` file's message),
@@ -59,10 +67,7 @@ pub fn registry_columns(
     s: &SqlSourceConfig,
     registries: &Registries,
 ) -> Result<(Vec<Field>, Vec<Option<Value>>), String> {
-    let subject = s
-        .subject
-        .clone()
-        .unwrap_or_else(|| format!("{}-value", s.topics.first().map_or("", String::as_str)));
+    let subject = value_subject(s);
     let at = format!("sources.{name}");
     match s.format {
         FormatName::Text => Ok((vec![Field::new("line", DataType::String)], vec![None])),
@@ -376,10 +381,7 @@ impl TableDecoder {
         let name = parts.source.clone();
         let width = parts.physical.len() - parts.metadata.len();
         let columns = &parts.physical.fields[..width];
-        let subject = s
-            .subject
-            .clone()
-            .unwrap_or_else(|| format!("{}-value", s.topics.first().map_or("", String::as_str)));
+        let subject = value_subject(s);
         let at_source = SourceAt {
             name: &name,
             s,

@@ -105,35 +105,31 @@ pub fn consume(
     expect: Option<usize>,
     idle_ms: u64,
 ) -> Vec<serde_json::Value> {
-    let mut cmd = Command::new(python());
-    cmd.arg(formats_dir().join("consume.py"))
-        .args(["--topic", topic, "--registry", &registry_url()])
-        .args(["--format", format, "--key-format", key_format])
-        .args(["--idle-ms", &idle_ms.to_string()]);
+    let mut args = vec!["--idle-ms".to_string(), idle_ms.to_string()];
     if let Some(n) = expect {
-        cmd.args(["--expect", &n.to_string()]);
+        args.extend(["--expect".to_string(), n.to_string()]);
     }
-    let out = cmd.output().expect("tests/formats/consume.py runs");
-    assert!(
-        out.status.success(),
-        "consume.py {topic}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("consume.py prints JSON lines"))
-        .collect()
+    run_consume(topic, format, key_format, &args)
 }
 
 /// Every committed record of `topic`, read to the end of each partition
 /// (`--eof`: no guess at how many records an updating result wrote).
 pub fn consume_to_end(topic: &str, format: &str, key_format: &str) -> Vec<serde_json::Value> {
+    let args = ["--eof", "--idle-ms", "60000"].map(String::from);
+    run_consume(topic, format, key_format, &args)
+}
+
+fn run_consume(
+    topic: &str,
+    format: &str,
+    key_format: &str,
+    args: &[String],
+) -> Vec<serde_json::Value> {
     let out = Command::new(python())
         .arg(formats_dir().join("consume.py"))
         .args(["--topic", topic, "--registry", &registry_url()])
         .args(["--format", format, "--key-format", key_format])
-        .args(["--eof", "--idle-ms", "60000"])
+        .args(args)
         .output()
         .expect("tests/formats/consume.py runs");
     assert!(
