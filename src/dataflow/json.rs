@@ -13,19 +13,25 @@ use super::row::{DataType, Decimal, Field, Row, Schema, Value};
 pub fn decode_row(payload: &[u8], schema: &Schema) -> Result<Row, String> {
     let json: Json =
         serde_json::from_slice(payload).map_err(|e| format!("value is not valid JSON: {e}"))?;
+    let mut values = Vec::with_capacity(schema.len());
+    object_columns(&json, &schema.fields, &mut values)?;
+    Ok(Row::insert(values))
+}
+
+/// The columns `fields` of a JSON object, appended to `out`: by name, a
+/// missing field NULL.
+pub fn object_columns(json: &Json, fields: &[Field], out: &mut Vec<Value>) -> Result<(), String> {
     let Json::Object(object) = json else {
         return Err("value is JSON but not an object".into());
     };
-    let mut values = Vec::with_capacity(schema.len());
-    for field in &schema.fields {
-        let v = match object.get(&field.name) {
+    for field in fields {
+        out.push(match object.get(&field.name) {
             None => Value::Null,
             Some(j) => from_json(j, &field.data_type)
                 .map_err(|e| format!("field {:?}: {e}", field.name))?,
-        };
-        values.push(v);
+        });
     }
-    Ok(Row::insert(values))
+    Ok(())
 }
 
 /// One JSON value as a value of type `t`.

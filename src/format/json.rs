@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::confluent::{frame, unframe};
 use super::registry::{Patience, Registration, Registry, SchemaKind};
 use super::{BytesDecoder, BytesEncoder, DecodeError, Decoded};
-use crate::dataflow::json::{from_json, write_value};
+use crate::dataflow::json::write_value;
 use crate::dataflow::row::{DataType, Field, RowKind, Schema, Value};
 
 /// Decodes a JSON object (after the registry's frame, with one) into columns.
@@ -60,17 +60,7 @@ pub fn decode_object(
     columns: &[Field],
     out: &mut Vec<Value>,
 ) -> Result<(), DecodeError> {
-    let serde_json::Value::Object(object) = json else {
-        return Err(DecodeError::bad("value is JSON but not an object"));
-    };
-    for field in columns {
-        out.push(match object.get(&field.name) {
-            None => Value::Null,
-            Some(j) => from_json(j, &field.data_type)
-                .map_err(|e| DecodeError::Bad(format!("field {:?}: {e}", field.name)))?,
-        });
-    }
-    Ok(())
+    crate::dataflow::json::object_columns(json, columns, out).map_err(DecodeError::Bad)
 }
 
 /// A JSON object of the columns, framed with a registered JSON Schema's
