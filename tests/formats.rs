@@ -1182,3 +1182,60 @@ fn hex_text(hex: &str) -> String {
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+/// Several weir processes starting the same job register the same sink
+/// schema under a new subject at the same instant. Apicurio answers all
+/// but one of such first registrations with a 409 ("already exists"); CI
+/// once stopped a job on it. Every writer must come away with the one id
+/// the registry keeps, and none may fail.
+#[test]
+fn writers_registering_one_schema_at_once_all_get_its_id() {
+    use std::sync::{Arc, Barrier};
+    use weir::format::registry::{Patience, Registry, SchemaKind};
+    let config: weir::config::RegistryConfig = serde_json::from_value(serde_json::json!({
+        "url": registry_url(),
+    }))
+    .unwrap();
+    for round in 0..4 {
+        let subject = format!("race-{}-{round}-value", unique("subject"));
+        let schema = format!(
+            r#"{{"type":"record","name":"Race{round}","fields":[{{"name":"n","type":"long"}},{{"name":"s","type":"string"}}]}}"#
+        );
+        const WRITERS: usize = 6;
+        let start = Arc::new(Barrier::new(WRITERS));
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                // One client each, as separate processes have.
+                let registry = Registry::new("main", &config).unwrap();
+                let (start, subject, schema) = (start.clone(), subject.clone(), schema.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    registry.register(
+                        &subject,
+                        SchemaKind::Avro,
+                        &schema,
+                        &[],
+                        Patience::For(Duration::from_secs(60)),
+                    )
+                })
+            })
+            .collect();
+        let ids: Vec<u32> = writers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{subject}: {e}"))
+            })
+            .collect();
+        let kept = Registry::new("main", &config)
+            .unwrap()
+            .latest(&subject, Patience::For(Duration::from_secs(10)))
+            .unwrap();
+        assert!(
+            ids.iter().all(|id| *id == kept.id),
+            "{subject}: writers got ids {ids:?}, the registry keeps {}",
+            kept.id
+        );
+    }
+}

@@ -66,6 +66,12 @@ pub enum RegistryError {
     /// schema): waiting will not help.
     #[error("{0}")]
     Refused(String),
+    /// HTTP 409 on registering: the subject's compatibility rule refuses
+    /// the schema, or (Apicurio) another writer created the subject at the
+    /// same instant. [`Registry::register`] tells the two apart by looking
+    /// the schema up.
+    #[error("{0}")]
+    Conflict(String),
     /// The registry could not be reached within the caller's patience,
     /// or the process is stopping.
     #[error("{0}")]
@@ -109,6 +115,12 @@ pub struct Registry {
     agent: ureq::Agent,
     by_id: Mutex<HashMap<u32, Arc<RegisteredSchema>>>,
     registered: Mutex<HashMap<(String, String), u32>>,
+    /// Held while this process registers a schema, so that the subtasks
+    /// of one sink (and the sinks of one job) register one at a time:
+    /// Apicurio answers concurrent first registrations of a subject with
+    /// a 409 or a 500 (seen in CI), and the second of two identical
+    /// registrations then finds the first one's id in the cache.
+    registering: Mutex<()>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -188,6 +200,7 @@ impl Registry {
             agent: builder.build().new_agent(),
             by_id: Mutex::new(HashMap::new()),
             registered: Mutex::new(HashMap::new()),
+            registering: Mutex::new(()),
         })
     }
 
@@ -262,13 +275,19 @@ impl Registry {
         patience: Patience,
     ) -> Result<u32, RegistryError> {
         let cache_key = (subject.to_string(), text.to_string());
-        if let Some(id) = self
-            .registered
-            .lock()
-            .expect("registry cache")
-            .get(&cache_key)
-        {
-            return Ok(*id);
+        let cached = || {
+            self.registered
+                .lock()
+                .expect("registry cache")
+                .get(&cache_key)
+                .copied()
+        };
+        if let Some(id) = cached() {
+            return Ok(id);
+        }
+        let _one_at_a_time = self.registering.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = cached() {
+            return Ok(id);
         }
         let mut body = serde_json::json!({ "schema": text, "schemaType": kind.api_name() });
         if !references.is_empty() {
@@ -278,26 +297,51 @@ impl Registry {
         struct Id {
             id: u32,
         }
-        let path = format!("/subjects/{}/versions", encode(subject));
-        let id: Id = self.request(
-            || {
-                let mut r = self
-                    .agent
-                    .post(format!("{}{path}", self.url))
-                    .header("Content-Type", "application/vnd.schemaregistry.v1+json");
-                if let Some(a) = &self.auth {
-                    r = r.header("Authorization", a);
-                }
-                r.send_json(&body)
-            },
+        let post = |path: &str| {
+            let mut r = self
+                .agent
+                .post(format!("{}{path}", self.url))
+                .header("Content-Type", "application/vnd.schemaregistry.v1+json");
+            if let Some(a) = &self.auth {
+                r = r.header("Authorization", a);
+            }
+            r.send_json(&body)
+        };
+        let versions = format!("/subjects/{}/versions", encode(subject));
+        let id = match self.request::<Id>(
+            || post(&versions),
             patience,
             || format!("registering a schema under subject {subject:?}"),
-        )?;
+        ) {
+            Ok(id) => id.id,
+            // Another writer (another weir process) may have created the
+            // subject with this very schema a moment ago; Confluent's
+            // lookup says whether this schema is registered under it.
+            Err(RegistryError::Conflict(refusal)) => {
+                let lookup = format!("/subjects/{}", encode(subject));
+                match self.request::<Id>(
+                    || post(&lookup),
+                    patience,
+                    || format!("looking up a schema under subject {subject:?}"),
+                ) {
+                    Ok(id) => {
+                        info!(registry = %self.name, subject, schema_id = id.id,
+                            "schema already registered by another writer");
+                        id.id
+                    }
+                    Err(RegistryError::NotFound(_)) | Err(RegistryError::Conflict(_)) => {
+                        return Err(RegistryError::Refused(refusal))
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         self.registered
             .lock()
             .expect("registry cache")
-            .insert(cache_key, id.id);
-        Ok(id.id)
+            .insert(cache_key, id);
+        Ok(id)
     }
 
     fn get<T: serde::de::DeserializeOwned>(
@@ -364,6 +408,15 @@ impl Registry {
                             )))
                         }
                         429 | 500..=599 => format!("HTTP {status}: {}", brief(&text)),
+                        409 => {
+                            return Err(RegistryError::Conflict(format!(
+                                "registry {} ({}) refused {}: HTTP 409: {}",
+                                self.name,
+                                self.url,
+                                what(),
+                                brief(&text)
+                            )))
+                        }
                         _ => {
                             return Err(RegistryError::Refused(format!(
                                 "registry {} ({}) refused {}: HTTP {status}: {}",
