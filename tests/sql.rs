@@ -220,7 +220,7 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         ("SELECT b.price FROM bid a\nJOIN bid b ON a.auction = b.channel", "a.auction", "have different types"),
         (
             "SELECT a.auction FROM bid a\nJOIN bid AS b FOR SYSTEM_TIME AS OF a.date_time ON a.auction = b.auction",
-            " FOR SYSTEM_TIME",
+            "FOR SYSTEM_TIME",
             "is not on the table of a join",
         ),
         (

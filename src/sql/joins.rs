@@ -294,15 +294,9 @@ pub fn join_kind(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlparser::dialect::GenericDialect;
-    use sqlparser::parser::Parser;
 
     fn expr(s: &str) -> E {
-        Parser::new(&GenericDialect {})
-            .try_with_sql(s)
-            .unwrap()
-            .parse_expr()
-            .unwrap()
+        crate::sql::dialect::parse_expr(s).unwrap()
     }
 
     fn col(q: &str, n: &str, ty: DataType) -> ScopeColumn {

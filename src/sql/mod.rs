@@ -11,6 +11,7 @@
 
 pub mod cast;
 pub mod compiled;
+pub mod dialect;
 pub mod expr;
 pub mod formats;
 pub mod functions;

@@ -27,8 +27,6 @@ use sqlparser::ast::{
     self, Expr as E, GroupByExpr, JoinOperator, SelectItem, SetExpr, Spanned, Statement,
     TableFactor,
 };
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 use super::expr::{
     boolean, call_args, compile, err, function_name, interval, is_aggregate, walk, Compiled,
@@ -206,11 +204,7 @@ pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
 /// Compiles `job`'s statements over its own tables and sinks and those of
 /// `catalog`.
 pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan, Vec<SqlError>> {
-    let (text, as_of) = temporal_versions(&blank_table_keywords(&job.text));
-    let statements = Parser::new(&GenericDialect {})
-        .try_with_sql(&text)
-        .and_then(|mut p| p.parse_statements())
-        .map_err(|e| vec![parse_error(&e.to_string())])?;
+    let statements = super::dialect::parse_statements(&job.text).map_err(|e| vec![e])?;
     if statements.is_empty() {
         return Err(vec![SqlError::general("the SQL has no statements")]);
     }
@@ -227,8 +221,6 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
         sinks: Vec::new(),
         catalog,
         updating: Default::default(),
-        as_of,
-        as_of_used: Default::default(),
     };
     for s in &statements {
         if let Err(e) = planner.statement(s) {
@@ -237,18 +229,6 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
     }
     // Only when every statement planned: a failed INSERT would be named twice.
     let planned = planner.errors.is_empty();
-    for (i, ((line, column), e)) in planner.as_of.iter().enumerate() {
-        if planned && !planner.as_of_used.contains(&i) {
-            planner.errors.push(SqlError {
-                line: *line,
-                column: *column,
-                end: None,
-                message: format!(
-                    "FOR SYSTEM_TIME AS OF {e} is not on the table of a join: it follows the name of a table on the right of a JOIN, before its alias (s JOIN t FOR SYSTEM_TIME AS OF s.time AS x ON ...)"
-                ),
-            });
-        }
-    }
     for name in job.sinks.keys().filter(|_| planned) {
         if !planner.sinks.iter().any(|(n, _, _)| n == name) {
             planner.errors.push(SqlError::general(format!(
@@ -278,90 +258,6 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
     })
 }
 
-/// sqlparser's "... at Line: 3, Column: 12" as a located error.
-fn parse_error(message: &str) -> SqlError {
-    let re = regex::Regex::new(r"at Line: (\d+), Column: (\d+)").expect("a valid regex");
-    let message = message.trim_start_matches("sql parser error: ");
-    match re.captures(message) {
-        Some(c) => SqlError {
-            line: c[1].parse().unwrap_or(0),
-            column: c[2].parse().unwrap_or(0),
-            end: None,
-            message: format!("syntax error: {}", re.replace(message, "").trim_end()),
-        },
-        None => SqlError::general(format!("syntax error: {message}")),
-    }
-}
-
-/// Flink writes a window function's table argument as `TABLE name`
-/// (`TUMBLE(TABLE bid, ...)`), which no sqlparser dialect reads as an
-/// expression. The keyword is blanked (spaces of its length, so every
-/// line and column stays where the user wrote it).
-///
-/// `SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(...), ...)` has a
-/// clause in its first argument: it becomes an argument of its own,
-/// `bid, PARTITION_BY(bidder), DESCRIPTOR(...)`, padded so that what
-/// follows keeps its column (one column later if the list is followed by
-/// a comma without a space).
-fn blank_table_keywords(sql: &str) -> String {
-    let partition = regex::Regex::new(
-        r"(?is)\b(SESSION\s*\(\s*)TABLE(\s+[A-Za-z_][A-Za-z0-9_]*)(\s+)PARTITION(\s+)BY(\s+)([A-Za-z0-9_,\s]*?),(\s*)DESCRIPTOR",
-    )
-    .expect("a valid regex");
-    let sql = partition.replace_all(sql, |c: &regex::Captures| {
-        let pad = |n: usize| " ".repeat(n);
-        format!(
-            "{}     {},{}PARTITION_BY({}{}),{}DESCRIPTOR",
-            &c[1],
-            &c[2],
-            pad(c[3].len() - 1),
-            pad(c[4].len() + c[5].len() - 2),
-            &c[6],
-            pad(c[7].len().saturating_sub(1)),
-        )
-    });
-    let re = regex::Regex::new(r"(?i)\b(TUMBLE|HOP|SESSION|CUMULATE)(\s*\(\s*)(TABLE)\b")
-        .expect("a valid regex");
-    re.replace_all(&sql, |c: &regex::Captures| {
-        format!("{}{}     ", &c[1], &c[2])
-    })
-    .into_owned()
-}
-
-/// sqlparser's generic dialect does not read `t FOR SYSTEM_TIME AS OF e`
-/// (a temporal join's table). The clause is blanked (spaces, so that
-/// every line and column stays where the user wrote it) and returned with
-/// where the table's name ends, for the planner to find by the table.
-fn temporal_versions(sql: &str) -> (String, Vec<AsOf>) {
-    let re = regex::Regex::new(
-        r"(?i)([A-Za-z_][A-Za-z0-9_]*)(\s+)FOR\s+SYSTEM_TIME\s+AS\s+OF\s+([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)?(?:\s*\(\s*\))?)",
-    )
-    .expect("a valid regex");
-    let mut found = Vec::new();
-    let mut out = String::with_capacity(sql.len());
-    let mut last = 0;
-    for c in re.captures_iter(sql) {
-        let (name, clause_start, end) = (
-            c.get(1).expect("group"),
-            c.get(2).expect("group").end(),
-            c.get(0).expect("match").end(),
-        );
-        let before = &sql[..name.end()];
-        let line = before.matches('\n').count() as u64 + 1;
-        let column = before.rsplit('\n').next().unwrap_or("").chars().count() as u64 + 1;
-        found.push(((line, column), c[3].to_string()));
-        out.push_str(&sql[last..clause_start]);
-        out.extend(
-            sql[clause_start..end]
-                .chars()
-                .map(|ch| if ch == '\n' { '\n' } else { ' ' }),
-        );
-        last = end;
-    }
-    out.push_str(&sql[last..]);
-    (out, found)
-}
-
 struct Planner<'a> {
     job: JobBuilder,
     sql: &'a SqlJob,
@@ -376,15 +272,7 @@ struct Planner<'a> {
     /// Operators whose results are updating, with their changelog (None:
     /// append-only over an updating input).
     updating: BTreeMap<String, Option<String>>,
-    /// `t FOR SYSTEM_TIME AS OF e`, blanked from the text before parsing:
-    /// where `t`'s name ends (line, column), and `e`.
-    as_of: Vec<AsOf>,
-    /// The AS OF clauses a join took: one no join takes is refused.
-    as_of_used: std::collections::BTreeSet<usize>,
 }
-
-/// Where a table's name ends (line, column), and its AS OF expression.
-type AsOf = ((u64, u64), String);
 
 fn name_of(name: &ast::ObjectName) -> String {
     name.0
@@ -1017,7 +905,7 @@ impl Planner<'_> {
                 "a SELECT needs FROM: weir's queries read a source or a view",
             ));
         };
-        let (mut rel, tvf) = self.table_factor(&twj.relation, name)?;
+        let (mut rel, tvf) = self.table_factor(&twj.relation, name, false)?;
         for (i, j) in twj.joins.iter().enumerate() {
             let mentioned = mentioned(select, &twj.joins[i + 1..]);
             match (&j.join_operator, &j.relation) {
@@ -1070,7 +958,7 @@ impl Planner<'_> {
                     "FOR SYSTEM_TIME AS OF belongs to the table on the right of a JOIN (the stream JOIN t FOR SYSTEM_TIME AS OF s.time)",
                 ));
             }
-            let first = self.join_input(&twj.relation, name)?;
+            let first = self.join_input(&twj.relation, name, false)?;
             rel = Some(match rel.take() {
                 None => first,
                 Some(left) => self.join_step(
@@ -1090,7 +978,7 @@ impl Planner<'_> {
                     ));
                 };
                 let as_of = self.as_of(&j.relation)?;
-                let right = self.join_input(&j.relation, name)?;
+                let right = self.join_input(&j.relation, name, as_of.is_some())?;
                 let on = on.map(joins::conjuncts).unwrap_or_default();
                 let left = rel.take().expect("set above");
                 rel = Some(self.join_step(
@@ -1277,38 +1165,38 @@ impl Planner<'_> {
         Ok(Some((projected, joins::conjoin(rest))))
     }
 
-    /// The AS OF expression of a table written `t FOR SYSTEM_TIME AS OF e`
-    /// ([`temporal_versions`] took it out of the text), if it was.
+    /// The AS OF expression of a table written `t FOR SYSTEM_TIME AS OF e`.
     fn as_of(&mut self, t: &TableFactor) -> Result<Option<E>, SqlError> {
-        let TableFactor::Table { name: table, .. } = t else {
-            return Ok(None);
-        };
-        let end = table.span().end;
-        let Some(i) = self
-            .as_of
-            .iter()
-            .position(|((line, column), _)| *line == end.line && column.abs_diff(end.column) <= 1)
-        else {
-            return Ok(None);
-        };
-        self.as_of_used.insert(i);
-        let text = &self.as_of[i].1;
-        Parser::new(&GenericDialect {})
-            .try_with_sql(text)
-            .and_then(|mut p| p.parse_expr())
-            .map(Some)
-            .map_err(|e| SqlError::at(t.span(), format!("FOR SYSTEM_TIME AS OF {text}: {e}")))
+        match t {
+            TableFactor::Table {
+                version: Some(ast::TableVersion::ForSystemTimeAsOf(e)),
+                ..
+            } => Ok(Some(e.clone())),
+            TableFactor::Table {
+                version: Some(v), ..
+            } => Err(SqlError::at(
+                t.span(),
+                format!("`{v}` is not Flink SQL: a temporal join reads FOR SYSTEM_TIME AS OF"),
+            )),
+            _ => Ok(None),
+        }
     }
 
-    /// One input of a join: a table, a view or a subquery.
-    fn join_input(&mut self, t: &TableFactor, name: &str) -> Result<Rel, SqlError> {
+    /// One input of a join: a table, a view or a subquery (`versioned`:
+    /// its FOR SYSTEM_TIME AS OF was taken by the join).
+    fn join_input(
+        &mut self,
+        t: &TableFactor,
+        name: &str,
+        versioned: bool,
+    ) -> Result<Rel, SqlError> {
         if matches!(t, TableFactor::UNNEST { .. }) {
             return Err(SqlError::at(
                 t.span(),
                 "UNNEST in a query with joins is not supported yet: UNNEST in a view, and join the view",
             ));
         }
-        match self.table_factor(t, name)? {
+        match self.table_factor(t, name, versioned)? {
             (rel, None) => Ok(rel),
             (_, Some(_)) => Err(SqlError::at(
                 t.span(),
@@ -1770,18 +1658,32 @@ impl Planner<'_> {
         Ok(rel.with_qualifier(&q))
     }
 
+    /// One table of FROM; `versioned` when it may be read `FOR
+    /// SYSTEM_TIME AS OF` (the right side of a join, which took it).
     fn table_factor(
         &mut self,
         t: &TableFactor,
         name: &str,
+        versioned: bool,
     ) -> Result<(Rel, Option<WindowTvf>), SqlError> {
         match t {
             TableFactor::Table {
                 name: table,
                 alias,
                 args: None,
+                version,
                 ..
-            } => Ok((self.named_table(table, alias.as_ref())?, None)),
+            } => {
+                if let (Some(v), false) = (version, versioned) {
+                    return Err(SqlError::at(
+                        table.span(),
+                        format!(
+                            "{v} is not on the table of a join: it follows the name of a table on the right of a JOIN, before its alias (s JOIN t FOR SYSTEM_TIME AS OF s.time AS x ON ...)"
+                        ),
+                    ));
+                }
+                Ok((self.named_table(table, alias.as_ref())?, None))
+            }
             TableFactor::Derived {
                 subquery,
                 alias,
@@ -1825,21 +1727,27 @@ impl Planner<'_> {
         };
         let kind = function_name(f).to_ascii_uppercase();
         let mut args = call_args(f, e)?;
+        // `TABLE t [PARTITION BY a, b]` (super::dialect): the table, and
+        // SESSION's partition columns.
         let mut partition = None;
-        if let Some(E::Function(p)) = args.get(1) {
-            if function_name(p).eq_ignore_ascii_case("PARTITION_BY") {
-                if kind != "SESSION" {
-                    return Err(err(args[1], "PARTITION BY belongs to SESSION windows"));
-                }
-                let mut cols = Vec::new();
-                for c in call_args(p, args[1])? {
-                    match c {
-                        E::Identifier(i) => cols.push(i.value.clone()),
-                        other => return Err(err(other, "PARTITION BY names columns")),
+        if let Some(E::Function(t)) = args.first().copied() {
+            if function_name(t) == super::dialect::TABLE_ARGUMENT {
+                let whole = args[0];
+                let inner = call_args(t, whole)?;
+                if let Some(E::Function(p)) = inner.get(1).copied() {
+                    if kind != "SESSION" {
+                        return Err(err(inner[1], "PARTITION BY belongs to SESSION windows"));
                     }
+                    let mut cols = Vec::new();
+                    for c in call_args(p, inner[1])? {
+                        match c {
+                            E::Identifier(i) => cols.push(i.value.clone()),
+                            other => return Err(err(other, "PARTITION BY names columns")),
+                        }
+                    }
+                    partition = Some((cols, inner[1].span()));
                 }
-                partition = Some((cols, args[1].span()));
-                args.remove(1);
+                args[0] = inner[0];
             }
         }
         let n_intervals = match kind.as_str() {
@@ -2876,7 +2784,10 @@ fn mentioned(
     texts.extend(later.iter().map(|j| j.relation.to_string()));
     let mut words = std::collections::BTreeSet::new();
     for t in &texts {
-        for token in Tokenizer::new(&GenericDialect {}, t).tokenize().ok()? {
+        for token in Tokenizer::new(&super::dialect::FlinkDialect, t)
+            .tokenize()
+            .ok()?
+        {
             if let Token::Word(w) = token {
                 words.insert(w.value.to_ascii_lowercase());
             }

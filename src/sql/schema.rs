@@ -13,8 +13,6 @@
 //! the highest time seen per partition the watermark stays.
 
 use sqlparser::ast::{BinaryOperator, Expr as E};
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 use super::types::parse_type;
 use crate::dataflow::row::{DataType, Field, Schema};
@@ -71,10 +69,7 @@ fn first_word(item: &str) -> (String, &str) {
 }
 
 fn parse_expr(text: &str) -> Result<E, String> {
-    Parser::new(&GenericDialect {})
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| format!("{e}"))
+    super::dialect::parse_expr(text).map_err(|e| format!("{e}"))
 }
 
 /// Whether a column of that name (in any case) is declared already.
