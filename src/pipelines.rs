@@ -29,7 +29,7 @@ use crate::dataflow::graph::RecordDecoder;
 use crate::dataflow::ops::aggregate::AggregateEmit;
 use crate::dataflow::prelude::*;
 use crate::error::{Result, WeirError};
-use crate::sql::planner::{AggregateSettings, Catalog, CatalogSink, CatalogSource};
+use crate::sql::bind::{AggregateSettings, Catalog, CatalogSink, CatalogSource};
 use crate::time::timestamp::{normalize_pointer, TimestampExtractor};
 use crate::time::NO_TIMESTAMP;
 use crate::window::assign::WindowSpec;
@@ -50,7 +50,7 @@ pub fn plan(c: &Config) -> Result<crate::sql::Plan> {
         Some(sql) => (sql.clone(), Catalog::default()),
         None => sql_job(c),
     };
-    crate::sql::planner::plan_with(c, &job, catalog).map_err(|errors| WeirError::Graph {
+    crate::sql::bind::plan_with(c, &job, catalog).map_err(|errors| WeirError::Graph {
         job: c.job.name.clone(),
         problems: errors
             .iter()

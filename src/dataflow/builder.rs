@@ -38,7 +38,7 @@ use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
 use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
 use super::ops::join::{Join, JoinSpec};
-use super::ops::stateless::{Filter, FlatMap, Map, Union};
+use super::ops::stateless::{ChangeMap, Filter, FlatMap, Map, Union};
 use super::ops::temporal_join::{TemporalJoin, TemporalJoinSpec};
 use super::ops::top_n::{TopN, TopNSpec};
 use super::ops::where_filter::WhereFilter;
@@ -474,6 +474,17 @@ impl Stream {
         f: impl Fn(&[Value]) -> Vec<Value> + Send + Sync + 'static,
     ) -> Stream {
         self.then(uid, "map", schema, stateless(Map(Arc::new(f))))
+    }
+
+    /// [`Stream::map`] over an updating stream: an update that maps to
+    /// the row its old row mapped to is dropped ([`ChangeMap`]).
+    pub fn map_changes(
+        &self,
+        uid: &str,
+        schema: Schema,
+        f: impl Fn(&[Value]) -> Vec<Value> + Send + Sync + 'static,
+    ) -> Stream {
+        self.then(uid, "map", schema, stateless(ChangeMap::new(Arc::new(f))))
     }
 
     /// The rows `f` holds for.

@@ -506,8 +506,10 @@ impl Chain {
     fn before_snapshot(&mut self) -> Result<()> {
         for slot in 0..self.slots.len() {
             let mut out = Collector::new();
-            if let SlotBody::Operator { op, ctx, .. } = &mut self.slots[slot].body {
-                op.before_snapshot(ctx, &mut out)?;
+            match &mut self.slots[slot].body {
+                SlotBody::Operator { op, ctx, .. } => op.before_snapshot(ctx, &mut out)?,
+                SlotBody::Sink(sink) => sink.end_epoch()?,
+                _ => {}
             }
             self.route(slot, out.take_records())?;
         }

@@ -19,6 +19,16 @@ pub struct SinkWriter {
     key: Vec<u8>,
     /// A row's JSON before it goes into an envelope (Debezium).
     scratch: Vec<u8>,
+    /// Upsert: the key of the last update-before, whose update-after
+    /// (the next record, nearly always) replaces the key's row; its
+    /// buffer is reused.
+    pending_before: Vec<u8>,
+    has_pending_before: bool,
+    /// Upsert: keys whose update-before no update-after has followed yet.
+    /// A filter over an updating result drops the update-after of a row
+    /// that stops passing; what is left at the epoch's end is a deletion
+    /// ([`SinkWriter::end_epoch`]).
+    lone_befores: std::collections::HashSet<Vec<u8>>,
 }
 
 impl SinkWriter {
@@ -31,6 +41,44 @@ impl SinkWriter {
             output,
             key: Vec::with_capacity(64),
             scratch: Vec::new(),
+            pending_before: Vec::new(),
+            has_pending_before: false,
+            lone_befores: Default::default(),
+        }
+    }
+
+    /// Before the epoch's snapshot: an upsert sink writes a tombstone for
+    /// each key whose update-before no update-after followed (Flink's
+    /// upsert-kafka writes every update-before so; weir writes only those
+    /// not replaced, so an update is one record).
+    pub fn end_epoch(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.has_pending_before) {
+            self.lone_befores.insert(self.pending_before.clone());
+        }
+        let lone: Vec<Vec<u8>> = self.lone_befores.drain().collect();
+        for key in lone {
+            self.output.send_tombstone(&key)?;
+        }
+        Ok(())
+    }
+
+    /// An upsert sink's update-before for the key in `self.key`.
+    fn before(&mut self) {
+        if self.has_pending_before && self.pending_before != self.key {
+            self.lone_befores.insert(self.pending_before.clone());
+        }
+        self.pending_before.clear();
+        self.pending_before.extend_from_slice(&self.key);
+        self.has_pending_before = true;
+    }
+
+    /// An upsert sink's row for the key in `self.key`: an update-before
+    /// it followed is not lone.
+    fn replaced(&mut self) {
+        if self.has_pending_before && self.pending_before == self.key {
+            self.has_pending_before = false;
+        } else if !self.lone_befores.is_empty() {
+            self.lone_befores.remove(&self.key[..]);
         }
     }
 
@@ -68,6 +116,16 @@ impl SinkWriter {
             }
             _ => encode_columns(&r.row, &self.schema, &self.spec.key, &mut self.key),
         }
+        if self.spec.mode == SinkMode::Upsert {
+            match r.row.kind {
+                RowKind::UpdateBefore => {
+                    // The update-after that follows replaces it.
+                    self.before();
+                    return Ok(());
+                }
+                _ => self.replaced(),
+            }
+        }
         match (self.spec.mode, r.row.kind) {
             (SinkMode::Append, RowKind::Insert)
             | (
@@ -93,7 +151,6 @@ impl SinkWriter {
                     ),
                 })
             }
-            // The update-after that follows replaces it.
             (SinkMode::Upsert, RowKind::UpdateBefore) => return Ok(()),
             (SinkMode::Upsert, RowKind::Delete) => return self.output.send_tombstone(&self.key),
             (SinkMode::Debezium, kind) => {

@@ -7,8 +7,12 @@
 //! - [`types`]: SQL type names as weir's data types.
 //! - [`schema`]: a source's column list, computed columns and watermark.
 //! - [`expr`], [`functions`]: expressions compiled once into closures.
-//! - [`planner`]: statements into operators, edges and sinks.
+//! - [`dialect`]: Flink's SQL syntax, through sqlparser.
+//! - [`bind`]: statements into a [`plan::LogicalPlan`], clause by clause.
+//! - [`plan`]: the logical plan's nodes, each with its changelog mode,
+//!   and their lowering onto the job graph.
 
+pub mod bind;
 pub mod cast;
 pub mod compiled;
 pub mod dialect;
@@ -16,7 +20,7 @@ pub mod expr;
 pub mod formats;
 pub mod functions;
 pub mod joins;
-pub mod planner;
+pub mod plan;
 pub mod schema;
 pub mod types;
 
@@ -24,7 +28,7 @@ use std::fmt;
 
 use sqlparser::tokenizer::Span;
 
-pub use planner::{plan, Plan};
+pub use bind::{plan, Plan};
 
 /// One problem in a job's SQL, where it is.
 #[derive(Debug, Clone, PartialEq)]

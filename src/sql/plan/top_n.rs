@@ -1,0 +1,47 @@
+//! `TopN`: ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) filtered by
+//! its rank: the first N rows of each partition.
+
+use super::{names, Rel};
+use crate::dataflow::ops::top_n::TopNSpec;
+use crate::dataflow::prelude::*;
+
+pub struct TopN {
+    pub partition: Vec<usize>,
+    pub spec: TopNSpec,
+    /// The rank's column name.
+    pub rank_as: String,
+}
+
+impl TopN {
+    pub fn describe(&self, input: &Rel) -> String {
+        let order: Vec<String> = self
+            .spec
+            .order
+            .iter()
+            .map(|k| {
+                format!(
+                    "{}{}",
+                    names(&input.columns, &[k.column]),
+                    if k.descending { " DESC" } else { "" }
+                )
+            })
+            .collect();
+        format!(
+            "TopN {} by ({}) order by ({}){}",
+            self.spec.limit,
+            names(&input.columns, &self.partition),
+            order.join(", "),
+            if self.spec.window_end.is_some() {
+                ", per window"
+            } else {
+                ""
+            }
+        )
+    }
+
+    pub fn lower(&self, uid: &str, input: Stream) -> Stream {
+        input
+            .key_by_indexes(self.partition.clone())
+            .top_n(uid, self.spec.clone(), &self.rank_as)
+    }
+}
