@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: starts the local broker, creates the topics, writes sample
-# text, runs weir's exactly-once word count and prints the console's
-# address. Sample text keeps arriving so the console has something to show;
+# text, runs weir's exactly-once word count in SQL (config/demo.toml: the
+# counts, and the ten most frequent words ranked as they change) and prints
+# the console's address. Sample text keeps arriving so the console has something to show;
 # the counts are read back with kcat (isolation.level=read_committed, not
 # weir's own code). Ctrl-C stops weir with a final checkpoint and prints the
 # final counts.
@@ -23,6 +24,7 @@ scripts/kafka.sh start
 cargo build --quiet
 scripts/kafka.sh topic words 4
 scripts/kafka.sh topic word-counts 4
+scripts/kafka.sh topic top-words 1
 mkdir -p .demo
 broker=127.0.0.1:9092
 admin=$(sed -n 's/^listen = "\(.*\)"/\1/p' config/demo.toml)
@@ -35,16 +37,45 @@ import json, sys
 last = {}
 for line in sys.stdin:
     key, _, value = line.rstrip("\n").partition("\t")
-    last[key] = json.loads(value)["count"]
+    try:
+        word = json.loads(key)["word"]
+    except (ValueError, TypeError, KeyError):
+        word = key  # written by an earlier demo: the word as the key
+    if value:
+        last[word] = json.loads(value)["count"]
+    else:
+        last.pop(word, None)
 for word, n in sorted(last.items(), key=lambda kv: (-kv[1], kv[0]))[:15]:
     print(f"{n:6d}  {word}")
 print(f"({len(last)} distinct words)")
 '
 }
 
+# The ranks as the job keeps them: the last row of each rank.
+ranked_words() {
+  kcat -C -b "$broker" -t top-words -o beginning -e -q \
+      -X isolation.level=read_committed -f '%k\t%s\n' \
+    | python3 -c '
+import json, sys
+ranks = {}
+for line in sys.stdin:
+    key, _, value = line.rstrip("\n").partition("\t")
+    rn = json.loads(key)["rn"]
+    if value:
+        ranks[rn] = json.loads(value)
+    else:
+        ranks.pop(rn, None)
+for rn in sorted(ranks):
+    r = ranks[rn]
+    print("%3d. %s (%d)" % (rn, r["word"], r["count"]))
+'
+}
+
 echo "demo: producing demo/sample.txt (x20) to topic words" >&2
 for _ in $(seq 1 20); do cat demo/sample.txt; done | kcat -P -b "$broker" -t words -q
 
+echo "demo: the job's plan (weir explain):" >&2
+target/debug/weir explain --config config/demo.toml | sed -n '/^logical plan/,/^stage 0/p' | sed '$d' >&2
 echo "demo: running weir (log: .demo/weir.log)" >&2
 # weir and kcat run in their own sessions: Ctrl-C reaches only this script,
 # which stops them in order (one SIGTERM to weir: a final checkpoint; EOF
@@ -69,6 +100,8 @@ stop_weir() {
   target/debug/weir checkpoints list --config config/demo.toml
   echo "demo: top words in word-counts (read_committed, last value per key):"
   top_words
+  echo "demo: top-words as the job ranked them (read_committed, last row per rank):"
+  ranked_words
 }
 
 if $once; then
@@ -99,11 +132,12 @@ for _ in $(seq 1 100); do
 done
 cat <<EOF
 
-  weir is running the word count from topic "words" to "word-counts".
+  weir is running the SQL word count from topic "words" to "word-counts"
+  and "top-words" (config/demo.toml).
   Console:      http://$admin/
-  A key:        curl http://$admin/state/word-count/the
+  A key:        curl http://$admin/state/counts.aggregate/the
   Checkpoints:  target/debug/weir checkpoints show latest --config config/demo.toml
-  Offline:      target/debug/weir state scan --checkpoint latest --config config/demo.toml --operator word-count --prefix th
+  Offline:      target/debug/weir state scan --checkpoint latest --config config/demo.toml --operator counts.aggregate --prefix th
 
   Press Ctrl-C to stop (weir takes a final checkpoint).
 

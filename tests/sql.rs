@@ -239,6 +239,12 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         ("SELECT CASE WHEN price > 1 THEN 'a' ELSE 2 END AS c FROM bid", "2 END", "different types"),
         ("SELECT REGEXP_EXTRACT(url, '(', 1) AS r FROM bid", "REGEXP_EXTRACT(url, '(', 1)", "bad regular expression"),
         ("SELECT CAST(price AS MONEY) AS p FROM bid", "price AS MONEY", "unknown type MONEY"),
+        ("SELECT DISTINCT ON (auction) auction FROM bid", "SELECT DISTINCT ON", "SELECT DISTINCT ON is not Flink SQL"),
+        (
+            "SELECT DISTINCT auction, COUNT(*) AS n FROM bid GROUP BY auction",
+            "SELECT DISTINCT auction",
+            "SELECT DISTINCT with GROUP BY or aggregates is not supported",
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (query, offending, message) in cases {
@@ -629,6 +635,20 @@ INSERT INTO out2 SELECT auction FROM bid GROUP BY auction";
     let (code, err, plan) = plan_of(windowed, "");
     assert_eq!(code, Some(0), "{err}");
     assert!(plan.contains("out -> topic \"t1\": append-only"), "{plan}");
+    // A top-N per window ranks a window's rows once, when it closes: over
+    // windows that late records update, refused where ROW_NUMBER is.
+    let ranked = "INSERT INTO out SELECT * FROM (SELECT *,
+  ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) AS rn
+FROM (SELECT auction, window_start, window_end, COUNT(*) AS n
+  FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+  GROUP BY auction, window_start, window_end)) WHERE rn <= 3;
+INSERT INTO out2 SELECT auction FROM bid";
+    let (code, err, _) = plan_of(ranked, "allowed_lateness = \"5s\"\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("pipeline.sql:2:3: ROW_NUMBER per window over an updating result"),
+        "{err}"
+    );
     // MIN/MAX over an updating result keep every value with its count,
     // so that a retracted extreme leaves the next one (their exactness:
     // tests/sql_plan.rs); over an append-only one, the extreme alone.

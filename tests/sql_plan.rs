@@ -1,7 +1,9 @@
 //! SQL over the logical plan: operators over updating input (a filter
 //! that takes back a row that stops passing, HAVING over a running
 //! aggregate, MIN/MAX that keep every value, UNION ALL of changelogs,
-//! SELECT DISTINCT), each exact against DuckDB running the same query as
+//! SELECT DISTINCT, top-N that keeps every row) and straight over a
+//! window TVF's rows (top-N and deduplication per window), and subqueries
+//! and set operations as semi- and anti-joins, each exact against DuckDB running the same query as
 //! a batch over the same events, under SIGKILLs, read by weir-testkit's
 //! read_committed consumer.
 
@@ -27,62 +29,6 @@ fn weir_on(command: &str, config: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
-/// The running count per auction the updating queries read.
-const PER_AUCTION: &str =
-    "CREATE VIEW per_auction AS SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction;\n";
-const PER_AUCTION_DUCKDB: &str = "(SELECT auction, count(*) AS n FROM bid GROUP BY auction)";
-
-/// The queries over updating results, with DuckDB's batch equivalents.
-fn updating_queries() -> Vec<Query> {
-    vec![
-        // A WHERE over a GROUP BY: an auction whose count leaves the
-        // range is deleted (its update-after is filtered out, its
-        // update-before is a tombstone).
-        Query {
-            sink: "where_over_group_by",
-            weir: "SELECT auction, n FROM per_auction WHERE n BETWEEN 3 AND 6",
-            duckdb: "SELECT auction, n FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction) WHERE n BETWEEN 3 AND 6",
-            updating: true,
-            compare: &[],
-        },
-        // HAVING over a running aggregate: a bidder drops out when its
-        // fifth bid arrives.
-        Query {
-            sink: "having_over_updating",
-            weir: "SELECT bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY bidder HAVING COUNT(*) <= 4",
-            duckdb: "SELECT bidder, count(*) AS n, max(price) AS top FROM bid GROUP BY bidder HAVING count(*) <= 4",
-            updating: true,
-            compare: &[],
-        },
-        // MIN/MAX over an updating result: each bid moves its auction
-        // from group n to n + 1, retracting it from n's extremes.
-        Query {
-            sink: "min_max_over_updating",
-            weir: "SELECT n, MIN(auction) AS lo, MAX(auction) AS hi, COUNT(*) AS auctions FROM per_auction GROUP BY n",
-            duckdb: "SELECT n, min(auction) AS lo, max(auction) AS hi, count(*) AS auctions FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction) GROUP BY n",
-            updating: true,
-            compare: &[],
-        },
-        // SELECT DISTINCT over an updating result: a count per value,
-        // deleted when no auction has that count any more.
-        Query {
-            sink: "distinct_over_updating",
-            weir: "SELECT DISTINCT n FROM per_auction",
-            duckdb: "SELECT DISTINCT n FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction)",
-            updating: true,
-            compare: &[],
-        },
-        // SELECT DISTINCT over an append-only input: each row once.
-        Query {
-            sink: "distinct_append",
-            weir: "SELECT DISTINCT bidder, channel FROM bid",
-            duckdb: "SELECT DISTINCT bidder, channel FROM bid",
-            updating: false,
-            compare: &[],
-        },
-    ]
-}
-
 /// Nexmark bids through the queries above as one job with parallelism 2,
 /// SIGKILLed five times while it works; each sink's final table (or rows)
 /// against DuckDB's. A UNION ALL of a stream and an aggregate's changes
@@ -101,7 +47,11 @@ fn operators_over_updating_input_are_exact_under_sigkills_against_duckdb() {
     for t in topics.values() {
         create_topic(t, 2);
     }
-    let queries = updating_queries();
+    let queries: Vec<Query> = updating_queries()
+        .into_iter()
+        .chain(window_row_queries())
+        .chain(subquery_queries())
+        .collect();
     let mut sinks: Vec<(String, String)> = queries
         .iter()
         .map(|q| (q.sink.to_string(), unique(&format!("sqlp-{}", q.sink))))
@@ -114,11 +64,9 @@ fn operators_over_updating_input_are_exact_under_sigkills_against_duckdb() {
 SELECT auction, price AS v FROM bid WHERE MOD(bidder, 7) = 0
 UNION ALL
 SELECT auction, n AS v FROM per_auction;\n";
-    let union_duckdb = format!(
-        "SELECT auction, price AS v FROM bid WHERE bidder % 7 = 0
-         UNION ALL SELECT auction, n AS v FROM {PER_AUCTION_DUCKDB}"
-    );
-    let sql = format!("{PER_AUCTION}{}{union_weir}", inserts(&queries));
+    let union_duckdb = "SELECT auction, price AS v FROM bid WHERE bidder % 7 = 0
+         UNION ALL SELECT auction, n AS v FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction)";
+    let sql = format!("{UPDATING_VIEWS}{}{union_weir}", inserts(&queries));
     let mut sections = nexmark_sections(&topics, &sinks, "", &sql);
     sections = sections.replace(
         "[sinks.union_changes]\n",
@@ -148,9 +96,19 @@ SELECT auction, n AS v FROM per_auction;\n";
         // and deletion share a partition.
         "debezium: every change as {\"before\", \"after\", \"op\"}, Kafka key (auction, v)",
         "Deduplicate by (bidder, channel) [append-only] (distinct_append.distinct)",
+        "TopN 3 by (bidder) order by (n DESC, auction), every row kept [upsert by (bidder, $rank)]",
+        "TopN 3 by (window_start, window_end) order by (price DESC, date_time), per window [append-only]",
+        "WindowTvf Tumbling { size: 10000, offset: 0 }",
+        "Join Anti on (id) = (seller) [retracting] (not_exists.anti-join)",
+        "Join Left, interval on (auction, window_start, window_end) = (id, window_start, window_end) [append-only]",
+        "Join Semi on (auction) = (id) [retracting] (in_subquery.semi-join)",
     ] {
         assert!(plan.contains(want), "{want:?} in:\n{plan}");
     }
+    assert!(
+        !plan.contains("distinct_append.where"),
+        "WHERE 1 = 1 makes no filter:\n{plan}"
+    );
     let chunks = 10;
     let mut weir = feed_with_kills_by(
         &Job {
@@ -171,7 +129,7 @@ SELECT auction, n AS v FROM per_auction;\n";
     for (q, (_, topic)) in queries.iter().zip(&sinks) {
         assert_matches_duckdb(q, topic, &input.data, Duration::from_secs(120), &context);
     }
-    let want = multiset(duckdb(&input.data, &union_duckdb).into_iter());
+    let want = multiset(duckdb(&input.data, union_duckdb).into_iter());
     assert!(!want.is_empty(), "DuckDB's UNION ALL is empty");
     let union_topic = &sinks.last().expect("the union's sink").1;
     let changes = read_topic(
@@ -185,6 +143,143 @@ SELECT auction, n AS v FROM per_auction;\n";
         .unwrap_or_else(|e| panic!("union_changes as Debezium changes: {e}; {}", context()));
     assert_eq!(got.len(), want.len(), "union_changes: rows; {}", context());
     assert_eq!(got, want, "union_changes against DuckDB; {}", context());
+    let log = weir.log_text();
+    weir.stop(Duration::from_secs(30));
+    assert!(
+        log.matches("job running").count() >= 6,
+        "the job was restarted after each kill"
+    );
+}
+
+/// A table from an upsert topic (`primary_key`), changed and deleted
+/// while the job runs under five SIGKILLs: MIN/MAX per state over it (a
+/// replaced or deleted balance that was a state's extreme leaves the next
+/// one), a WHERE over it into an upsert sink (an account whose balance
+/// falls below the bound, or that is deleted, leaves the sink's table),
+/// and a top-2 per state over it. Each final table is DuckDB's over the
+/// last change of each key.
+#[test]
+fn min_max_where_and_top_n_over_an_upsert_table_are_exact_under_sigkills() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("sqlp-accounts");
+    create_topic(&topic, 2);
+    let sinks = [
+        ("extremes".to_string(), unique("sqlp-extremes")),
+        ("rich".to_string(), unique("sqlp-rich")),
+        ("top2".to_string(), unique("sqlp-top2")),
+    ];
+    for (_, t) in &sinks {
+        create_topic(t, 2);
+    }
+    // 3,000 changes of 120 accounts, one in six a tombstone; a key's
+    // changes go to one partition, in order.
+    let states = ["OR", "CA", "WA", "ID", "NV"];
+    let mut changes: Vec<(i32, String, Option<String>)> = Vec::new();
+    let mut reference = String::new();
+    for seq in 0..3000u64 {
+        let id = rng.below(120);
+        let key = format!("{{\"id\":{id}}}");
+        let (value, line) = if rng.below(6) == 0 {
+            (
+                None,
+                format!("{{\"seq\":{seq},\"id\":{id},\"state\":null,\"balance\":null,\"deleted\":true}}"),
+            )
+        } else {
+            let state = states[rng.below(states.len() as u64) as usize];
+            let balance = rng.below(1000);
+            (
+                Some(format!("{{\"id\":{id},\"state\":\"{state}\",\"balance\":{balance}}}")),
+                format!("{{\"seq\":{seq},\"id\":{id},\"state\":\"{state}\",\"balance\":{balance},\"deleted\":false}}"),
+            )
+        };
+        changes.push(((id % 2) as i32, key, value));
+        reference.push_str(&line);
+        reference.push('\n');
+    }
+    std::fs::write(dir.path().join("account_changes.jsonl"), reference).unwrap();
+    let sql = "INSERT INTO extremes
+  SELECT state, MIN(balance) AS lo, MAX(balance) AS hi, COUNT(*) AS accounts
+  FROM accounts GROUP BY state;
+INSERT INTO rich SELECT id, state, balance FROM accounts WHERE balance >= 700;
+INSERT INTO top2
+  SELECT state, rn, id, balance FROM (
+    SELECT state, id, balance,
+           ROW_NUMBER() OVER (PARTITION BY state ORDER BY balance DESC, id) AS rn
+    FROM accounts)
+  WHERE rn <= 2;";
+    let mut sections = format!(
+        r#"
+[sources.accounts]
+topics = ["{topic}"]
+format = "json"
+schema = "id BIGINT, state VARCHAR, balance BIGINT"
+primary_key = ["id"]
+"#
+    );
+    for (name, t) in &sinks {
+        sections.push_str(&format!(
+            "\n[sinks.{name}]\ntopic = \"{t}\"\ndelivery = \"exactly-once\"\n"
+        ));
+    }
+    sections.push_str(&format!("\n[pipeline]\nsql = \"\"\"\n{sql}\n\"\"\"\n"));
+    let config = graph_config_with(
+        dir.path(),
+        &unique("sql-plan-table"),
+        2,
+        &dir.path().join("checkpoints"),
+        &sections,
+    );
+    let explain = weir_on("explain", &config);
+    let plan = String::from_utf8_lossy(&explain.stdout);
+    assert!(explain.status.success(), "{plan}");
+    for want in [
+        "Normalize by (id) [upsert by (id)] (source.accounts.normalize)",
+        "Filter balance >= 700 [upsert by (id)] (rich.where)",
+        "rich -> topic",
+    ] {
+        assert!(plan.contains(want), "{want:?} in:\n{plan}");
+    }
+    let chunks: Vec<&[(i32, String, Option<String>)]> = changes.chunks(300).collect();
+    let mut weir = feed_with_kills_by(
+        &Job {
+            binary: weir(),
+            config: &config,
+            env: &[],
+        },
+        chunks.len(),
+        5,
+        &mut rng,
+        |i| weir_testkit::produce_records(&topic, chunks[i]),
+    );
+    let last = "WITH last AS (SELECT * FROM account_changes
+                  QUALIFY row_number() OVER (PARTITION BY id ORDER BY seq DESC) = 1),
+             live AS (SELECT * FROM last WHERE NOT deleted)";
+    let context = || format!("seed {seed}; log: {}", log_tail(&weir.log_text()));
+    let queries = [
+        format!(
+            "{last} SELECT state, min(balance) AS lo, max(balance) AS hi, count(*) AS accounts
+             FROM live GROUP BY state"
+        ),
+        format!("{last} SELECT id, state, balance FROM live WHERE balance >= 700"),
+        format!(
+            "{last} SELECT state, rn, id, balance FROM (
+               SELECT state, id, balance,
+                      row_number() OVER (PARTITION BY state ORDER BY balance DESC, id) AS rn
+               FROM live) WHERE rn <= 2"
+        ),
+    ];
+    for ((name, topic), duckdb) in sinks.iter().zip(queries) {
+        let q = Query {
+            sink: name.clone().leak(),
+            weir: "",
+            duckdb: duckdb.leak(),
+            updating: true,
+            compare: &[],
+        };
+        assert_matches_duckdb(&q, topic, dir.path(), Duration::from_secs(90), &context);
+    }
     let log = weir.log_text();
     weir.stop(Duration::from_secs(30));
     assert!(

@@ -941,7 +941,12 @@ impl ConnectedStreams {
         let (a, b) = (self.first.stream.schema(), self.second.stream.schema());
         spec.keys = [self.first.key.clone(), self.second.key.clone()];
         spec.widths = [a.len(), b.len()];
-        let schema = joined_schema(&a, &b);
+        // A semi- or anti-join gives the left rows alone.
+        let schema = if spec.kind.filters_left() {
+            a.clone()
+        } else {
+            joined_schema(&a, &b)
+        };
         // A join whose rows expire by the watermark is an interval join
         // (a window join is one whose bounds are the windows).
         let kind = format!(

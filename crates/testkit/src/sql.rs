@@ -270,6 +270,244 @@ pub struct Query {
     pub compare: &'static [&'static str],
 }
 
+/// The running counts [`updating_queries`] read (tests/sql_plan.rs,
+/// tests/graph_group.rs).
+pub const UPDATING_VIEWS: &str =
+    "CREATE VIEW per_auction AS SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction;
+CREATE VIEW per_bidder_auction AS
+  SELECT bidder, auction, COUNT(*) AS n FROM bid GROUP BY bidder, auction;\n";
+
+/// The queries over updating results, with DuckDB's batch equivalents.
+pub fn updating_queries() -> Vec<Query> {
+    vec![
+        // A WHERE over a GROUP BY: an auction whose count leaves the
+        // range is deleted (its update-after is filtered out, its
+        // update-before is a tombstone).
+        Query {
+            sink: "where_over_group_by",
+            weir: "SELECT auction, n FROM per_auction WHERE n BETWEEN 3 AND 6",
+            duckdb: "SELECT auction, n FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction) WHERE n BETWEEN 3 AND 6",
+            updating: true,
+            compare: &[],
+        },
+        // HAVING over a running aggregate: a bidder drops out when its
+        // fifth bid arrives.
+        Query {
+            sink: "having_over_updating",
+            weir: "SELECT bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY bidder HAVING COUNT(*) <= 4",
+            duckdb: "SELECT bidder, count(*) AS n, max(price) AS top FROM bid GROUP BY bidder HAVING count(*) <= 4",
+            updating: true,
+            compare: &[],
+        },
+        // MIN/MAX over an updating result: each bid moves its auction
+        // from group n to n + 1, retracting it from n's extremes.
+        Query {
+            sink: "min_max_over_updating",
+            weir: "SELECT n, MIN(auction) AS lo, MAX(auction) AS hi, COUNT(*) AS auctions FROM per_auction GROUP BY n",
+            duckdb: "SELECT n, min(auction) AS lo, max(auction) AS hi, count(*) AS auctions FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction) GROUP BY n",
+            updating: true,
+            compare: &[],
+        },
+        // SELECT DISTINCT over an updating result: a count per value,
+        // deleted when no auction has that count any more.
+        Query {
+            sink: "distinct_over_updating",
+            weir: "SELECT DISTINCT n FROM per_auction",
+            duckdb: "SELECT DISTINCT n FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction)",
+            updating: true,
+            compare: &[],
+        },
+        // Top-3 per bidder over an updating aggregate: when an auction's
+        // count rises past another's, both ranks change (Flink's retract
+        // rank: every row of a bidder is kept).
+        Query {
+            sink: "top3_over_updating",
+            weir: "SELECT bidder, auction, n, rn FROM (
+                     SELECT bidder, auction, n,
+                            ROW_NUMBER() OVER (PARTITION BY bidder ORDER BY n DESC, auction) AS rn
+                     FROM per_bidder_auction)
+                   WHERE rn <= 3",
+            duckdb: "SELECT bidder, auction, n, rn FROM (
+                       SELECT bidder, auction, n,
+                              row_number() OVER (PARTITION BY bidder ORDER BY n DESC, auction) AS rn
+                       FROM (SELECT bidder, auction, count(*) AS n FROM bid GROUP BY bidder, auction))
+                     WHERE rn <= 3",
+            updating: true,
+            compare: &[],
+        },
+        // N = 1 over an updating aggregate: per count, the highest
+        // auction that has it; when that auction's count moves on, the
+        // next one takes its place.
+        Query {
+            sink: "top1_over_updating",
+            weir: "SELECT n, auction FROM (
+                     SELECT n, auction, ROW_NUMBER() OVER (PARTITION BY n ORDER BY auction DESC) AS rn
+                     FROM per_auction)
+                   WHERE rn = 1",
+            duckdb: "SELECT n, auction FROM (
+                       SELECT n, auction, row_number() OVER (PARTITION BY n ORDER BY auction DESC) AS rn
+                       FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction))
+                     WHERE rn = 1",
+            updating: true,
+            compare: &[],
+        },
+        // SELECT DISTINCT over an append-only input: each row once.
+        Query {
+            sink: "distinct_append",
+            // WHERE 1 = 1 is folded away: no filter.
+            weir: "SELECT DISTINCT bidder, channel FROM bid WHERE 1 = 1",
+            duckdb: "SELECT DISTINCT bidder, channel FROM bid",
+            updating: false,
+            compare: &[],
+        },
+    ]
+}
+
+/// Queries straight over a window table function's rows (no GROUP BY):
+/// a top-N and a deduplication per window (each window's rows once, when
+/// it closes), and the rows themselves with their windows.
+pub fn window_row_queries() -> Vec<Query> {
+    const BUCKETS: &str =
+        "(SELECT *, time_bucket(INTERVAL 10 SECOND, date_time, TIMESTAMP '1970-01-01') AS ws
+                            FROM bid WHERE date_time < TIMESTAMP '2030-01-01')";
+    vec![
+        Query {
+            sink: "window_top3",
+            weir: "SELECT window_start, window_end, auction, price, rn FROM (
+                     SELECT window_start, window_end, auction, price,
+                            ROW_NUMBER() OVER (PARTITION BY window_start, window_end
+                                               ORDER BY price DESC, date_time) AS rn
+                     FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)))
+                   WHERE rn <= 3",
+            duckdb: format!(
+                "SELECT window_start, window_end, auction, price, rn FROM (
+                   SELECT ws AS window_start, ws + INTERVAL 10 SECOND AS window_end, auction, price,
+                          row_number() OVER (PARTITION BY ws ORDER BY price DESC, date_time) AS rn
+                   FROM {BUCKETS})
+                 WHERE rn <= 3"
+            )
+            .leak(),
+            updating: false,
+            compare: &[],
+        },
+        Query {
+            sink: "window_dedup",
+            weir: "SELECT window_start, window_end, bidder, auction, price, date_time FROM (
+                     SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, bidder
+                                                  ORDER BY date_time DESC) AS rn
+                     FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)))
+                   WHERE rn = 1",
+            duckdb: format!(
+                "SELECT window_start, window_end, bidder, auction, price, date_time FROM (
+                   SELECT ws AS window_start, ws + INTERVAL 10 SECOND AS window_end,
+                          bidder, auction, price, date_time,
+                          row_number() OVER (PARTITION BY ws, bidder ORDER BY date_time DESC) AS rn
+                   FROM {BUCKETS})
+                 WHERE rn = 1"
+            )
+            .leak(),
+            updating: false,
+            compare: &[],
+        },
+        // An outer window join of two TVFs' rows: a bid without its
+        // auction in the same window is padded once, when the window
+        // closes (append-only).
+        Query {
+            sink: "outer_window_join",
+            weir: "SELECT b.auction, b.price, b.window_start, b.window_end, a.seller
+                   FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) b
+                   LEFT JOIN TABLE(TUMBLE(TABLE auction, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) a
+                   ON b.auction = a.id AND b.window_start = a.window_start AND b.window_end = a.window_end",
+            duckdb: "SELECT b.auction, b.price, b.ws AS window_start, b.ws + INTERVAL 10 SECOND AS window_end,
+                            a.seller
+                     FROM (SELECT *, time_bucket(INTERVAL 10 SECOND, date_time, TIMESTAMP '1970-01-01') AS ws
+                           FROM bid WHERE date_time < TIMESTAMP '2030-01-01') b
+                     LEFT JOIN (SELECT *, time_bucket(INTERVAL 10 SECOND, date_time, TIMESTAMP '1970-01-01') AS ws
+                                FROM auction WHERE date_time < TIMESTAMP '2030-01-01') a
+                     ON b.auction = a.id AND b.ws = a.ws",
+            updating: false,
+            compare: &[],
+        },
+        Query {
+            sink: "window_rows",
+            weir: "SELECT auction, price, window_start, window_end
+                   FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '10' SECOND))
+                   WHERE MOD(auction, 5) = 0",
+            duckdb: "SELECT auction, price, ws AS window_start, ws + INTERVAL 10 SECOND AS window_end
+                     FROM (SELECT auction, price,
+                                  time_bucket(INTERVAL 5 SECOND, date_time, TIMESTAMP '1970-01-01')
+                                    - to_seconds(5 * i) AS ws
+                           FROM bid, range(0, 2) t(i))
+                     WHERE auction % 5 = 0",
+            updating: false,
+            compare: &[],
+        },
+    ]
+}
+
+/// Subqueries in WHERE and set operations over the Nexmark streams, each
+/// a semi- or anti-join that takes rows back as the other side changes.
+pub fn subquery_queries() -> Vec<Query> {
+    vec![
+        // Persons with no auction, each taken back when one appears.
+        Query {
+            sink: "not_exists",
+            weir: "SELECT DISTINCT id, name FROM person
+                   WHERE NOT EXISTS (SELECT * FROM auction WHERE auction.seller = person.id)",
+            duckdb: "SELECT DISTINCT id, name FROM person
+                     WHERE NOT EXISTS (SELECT * FROM auction WHERE auction.seller = person.id)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "exists",
+            weir: "SELECT DISTINCT id, city FROM person
+                   WHERE EXISTS (SELECT * FROM auction WHERE auction.seller = person.id AND category = 10)",
+            duckdb: "SELECT DISTINCT id, city FROM person
+                     WHERE EXISTS (SELECT * FROM auction WHERE auction.seller = person.id AND category = 10)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "in_subquery",
+            weir: "SELECT DISTINCT bidder FROM bid
+                   WHERE auction IN (SELECT id FROM auction WHERE category = 10)",
+            duckdb: "SELECT DISTINCT bidder FROM bid
+                     WHERE auction IN (SELECT id FROM auction WHERE category = 10)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "not_in",
+            weir: "SELECT DISTINCT id FROM person WHERE id NOT IN (SELECT bidder FROM bid)",
+            duckdb: "SELECT DISTINCT id FROM person WHERE id NOT IN (SELECT bidder FROM bid)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "except",
+            weir: "SELECT bidder FROM bid EXCEPT SELECT seller FROM auction",
+            duckdb: "SELECT bidder FROM bid EXCEPT SELECT seller FROM auction",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "intersect",
+            weir: "SELECT bidder FROM bid INTERSECT SELECT seller FROM auction",
+            duckdb: "SELECT bidder FROM bid INTERSECT SELECT seller FROM auction",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "union_distinct",
+            weir: "SELECT bidder AS who FROM bid UNION SELECT seller AS who FROM auction",
+            duckdb: "SELECT bidder AS who FROM bid UNION SELECT seller AS who FROM auction",
+            updating: false,
+            compare: &[],
+        },
+    ]
+}
+
 /// Views the queries read (the issue's hot-items example: windows of windows).
 pub const VIEWS: &str = "CREATE VIEW counts AS
   SELECT auction, window_start, window_end, COUNT(*) AS num

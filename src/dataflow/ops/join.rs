@@ -52,6 +52,14 @@ pub enum JoinKind {
     Left,
     Right,
     Full,
+    /// The left rows that have a match (`EXISTS`, `IN`, `INTERSECT`), as
+    /// they are: each held copy once while it has at least one, taken
+    /// back when it loses its last.
+    Semi,
+    /// The left rows that have no match (`NOT EXISTS`, `NOT IN`,
+    /// `EXCEPT`), as they are: taken back when a match arrives, given
+    /// again when it goes.
+    Anti,
 }
 
 impl JoinKind {
@@ -59,8 +67,19 @@ impl JoinKind {
     pub fn outer(self, side: usize) -> bool {
         matches!(
             (self, side),
-            (JoinKind::Left, 0) | (JoinKind::Right, 1) | (JoinKind::Full, _)
+            (JoinKind::Left | JoinKind::Anti, 0) | (JoinKind::Right, 1) | (JoinKind::Full, _)
         )
+    }
+
+    /// A semi- or anti-join: the output is the left rows alone.
+    pub fn filters_left(self) -> bool {
+        matches!(self, JoinKind::Semi | JoinKind::Anti)
+    }
+
+    /// Whether `side`'s held rows count their matches: an outer side's,
+    /// and a semi-join's left rows.
+    fn counts_matches(self, side: usize) -> bool {
+        self.outer(side) || (self == JoinKind::Semi && side == 0)
     }
 
     pub fn name(self) -> &'static str {
@@ -69,6 +88,8 @@ impl JoinKind {
             JoinKind::Left => "left outer",
             JoinKind::Right => "right outer",
             JoinKind::Full => "full outer",
+            JoinKind::Semi => "semi",
+            JoinKind::Anti => "anti",
         }
     }
 }
@@ -200,8 +221,12 @@ impl Join {
         v
     }
 
-    /// `this` (on `side`) with NULLs for the other side's columns.
+    /// `this` (on `side`) with NULLs for the other side's columns; a
+    /// semi- or anti-join's left row as it is.
     fn padded(&self, side: usize, this: &[Value]) -> Vec<Value> {
+        if self.spec.kind.filters_left() {
+            return this.to_vec();
+        }
         let nulls = vec![Value::Null; self.spec.widths[1 - side]];
         Self::joined(side, this, &nulls)
     }
@@ -282,7 +307,18 @@ impl Operator for Join {
 
         // The other side's rows for this key that match.
         let mut matched = 0u64;
-        let other_outer = self.spec.kind.outer(other);
+        let kind = self.spec.kind;
+        let other_counts = kind.counts_matches(other);
+        // A semi-join emits a left row when it gains its first match,
+        // where an outer (or anti-) join takes its padded row back.
+        let (gained, lost) = if kind == JoinKind::Semi {
+            (RowKind::Insert, RowKind::Delete)
+        } else {
+            (RowKind::Delete, RowKind::Insert)
+        };
+        // A bounded outer join (a window or interval join) pads a row once,
+        // when it expires without a match: its output stays append-only.
+        let deferred = self.spec.bounded();
         for (map_key, mut entry) in ctx.map_entries::<JoinEntry>(Self::SIDES[other])? {
             if entry.expires <= watermark {
                 continue; // Expired; its timer removes it.
@@ -305,39 +341,34 @@ impl Operator for Join {
             matched += entry.count;
             let at = ts.max(entry.time);
             if addition {
-                if other_outer {
-                    if entry.matches == 0 {
-                        emit_n(
-                            out,
-                            RowKind::Delete,
-                            &self.padded(other, &o),
-                            at,
-                            entry.count,
-                        );
+                if other_counts {
+                    if entry.matches == 0 && !deferred {
+                        emit_n(out, gained, &self.padded(other, &o), at, entry.count);
                     }
                     entry.matches += 1;
                     ctx.map_put(Self::SIDES[other], &map_key, &entry)?;
                 }
-                emit_n(out, RowKind::Insert, &joined, at, entry.count);
+                if !kind.filters_left() {
+                    emit_n(out, RowKind::Insert, &joined, at, entry.count);
+                }
             } else {
-                emit_n(out, RowKind::Delete, &joined, at, entry.count);
-                if other_outer {
+                if !kind.filters_left() {
+                    emit_n(out, RowKind::Delete, &joined, at, entry.count);
+                }
+                if other_counts {
                     entry.matches = entry.matches.saturating_sub(1);
-                    if entry.matches == 0 {
-                        emit_n(
-                            out,
-                            RowKind::Insert,
-                            &self.padded(other, &o),
-                            at,
-                            entry.count,
-                        );
+                    if entry.matches == 0 && !deferred {
+                        emit_n(out, lost, &self.padded(other, &o), at, entry.count);
                     }
                     ctx.map_put(Self::SIDES[other], &map_key, &entry)?;
                 }
             }
         }
-        if matched == 0 && self.spec.kind.outer(side) {
+        if matched == 0 && kind.outer(side) && !deferred {
             out.emit(Row::new(change, self.padded(side, &values)), ts);
+        }
+        if matched > 0 && kind == JoinKind::Semi && side == 0 {
+            out.emit(Row::new(change, values.clone()), ts);
         }
 
         // This side's own entry.
@@ -384,14 +415,22 @@ impl Operator for Join {
         time: i64,
         tag: &[u8],
         ctx: &mut Context,
-        _out: &mut Collector,
+        out: &mut Collector,
     ) -> Result<()> {
         let Some(side) = tag.first().map(|s| usize::from(*s).min(1)) else {
             return Ok(());
         };
         let mut expired = 0;
+        let pads = self.spec.bounded() && self.spec.kind.outer(side);
         for (map_key, entry) in ctx.map_entries::<JoinEntry>(Self::SIDES[side])? {
             if entry.expires <= time {
+                if pads && entry.matches == 0 {
+                    // No row of the other side can match it any more.
+                    let row = Vec::<Value>::decode(&map_key)
+                        .map_err(|e| ctx.failure(format!("a held row does not decode: {e}")))?;
+                    let padded = self.padded(side, &row);
+                    emit_n(out, RowKind::Insert, &padded, entry.time, entry.count);
+                }
                 ctx.map_delete(Self::SIDES[side], &map_key)?;
                 expired += entry.count;
             }
@@ -452,6 +491,53 @@ mod tests {
             .record(0, row(RowKind::Insert, 1, "c"), 50)
             .unwrap()
             .is_empty());
+    }
+
+    /// A semi-join emits a left row while it has a match, each held copy
+    /// once; an anti-join while it has none. Neither emits joined rows.
+    #[test]
+    fn semi_and_anti_joins_emit_the_left_rows_with_and_without_a_match() {
+        let mut semi = harness(spec(JoinKind::Semi));
+        let mut anti = harness(spec(JoinKind::Anti));
+        let both = |h: &mut Harness<Join>, side, r: Row, t| shown(h.record(side, r, t).unwrap());
+        // A left row without a match: the anti-join's.
+        assert!(both(&mut semi, 0, row(RowKind::Insert, 1, "a"), 1).is_empty());
+        assert_eq!(
+            both(&mut anti, 0, row(RowKind::Insert, 1, "a"), 1),
+            ["+I1,a"]
+        );
+        // Its first match: the semi-join's now, taken back by the anti-join.
+        assert_eq!(
+            both(&mut semi, 1, row(RowKind::Insert, 1, "x"), 2),
+            ["+I1,a"]
+        );
+        assert_eq!(
+            both(&mut anti, 1, row(RowKind::Insert, 1, "x"), 2),
+            ["-D1,a"]
+        );
+        // A second match changes nothing; a left row arriving matched.
+        assert!(both(&mut semi, 1, row(RowKind::Insert, 1, "y"), 3).is_empty());
+        assert!(both(&mut anti, 1, row(RowKind::Insert, 1, "y"), 3).is_empty());
+        assert_eq!(
+            both(&mut semi, 0, row(RowKind::Insert, 1, "b"), 4),
+            ["+I1,b"]
+        );
+        assert!(both(&mut anti, 0, row(RowKind::Insert, 1, "b"), 4).is_empty());
+        // Both matches go: the left rows change sides.
+        assert!(both(&mut semi, 1, row(RowKind::Delete, 1, "x"), 5).is_empty());
+        assert_eq!(
+            both(&mut semi, 1, row(RowKind::Delete, 1, "y"), 6),
+            ["-D1,a", "-D1,b"]
+        );
+        assert!(both(&mut anti, 1, row(RowKind::Delete, 1, "x"), 5).is_empty());
+        assert_eq!(
+            both(&mut anti, 1, row(RowKind::Delete, 1, "y"), 6),
+            ["+I1,a", "+I1,b"]
+        );
+        // A NULL key never matches: the anti-join keeps its row.
+        let null = Row::new(RowKind::Insert, vec![Value::Null, Value::from("n")]);
+        assert!(both(&mut semi, 0, null.clone(), 7).is_empty());
+        assert_eq!(both(&mut anti, 0, null, 7), ["+I_,n"]);
     }
 
     #[test]
@@ -535,6 +621,36 @@ mod tests {
             shown(h.record(1, row(RowKind::Insert, 1, "z"), 3).unwrap()),
             ["-D1,m,_,_", "+I1,m,1,z"]
         );
+    }
+
+    #[test]
+    fn a_bounded_outer_join_pads_a_row_once_when_it_expires_unmatched() {
+        let mut s = spec(JoinKind::Left);
+        s.expiry = [
+            Some(Expiry {
+                column: 1,
+                offset: 10,
+            }),
+            Some(Expiry {
+                column: 1,
+                offset: 10,
+            }),
+        ];
+        let mut h = harness(s);
+        let at = |k: i64, t: i64| Row::insert(vec![Value::Int(k), Value::Timestamp(t)]);
+        assert!(h.record(0, at(1, 100), 100).unwrap().is_empty(), "not yet");
+        assert!(h.record(0, at(2, 101), 101).unwrap().is_empty());
+        assert_eq!(
+            shown(h.record(1, at(2, 103), 103).unwrap()),
+            ["+I2,Timestamp(101),2,Timestamp(103)"],
+            "a match: no padding to take back"
+        );
+        assert_eq!(
+            shown(h.watermark(120).unwrap()),
+            ["+I1,Timestamp(100),_,_"],
+            "the unmatched row, once, when no match can come"
+        );
+        assert!(h.watermark(200).unwrap().is_empty());
     }
 
     #[test]

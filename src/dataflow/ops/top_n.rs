@@ -39,6 +39,10 @@ pub struct TopNSpec {
     pub limit: usize,
     /// The input's `window_end` column, when the key holds the window.
     pub window_end: Option<usize>,
+    /// The input takes rows back (an updating result): every row of a key
+    /// is kept, not only its best N, so that the row after the N-th moves
+    /// up when one of the N is taken back (Flink's retract rank).
+    pub retract: bool,
 }
 
 pub struct TopN {
@@ -84,6 +88,57 @@ impl TopN {
     }
 }
 
+impl TopN {
+    /// A change of an updating input: the row goes into (or out of) the
+    /// key's rows, all kept in rank order, and each rank whose row is now
+    /// another is updated: an insert for a rank first filled, a delete for
+    /// one no longer filled (fewer than N rows), else update-before and
+    /// update-after. A retraction of a row the key does not hold (it was
+    /// never there) changes nothing.
+    fn on_change(&mut self, r: Record, ctx: &mut Context, out: &mut Collector) -> Result<()> {
+        let mut rows: Vec<Vec<Value>> = ctx.list(Self::TOP)?;
+        let n = self.spec.limit;
+        let old: Vec<Vec<Value>> = rows.iter().take(n).cloned().collect();
+        let values = r.row.values;
+        if r.row.kind.is_addition() {
+            let pos = rows.partition_point(|x| self.cmp(x, &values) != Ordering::Greater);
+            rows.insert(pos, values);
+        } else {
+            match rows.iter().position(|x| *x == values) {
+                Some(i) => {
+                    rows.remove(i);
+                }
+                None => return Ok(()),
+            }
+        }
+        let before = ctx.update_before_needed();
+        let now = &rows[..rows.len().min(n)];
+        for k in 0..old.len().max(now.len()) {
+            match (old.get(k), now.get(k)) {
+                (Some(was), Some(is)) if was == is => {}
+                (Some(was), Some(is)) => {
+                    if before {
+                        out.emit(
+                            Row::new(RowKind::UpdateBefore, Self::ranked(was, k)),
+                            r.timestamp,
+                        );
+                    }
+                    out.emit(
+                        Row::new(RowKind::UpdateAfter, Self::ranked(is, k)),
+                        r.timestamp,
+                    );
+                }
+                (None, Some(is)) => out.emit(Row::insert(Self::ranked(is, k)), r.timestamp),
+                (Some(was), None) => {
+                    out.emit(Row::new(RowKind::Delete, Self::ranked(was, k)), r.timestamp)
+                }
+                (None, None) => {}
+            }
+        }
+        ctx.set_list(Self::TOP, &rows)
+    }
+}
+
 impl Operator for TopN {
     fn on_record(
         &mut self,
@@ -92,9 +147,12 @@ impl Operator for TopN {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
+        if self.spec.retract {
+            return self.on_change(r, ctx, out);
+        }
         if !r.row.kind.is_addition() {
             return Err(ctx.failure(
-                "top-N takes an append-only input, and a row was taken back (the planner refuses updating inputs)",
+                "top-N takes an append-only input, and a row was taken back (the planner ranks an updating input with a top-N that keeps every row)",
             ));
         }
         let window_end = match self.spec.window_end {
@@ -179,6 +237,7 @@ mod tests {
             }],
             limit,
             window_end,
+            retract: false,
         };
         Harness::keyed(TopN::new(spec), TopN::tables(), vec![0])
     }
@@ -227,6 +286,7 @@ mod tests {
                 }],
                 limit: 2,
                 window_end: Some(2),
+                retract: false,
             }),
             TopN::tables(),
             vec![0, 2],
@@ -242,5 +302,53 @@ mod tests {
         assert!(h.watermark(20).unwrap().is_empty(), "emitted once");
         assert!(h.record(0, row(9), 9).unwrap().is_empty());
         assert_eq!(h.ctx.take_late(), 1);
+    }
+
+    /// Over an updating input every row is kept: when one of the best N
+    /// is taken back the next moves up; a rank left empty is deleted.
+    #[test]
+    fn over_retractions_the_next_row_moves_up_and_an_empty_rank_is_deleted() {
+        let spec = TopNSpec {
+            order: vec![SortKey {
+                column: 1,
+                descending: true,
+                nulls_first: false,
+            }],
+            limit: 2,
+            window_end: None,
+            retract: true,
+        };
+        let mut h = Harness::keyed(TopN::new(spec), TopN::tables(), vec![0]);
+        let change = |kind, price| Row::new(kind, vec![Value::Int(1), Value::Int(price)]);
+        for p in [5, 3] {
+            h.record(0, change(RowKind::Insert, p), 1).unwrap();
+        }
+        assert!(
+            h.record(0, change(RowKind::Insert, 1), 2)
+                .unwrap()
+                .is_empty(),
+            "third: kept, not ranked"
+        );
+        // The 5 becomes a 2: the 3 moves up to rank 1, the 2 takes rank 2.
+        assert_eq!(
+            shown(h.record(0, change(RowKind::UpdateBefore, 5), 3).unwrap()),
+            ["-U1,5,1", "+U1,3,1", "-U1,3,2", "+U1,1,2"]
+        );
+        assert_eq!(
+            shown(h.record(0, change(RowKind::UpdateAfter, 2), 3).unwrap()),
+            ["-U1,1,2", "+U1,2,2"]
+        );
+        // Deletions down to one row: rank 2 is deleted.
+        h.record(0, change(RowKind::Delete, 1), 4).unwrap();
+        assert_eq!(
+            shown(h.record(0, change(RowKind::Delete, 2), 4).unwrap()),
+            ["-D1,2,2"]
+        );
+        assert!(
+            h.record(0, change(RowKind::Delete, 42), 5)
+                .unwrap()
+                .is_empty(),
+            "a row never held"
+        );
     }
 }

@@ -171,10 +171,8 @@ impl Binder<'_> {
         }
         match self.table_factor(t, name, versioned)? {
             (rel, None) => Ok(rel),
-            (_, Some(_)) => Err(SqlError::at(
-                t.span(),
-                "a window table function is read by a GROUP BY window_start, window_end: join that aggregate (a subquery) instead",
-            )),
+            // A window join: each side's rows with their windows.
+            (rel, Some(tvf)) => self.window_rows(rel, tvf, t.span(), name),
         }
     }
 
@@ -234,6 +232,55 @@ impl Binder<'_> {
                 format!("`{other}` is not supported in FROM"),
             )),
         }
+    }
+
+    /// A window table function's rows without a GROUP BY (a top-N, a
+    /// join or a SELECT over them): each row once per window it falls in,
+    /// with `window_start`, `window_end` and `window_time` after its
+    /// columns. SESSION windows grow as rows come, so their rows are not
+    /// assigned one by one: they are aggregated.
+    pub(super) fn window_rows(
+        &mut self,
+        rel: Rel,
+        tvf: WindowTvf,
+        span: sqlparser::tokenizer::Span,
+        name: &str,
+    ) -> Result<Rel, SqlError> {
+        if let WindowSpec::Session { .. } = tvf.spec {
+            return Err(SqlError::at(
+                span,
+                "a SESSION window's rows are not assigned one by one (a session grows as rows come): aggregate them with GROUP BY window_start, window_end",
+            ));
+        }
+        let Some(time) = rel.time else {
+            return Err(SqlError::at(
+                span,
+                "a window table function needs the table's event time",
+            ));
+        };
+        let qualifier = rel.columns.first().and_then(|c| c.qualifier.clone());
+        let n = rel.columns.len();
+        let mut columns = rel.columns.clone();
+        for c in ["window_start", "window_end", "window_time"] {
+            columns.push(ScopeColumn {
+                name: c.into(),
+                qualifier: qualifier.clone(),
+                ty: DataType::Timestamp,
+            });
+        }
+        let uid = self.uid(&format!("{name}.window-rows"));
+        let op = lp::window_tvf::WindowTvf {
+            spec: tvf.spec,
+            time,
+            schema: schema_of(&columns),
+        };
+        let rows = Rel {
+            columns,
+            window: Some((n, n + 1)),
+            window_end: Some(n + 1),
+            ..rel.clone()
+        };
+        Ok(self.plan.add(&uid, Op::WindowTvf(op), &[&rel], rows))
     }
 
     /// `TUMBLE(TABLE t, DESCRIPTOR(col), size)`, `HOP(..., slide, size)`,

@@ -27,10 +27,15 @@ impl Binder<'_> {
                 }
             }
         }
-        let push_left =
-            matches!(kind, JoinKind::Inner | JoinKind::Right) && left.updating.is_none();
-        let push_right =
-            matches!(kind, JoinKind::Inner | JoinKind::Left) && right.updating.is_none();
+        // A conjunct over the left side alone filters it first in a
+        // semi-join (a left row failing it has no match either way), but
+        // not in an anti-join (such a row has no match, so it is kept).
+        let push_left = matches!(kind, JoinKind::Inner | JoinKind::Right | JoinKind::Semi)
+            && left.updating.is_none();
+        let push_right = matches!(
+            kind,
+            JoinKind::Inner | JoinKind::Left | JoinKind::Semi | JoinKind::Anti
+        ) && right.updating.is_none();
         let (mut keys, mut to_left, mut to_right, mut residual) = (vec![], vec![], vec![], vec![]);
         for c in &conds {
             if let Some((a, b)) = joins::equality(c, &left.columns, &right.columns)? {
@@ -74,10 +79,11 @@ impl Binder<'_> {
         let joined: Vec<ScopeColumn> = left.columns.iter().chain(&right.columns).cloned().collect();
         let uid = self.uid(&format!(
             "{name}.{}",
-            if as_of.is_some() {
-                "temporal-join"
-            } else {
-                "join"
+            match (as_of.is_some(), kind) {
+                (true, _) => "temporal-join",
+                (false, JoinKind::Semi) => "semi-join",
+                (false, JoinKind::Anti) => "anti-join",
+                (false, _) => "join",
             }
         ));
         if left.updating.is_some() || right.updating.is_some() {
@@ -112,7 +118,11 @@ impl Binder<'_> {
         let watermarked =
             |r: &Rel| -> Vec<usize> { r.time.into_iter().chain(r.window_end).collect() };
         let mut expiry = [None, None];
-        if kind == JoinKind::Inner && append {
+        // Inner and outer joins of append-only inputs whose condition
+        // bounds each side by the other's time (a window or interval join)
+        // free their rows at the watermark; an outer one pads a row when
+        // it expires unmatched, so its output stays append-only too.
+        if append && !kind.filters_left() {
             let found = joins::expiries(
                 &conds,
                 &joins::JoinSide {
@@ -158,8 +168,14 @@ impl Binder<'_> {
             condition: condition_text,
         };
         let n = left.columns.len();
-        let updating = if kind == JoinKind::Inner && append {
+        // A semi- or anti-join's rows are the left rows: unique by the
+        // left's key, taken back and given again as the right side changes.
+        let filters_left = kind.filters_left();
+        let bounded = expiry.iter().all(Option::is_some);
+        let updating = if (kind == JoinKind::Inner && append) || (bounded && !filters_left) {
             None
+        } else if filters_left {
+            Some(left.updating.clone().unwrap_or_default())
         } else {
             Some(match (&left.updating, &right.updating) {
                 (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() => {
@@ -168,12 +184,20 @@ impl Binder<'_> {
                 _ => Vec::new(),
             })
         };
+        let joined = if filters_left {
+            left.columns.clone()
+        } else {
+            joined
+        };
         if let Some(key) = &updating {
             self.updating
                 .insert(uid.clone(), Some(changelog_mode(key, &joined)));
         }
         let window = match (left.window, right.window) {
-            (Some(lw), Some(rw)) if lk.iter().zip(&rk).any(|(a, b)| *a == lw.1 && *b == rw.1) => {
+            (Some(lw), Some(rw))
+                if matches!(kind, JoinKind::Inner | JoinKind::Left)
+                    && lk.iter().zip(&rk).any(|(a, b)| *a == lw.1 && *b == rw.1) =>
+            {
                 Some(lw)
             }
             _ => None,

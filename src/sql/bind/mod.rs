@@ -26,6 +26,7 @@ mod join;
 mod select;
 mod sink;
 mod source;
+mod subquery;
 mod top_n;
 mod unnest;
 
@@ -437,69 +438,89 @@ impl Binder<'_> {
                         "the two sides of UNION ALL have different column types",
                     ));
                 }
-                // Of updating inputs, the union's changes are each
-                // input's: retracting, unique by no key (both inputs can
-                // hold a row of one key).
-                // Union needs one schema: the right side takes the left's names.
-                let left_schema = a.schema();
-                let right = if b.schema() == left_schema {
-                    b
-                } else {
-                    let uid = self.uid(&format!("{name}.rename"));
-                    let outputs = b
-                        .columns
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| (Some(i), Compiled::column(i, c.ty.clone()).eval))
-                        .collect();
-                    let rename = lp::project::Project {
-                        schema: left_schema,
-                        outputs,
-                        over_updating: false,
-                    };
-                    let renamed = Rel {
-                        columns: a.columns.clone(),
-                        ..b.clone()
-                    };
-                    self.plan.add(&uid, Op::Project(rename), &[&b], renamed)
-                };
-                let uid = self.uid(&format!("{name}.union"));
-                let updating = (a.updating.is_some() || right.updating.is_some()).then(Vec::new);
-                if updating.is_some() {
-                    let mode = changelog_mode(&[], &a.columns);
-                    self.updating.insert(uid.clone(), Some(mode));
-                }
-                let union = Rel {
-                    updated_by: updating.as_ref().map(|_| uid.clone()),
-                    updating,
-                    time: if a.time == right.time { a.time } else { None },
-                    window: if a.window == right.window {
-                        a.window
-                    } else {
-                        None
-                    },
-                    timed: a.timed && right.timed,
-                    window_end: if a.window_end == right.window_end {
-                        a.window_end
-                    } else {
-                        None
-                    },
-                    source: if a.source == right.source {
-                        a.source.clone()
-                    } else {
-                        None
-                    },
-                    ..a.clone()
-                };
-                Ok(self
-                    .plan
-                    .add(&uid, Op::Union(lp::union::Union), &[&a, &right], union))
+                self.union_all(a, b, name)
+            }
+            SetExpr::SetOperation {
+                op:
+                    op @ (ast::SetOperator::Union
+                    | ast::SetOperator::Except
+                    | ast::SetOperator::Intersect),
+                set_quantifier,
+                left,
+                right,
+            } => {
+                let a = self.set_expr(left, name)?;
+                let b = self.set_expr(right, name)?;
+                self.set_operation(op, set_quantifier, (a, b), body.span(), name)
             }
             other => Err(SqlError::at(
                 other.span(),
-                "only SELECT and UNION ALL are supported here",
+                "only SELECT, UNION [ALL], EXCEPT and INTERSECT are supported here",
             )),
         }
+    }
+
+    /// `a UNION ALL b`: each side's rows as they come. Of updating
+    /// inputs the union's changes are each input's: retracting, unique by
+    /// no key (both inputs can hold a row of one key).
+    fn union_all(&mut self, a: Rel, b: Rel, name: &str) -> Result<Rel, SqlError> {
+        // Of updating inputs, the union's changes are each
+        // input's: retracting, unique by no key (both inputs can
+        // hold a row of one key).
+        // Union needs one schema: the right side takes the left's names.
+        let left_schema = a.schema();
+        let right = if b.schema() == left_schema {
+            b
+        } else {
+            let uid = self.uid(&format!("{name}.rename"));
+            let outputs = b
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (Some(i), Compiled::column(i, c.ty.clone()).eval))
+                .collect();
+            let rename = lp::project::Project {
+                schema: left_schema,
+                outputs,
+                over_updating: false,
+            };
+            let renamed = Rel {
+                columns: a.columns.clone(),
+                ..b.clone()
+            };
+            self.plan.add(&uid, Op::Project(rename), &[&b], renamed)
+        };
+        let uid = self.uid(&format!("{name}.union"));
+        let updating = (a.updating.is_some() || right.updating.is_some()).then(Vec::new);
+        if updating.is_some() {
+            let mode = changelog_mode(&[], &a.columns);
+            self.updating.insert(uid.clone(), Some(mode));
+        }
+        let union = Rel {
+            updated_by: updating.as_ref().map(|_| uid.clone()),
+            updating,
+            time: if a.time == right.time { a.time } else { None },
+            window: if a.window == right.window {
+                a.window
+            } else {
+                None
+            },
+            timed: a.timed && right.timed,
+            window_end: if a.window_end == right.window_end {
+                a.window_end
+            } else {
+                None
+            },
+            source: if a.source == right.source {
+                a.source.clone()
+            } else {
+                None
+            },
+            ..a.clone()
+        };
+        Ok(self
+            .plan
+            .add(&uid, Op::Union(lp::union::Union), &[&a, &right], union))
     }
 }
 

@@ -2,9 +2,46 @@ use super::*;
 
 impl Binder<'_> {
     pub(super) fn select(&mut self, s: &ast::Select, name: &str) -> Result<Rel, SqlError> {
-        let (mut rel, tvf, rest) = self.from(s, name)?;
+        // `[NOT] EXISTS` and `[NOT] IN (SELECT ...)` conjuncts of WHERE
+        // are semi- and anti-joins after the rest of WHERE.
+        let (plain, subqueries): (Vec<E>, Vec<E>) = s
+            .selection
+            .as_ref()
+            .map(joins::conjuncts)
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|c| !super::subquery::is_subquery_predicate(c));
+        let stripped;
+        let s = if subqueries.is_empty() {
+            s
+        } else {
+            stripped = ast::Select {
+                selection: joins::conjoin(plain),
+                ..s.clone()
+            };
+            &stripped
+        };
+        let (mut rel, mut tvf, rest) = self.from(s, name)?;
+        let grouped = !matches!(&s.group_by, GroupByExpr::Expressions(g, _) if g.is_empty())
+            || s.having.is_some()
+            || s.projection.iter().any(|i| match i {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    contains_aggregate(e)
+                }
+                _ => false,
+            });
+        // A window TVF read without a GROUP BY: its rows, each with its
+        // window, which WHERE and the SELECT list can name.
+        if !grouped && s.distinct.is_none() {
+            if let Some(t) = tvf.take() {
+                rel = self.window_rows(rel, t, s.span(), name)?;
+            }
+        }
         if let Some(w) = &rest {
             rel = self.filter(rel, w, &format!("{name}.where"))?;
+        }
+        for e in &subqueries {
+            rel = self.subquery_join(rel, e, name)?;
         }
         if let Some(d) = &s.distinct {
             return self.select_distinct(rel, tvf, d, s, name);
@@ -25,12 +62,6 @@ impl Binder<'_> {
             _ => false,
         }) || s.having.as_ref().is_some_and(contains_aggregate);
         if group.is_empty() && !has_aggregates {
-            if tvf.is_some() {
-                return Err(SqlError::at(
-                    s.span(),
-                    "a window table function is read by a GROUP BY window_start, window_end (a window aggregate); selecting its rows directly is not supported yet",
-                ));
-            }
             if let Some(h) = &s.having {
                 return Err(err(h, "HAVING needs GROUP BY or an aggregate"));
             }
@@ -103,6 +134,11 @@ impl Binder<'_> {
         }
         let c = compile(predicate, &mut Scope::plain(&rel.columns))?;
         boolean(&c, predicate)?;
+        // Constant folding: a predicate that is TRUE whatever the row
+        // (`WHERE 1 = 1`, as generated SQL has it) makes no node.
+        if c.constant == Some(Value::Bool(true)) {
+            return Ok(rel);
+        }
         Ok(self.add_filter(rel, predicate, c.eval, uid))
     }
 

@@ -81,21 +81,13 @@ impl Binder<'_> {
             ));
         }
         let (mut rel, tvf, inner_rest) = self.from(inner, name)?;
-        if tvf.is_some() {
-            return Err(SqlError::at(
-                inner.span(),
-                "ROW_NUMBER over a window table function's rows is not supported: rank a window aggregate's (GROUP BY window_start, window_end, ...)",
-            ));
+        // Straight over a window TVF's rows: a top-N (or deduplication)
+        // per window when PARTITION BY names the window.
+        if let Some(tvf) = tvf {
+            rel = self.window_rows(rel, tvf, inner.span(), name)?;
         }
         if let Some(wh) = &inner_rest {
             rel = self.filter(rel, wh, &format!("{name}.where"))?;
-        }
-        if rel.updating.is_some() {
-            let by = rel.updated_by.as_deref().unwrap_or("an operator");
-            return Err(SqlError::at(
-                f.span(),
-                format!("ROW_NUMBER over an updating result (operator {by:?} changes rows it emitted) is not supported yet: rank an append-only input"),
-            ));
         }
         let global = [E::Value(ast::Value::Number("0".into(), false).into())];
         let partition: Vec<&E> = if w.partition_by.is_empty() {
@@ -120,6 +112,18 @@ impl Binder<'_> {
             })
             .collect();
         let window_end = rel.window_end.filter(|e| pcols.contains(e));
+        // Over an updating result every row of a partition is kept, so
+        // that the next moves up when one of the best N is taken back.
+        // A top-N per window ranks a window's rows once, when it closes:
+        // a change after that (allowed lateness) cannot be ranked again.
+        let retract = rel.updating.is_some();
+        if retract && window_end.is_some() {
+            let by = rel.updated_by.as_deref().unwrap_or("an operator");
+            return Err(SqlError::at(
+                f.span(),
+                format!("ROW_NUMBER per window over an updating result (operator {by:?} changes rows it emitted, as a window with allowed lateness does) is not supported: rank per window over append-only rows"),
+            ));
+        }
         let uid = self.uid(&format!("{name}.top-n"));
         let top_n = lp::top_n::TopN {
             partition: pcols.clone(),
@@ -127,6 +131,7 @@ impl Binder<'_> {
                 order,
                 limit,
                 window_end,
+                retract,
             },
             rank_as: "$rank".into(),
         };

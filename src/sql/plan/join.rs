@@ -34,6 +34,8 @@ impl Join {
             JoinKind::Left => "Left",
             JoinKind::Right => "Right",
             JoinKind::Full => "Full",
+            JoinKind::Semi => "Semi",
+            JoinKind::Anti => "Anti",
         };
         let bounded = if self.spec.expiry.iter().all(Option::is_some) {
             ", interval"

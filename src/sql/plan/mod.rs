@@ -22,6 +22,7 @@ pub mod sink;
 pub mod top_n;
 pub mod union;
 pub mod unnest;
+pub mod window_tvf;
 
 use crate::dataflow::prelude::*;
 use crate::sql::expr::ScopeColumn;
@@ -113,6 +114,7 @@ pub enum Op {
     TopN(top_n::TopN),
     Union(union::Union),
     Unnest(unnest::Unnest),
+    WindowTvf(window_tvf::WindowTvf),
     Sink(sink::Sink),
 }
 
@@ -132,6 +134,7 @@ impl Op {
             Op::TopN(t) => t.describe(inputs[0]),
             Op::Union(u) => u.describe(),
             Op::Unnest(u) => u.describe(),
+            Op::WindowTvf(w) => w.describe(),
             Op::Sink(s) => s.describe(),
         }
     }
@@ -153,6 +156,7 @@ impl Op {
             Op::TopN(t) => t.lower(uid, input()),
             Op::Union(u) => u.lower(uid, inputs),
             Op::Unnest(u) => u.lower(uid, input()),
+            Op::WindowTvf(w) => w.lower(uid, input()),
             Op::Sink(s) => {
                 s.lower(uid, input());
                 return None;

@@ -31,10 +31,10 @@ impl TopN {
             self.spec.limit,
             names(&input.columns, &self.partition),
             order.join(", "),
-            if self.spec.window_end.is_some() {
-                ", per window"
-            } else {
-                ""
+            match (self.spec.window_end, self.spec.retract) {
+                (Some(_), _) => ", per window",
+                (None, true) => ", every row kept",
+                (None, false) => "",
             }
         )
     }
