@@ -240,6 +240,8 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         ("SELECT REGEXP_EXTRACT(url, '(', 1) AS r FROM bid", "REGEXP_EXTRACT(url, '(', 1)", "bad regular expression"),
         ("SELECT CAST(price AS MONEY) AS p FROM bid", "price AS MONEY", "unknown type MONEY"),
         ("SELECT DISTINCT ON (auction) auction FROM bid", "SELECT DISTINCT ON", "SELECT DISTINCT ON is not Flink SQL"),
+        ("SELECT LEAD(price) OVER (PARTITION BY auction ORDER BY date_time) AS n FROM bid", "LEAD(price)", "LEAD reads rows that have not come yet"),
+        ("SELECT SUM(price) OVER (PARTITION BY auction ORDER BY price) AS s FROM bid", "price) AS s", "OVER orders by the table's event-time column"),
         (
             "SELECT DISTINCT auction, COUNT(*) AS n FROM bid GROUP BY auction",
             "SELECT DISTINCT auction",

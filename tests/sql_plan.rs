@@ -2,8 +2,9 @@
 //! that takes back a row that stops passing, HAVING over a running
 //! aggregate, MIN/MAX that keep every value, UNION ALL of changelogs,
 //! SELECT DISTINCT, top-N that keeps every row) and straight over a
-//! window TVF's rows (top-N and deduplication per window), and subqueries
-//! and set operations as semi- and anti-joins, each exact against DuckDB running the same query as
+//! window TVF's rows (top-N and deduplication per window), subqueries
+//! and set operations as semi- and anti-joins, and OVER aggregations,
+//! each exact against DuckDB running the same query as
 //! a batch over the same events, under SIGKILLs, read by weir-testkit's
 //! read_committed consumer.
 
@@ -51,6 +52,7 @@ fn operators_over_updating_input_are_exact_under_sigkills_against_duckdb() {
         .into_iter()
         .chain(window_row_queries())
         .chain(subquery_queries())
+        .chain(over_queries())
         .collect();
     let mut sinks: Vec<(String, String)> = queries
         .iter()
@@ -102,6 +104,8 @@ SELECT auction, n AS v FROM per_auction;\n";
         "Join Anti on (id) = (seller) [retracting] (not_exists.anti-join)",
         "Join Left, interval on (auction, window_start, window_end) = (id, window_start, window_end) [append-only]",
         "Join Semi on (auction) = (id) [retracting] (in_subquery.semi-join)",
+        "OverAggregate by (auction) order by date_time ROWS 10 PRECEDING: SUM(price), MAX(price) [append-only, event time date_time] (over_rows.over)",
+        "OverAggregate by (bidder) order by date_time RANGE 10000 ms PRECEDING",
     ] {
         assert!(plan.contains(want), "{want:?} in:\n{plan}");
     }

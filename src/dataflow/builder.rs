@@ -38,6 +38,7 @@ use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
 use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
 use super::ops::join::{Join, JoinSpec};
+use super::ops::over::{OverAggregate, OverSpec};
 use super::ops::stateless::{ChangeMap, Filter, FlatMap, Map, Union};
 use super::ops::temporal_join::{TemporalJoin, TemporalJoinSpec};
 use super::ops::top_n::{TopN, TopNSpec};
@@ -757,6 +758,19 @@ impl KeyedStream {
             late_topic: None,
         };
         self.keyed(uid, kind, schema, op)
+    }
+
+    /// OVER aggregations per key ([`OverAggregate`]): each row once, in
+    /// event-time order, with one more column per call, of `schema`.
+    pub fn over_aggregate(&self, uid: &str, spec: OverSpec, schema: Schema) -> Stream {
+        let op = OperatorSpec {
+            factory: Arc::new(move || Box::new(OverAggregate::new(spec.clone()))),
+            inputs: 1,
+            keyed: true,
+            tables: OverAggregate::tables(),
+            late_topic: None,
+        };
+        self.keyed(uid, "over-aggregate", schema, op)
     }
 
     /// Windows of event time per key.

@@ -508,6 +508,75 @@ pub fn subquery_queries() -> Vec<Query> {
     ]
 }
 
+/// OVER aggregations over the bids, ordered by event time: a ROWS frame,
+/// a RANGE frame, and the ranking functions with LAG. The far-future
+/// flush bids are never passed by the watermark, so never emitted.
+pub fn over_queries() -> Vec<Query> {
+    vec![
+        Query {
+            sink: "over_rows",
+            weir: "SELECT auction, date_time, price,
+                     SUM(price) OVER (PARTITION BY auction ORDER BY date_time, price, bidder
+                                      ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS s,
+                     MAX(price) OVER (PARTITION BY auction ORDER BY date_time, price, bidder
+                                      ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS m
+                   FROM bid",
+            duckdb: "SELECT auction, date_time, price,
+                       sum(price) OVER (PARTITION BY auction ORDER BY date_time, price NULLS FIRST, bidder
+                                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS s,
+                       max(price) OVER (PARTITION BY auction ORDER BY date_time, price NULLS FIRST, bidder
+                                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS m
+                     FROM bid WHERE date_time < TIMESTAMP '2030-01-01'",
+            updating: false,
+            compare: &[],
+        },
+        Query {
+            sink: "over_range",
+            weir: "SELECT bidder, date_time,
+                     COUNT(*) OVER (PARTITION BY bidder ORDER BY date_time
+                                    RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW) AS n,
+                     AVG(price) OVER (PARTITION BY bidder ORDER BY date_time
+                                      RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW) AS a
+                   FROM bid",
+            duckdb: "SELECT bidder, date_time,
+                       count(*) OVER (PARTITION BY bidder ORDER BY date_time
+                                      RANGE BETWEEN INTERVAL 10 SECOND PRECEDING AND CURRENT ROW) AS n,
+                       avg(price) OVER (PARTITION BY bidder ORDER BY date_time
+                                        RANGE BETWEEN INTERVAL 10 SECOND PRECEDING AND CURRENT ROW) AS a
+                     FROM bid WHERE date_time < TIMESTAMP '2030-01-01'",
+            updating: false,
+            compare: &[],
+        },
+        // Rows of one time are RANK's peers.
+        Query {
+            sink: "over_rank",
+            weir: "SELECT bidder, date_time,
+                     RANK() OVER (PARTITION BY bidder ORDER BY date_time) AS r,
+                     DENSE_RANK() OVER (PARTITION BY bidder ORDER BY date_time) AS dr
+                   FROM bid",
+            duckdb: "SELECT bidder, date_time,
+                       rank() OVER (PARTITION BY bidder ORDER BY date_time) AS r,
+                       dense_rank() OVER (PARTITION BY bidder ORDER BY date_time) AS dr
+                     FROM bid WHERE date_time < TIMESTAMP '2030-01-01'",
+            updating: false,
+            compare: &[],
+        },
+        Query {
+            sink: "over_row_number",
+            weir: "SELECT bidder, date_time, price,
+                     ROW_NUMBER() OVER (PARTITION BY bidder ORDER BY date_time, price, auction) AS rn,
+                     LAG(price, 1) OVER (PARTITION BY bidder ORDER BY date_time, price, auction) AS prev
+                   FROM bid",
+            duckdb: "SELECT bidder, date_time, price,
+                       row_number() OVER (PARTITION BY bidder ORDER BY date_time, price NULLS FIRST, auction) AS rn,
+                       lag(price, 1) OVER (PARTITION BY bidder ORDER BY date_time, price NULLS FIRST, auction) AS prev
+                     FROM bid WHERE date_time < TIMESTAMP '2030-01-01'",
+            updating: false,
+            compare: &[],
+        },
+    ]
+}
+
 /// Views the queries read (the issue's hot-items example: windows of windows).
 pub const VIEWS: &str = "CREATE VIEW counts AS
   SELECT auction, window_start, window_end, COUNT(*) AS num

@@ -7,6 +7,7 @@ pub mod aggregate;
 pub mod changelog_normalize;
 pub mod deduplicate;
 pub mod join;
+pub mod over;
 pub mod stateless;
 pub mod temporal_join;
 pub mod top_n;

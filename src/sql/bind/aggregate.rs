@@ -653,6 +653,7 @@ pub(super) fn contains_aggregate(e: &E) -> bool {
     }
     walk(
         e,
-        &mut |x| matches!(x, E::Function(f) if is_aggregate(&function_name(f))),
+        // An aggregate with OVER is an OVER aggregation, not a GROUP BY's.
+        &mut |x| matches!(x, E::Function(f) if f.over.is_none() && is_aggregate(&function_name(f))),
     )
 }

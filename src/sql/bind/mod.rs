@@ -23,6 +23,7 @@
 mod aggregate;
 mod from;
 mod join;
+mod over;
 mod select;
 mod sink;
 mod source;

@@ -65,6 +65,9 @@ impl Binder<'_> {
             if let Some(h) = &s.having {
                 return Err(err(h, "HAVING needs GROUP BY or an aggregate"));
             }
+            if super::over::has_over_calls(&s.projection) {
+                return self.over_aggregate(rel, &s.projection, name);
+            }
             return self.project(rel, &s.projection, &format!("{name}.select"));
         }
         self.aggregate(rel, tvf, &group, s, name)

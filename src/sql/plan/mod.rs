@@ -16,6 +16,7 @@
 pub mod aggregate;
 pub mod filter;
 pub mod join;
+pub mod over;
 pub mod project;
 pub mod scan;
 pub mod sink;
@@ -112,6 +113,7 @@ pub enum Op {
     Join(join::Join),
     TemporalJoin(join::TemporalJoin),
     TopN(top_n::TopN),
+    OverAggregate(over::OverAggregate),
     Union(union::Union),
     Unnest(unnest::Unnest),
     WindowTvf(window_tvf::WindowTvf),
@@ -132,6 +134,7 @@ impl Op {
             Op::Join(j) => j.describe(inputs),
             Op::TemporalJoin(j) => j.describe(inputs),
             Op::TopN(t) => t.describe(inputs[0]),
+            Op::OverAggregate(o) => o.describe(inputs[0]),
             Op::Union(u) => u.describe(),
             Op::Unnest(u) => u.describe(),
             Op::WindowTvf(w) => w.describe(),
@@ -154,6 +157,7 @@ impl Op {
             Op::Join(j) => j.lower(uid, inputs),
             Op::TemporalJoin(j) => j.lower(uid, inputs),
             Op::TopN(t) => t.lower(uid, input()),
+            Op::OverAggregate(o) => o.lower(uid, input()),
             Op::Union(u) => u.lower(uid, inputs),
             Op::Unnest(u) => u.lower(uid, input()),
             Op::WindowTvf(w) => w.lower(uid, input()),

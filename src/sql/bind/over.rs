@@ -1,0 +1,360 @@
+//! `agg(x) OVER (PARTITION BY p ORDER BY t [ROWS | RANGE BETWEEN ...
+//! PRECEDING AND CURRENT ROW])` in a SELECT list without GROUP BY: an
+//! OverAggregate node (src/dataflow/ops/over.rs), then the SELECT list
+//! over its output with each call as a column.
+
+use super::*;
+use crate::dataflow::ops::over::{Frame, OverCall, OverSpec};
+
+/// Every call with an OVER clause in `e` (none nested in another).
+fn over_calls(e: &E, found: &mut Vec<E>) {
+    walk(e, &mut |x| {
+        if let E::Function(f) = x {
+            if f.over.is_some() {
+                if !found.contains(x) {
+                    found.push(x.clone());
+                }
+                return false;
+            }
+        }
+        false
+    });
+}
+
+/// Whether a SELECT list has OVER calls.
+pub(super) fn has_over_calls(items: &[SelectItem]) -> bool {
+    let mut found = Vec::new();
+    for item in items {
+        if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+            over_calls(e, &mut found);
+        }
+    }
+    !found.is_empty()
+}
+
+impl Binder<'_> {
+    /// The SELECT list `items` over `rel` with its OVER calls computed.
+    pub(super) fn over_aggregate(
+        &mut self,
+        rel: Rel,
+        items: &[SelectItem],
+        name: &str,
+    ) -> Result<Rel, SqlError> {
+        let mut calls = Vec::new();
+        for item in items {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                over_calls(e, &mut calls);
+            }
+        }
+        let first = &calls[0];
+        let window = |e: &E| -> Result<ast::WindowSpec, SqlError> {
+            match e {
+                E::Function(f) => match &f.over {
+                    Some(ast::WindowType::WindowSpec(w)) if w.window_name.is_none() => {
+                        Ok(w.clone())
+                    }
+                    _ => Err(err(
+                        e,
+                        "a named window (OVER w) is not supported: write the window in OVER (...)",
+                    )),
+                },
+                _ => Err(err(e, "not an OVER call")),
+            }
+        };
+        let w = window(first)?;
+        for c in &calls[1..] {
+            if window(c)? != w {
+                return Err(err(
+                    c,
+                    format!("every OVER of one SELECT is the same window, as in Flink: this one differs from `{first}`'s"),
+                ));
+            }
+        }
+        if let Some(by) = &rel.updated_by {
+            return Err(err(
+                first,
+                format!("OVER over an updating result (operator {by:?} changes rows it emitted) is not supported yet: compute it over the append-only input"),
+            ));
+        }
+        // ORDER BY the event time, ascending: rows are emitted in its order
+        // as the watermark passes them. Further columns order the rows of
+        // one time (a weir extension; Flink takes the time alone).
+        let Some((o, more)) = w.order_by.split_first() else {
+            return Err(err(
+                first,
+                "OVER needs ORDER BY the table's event-time column (its WATERMARK), ascending",
+            ));
+        };
+        let ascending = !matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+        let time = match joins::resolve(&o.expr, &rel.columns)? {
+            Some(c) if ascending && Some(c) == rel.time => c,
+            _ => return Err(err(
+                &o.expr,
+                "OVER orders by the table's event-time column (its WATERMARK), ascending, first",
+            )),
+        };
+        let mut then = Vec::new();
+        for o in more {
+            let Some(c) = joins::resolve(&o.expr, &rel.columns)? else {
+                return Err(err(&o.expr, "OVER's further ORDER BY names columns"));
+            };
+            let descending = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            then.push(crate::dataflow::ops::top_n::SortKey {
+                column: c,
+                descending,
+                nulls_first: o.options.nulls_first.unwrap_or(!descending),
+            });
+        }
+        let frame = match &w.window_frame {
+            // Flink's (and SQL's) default with ORDER BY.
+            None => Frame::Unbounded { peers: true },
+            Some(f) => {
+                if !matches!(f.end_bound, None | Some(ast::WindowFrameBound::CurrentRow)) {
+                    return Err(err(
+                        first,
+                        "an OVER frame ends at CURRENT ROW: a row is emitted before the rows after it come",
+                    ));
+                }
+                match (&f.units, &f.start_bound) {
+                    (ast::WindowFrameUnits::Groups, _) => {
+                        return Err(err(first, "GROUPS frames are not supported: ROWS or RANGE"))
+                    }
+                    (units, ast::WindowFrameBound::Preceding(None)) => Frame::Unbounded {
+                        peers: matches!(units, ast::WindowFrameUnits::Range),
+                    },
+                    (ast::WindowFrameUnits::Rows, ast::WindowFrameBound::Preceding(Some(n))) => {
+                        match &**n {
+                            E::Value(v) => match &v.value {
+                                ast::Value::Number(s, _) => match s.parse::<usize>() {
+                                    Ok(n) => Frame::Rows(n),
+                                    Err(_) => return Err(err(n, "ROWS takes a whole number of rows")),
+                                },
+                                _ => return Err(err(n, "ROWS takes a whole number of rows")),
+                            },
+                            other => return Err(err(other, "ROWS takes a whole number of rows")),
+                        }
+                    }
+                    (ast::WindowFrameUnits::Range, ast::WindowFrameBound::Preceding(Some(d))) => {
+                        match &**d {
+                            E::Interval(i) => {
+                                let ms = interval(i, d)?;
+                                if ms < 0 {
+                                    return Err(err(d, "a RANGE reaches back a positive interval"));
+                                }
+                                Frame::Range(ms)
+                            }
+                            other => {
+                                return Err(err(
+                                    other,
+                                    "RANGE over the event time takes an INTERVAL: RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW",
+                                ))
+                            }
+                        }
+                    }
+                    (_, ast::WindowFrameBound::CurrentRow) => Frame::Rows(0),
+                    _ => {
+                        return Err(err(
+                            first,
+                            "an OVER frame starts at n PRECEDING, UNBOUNDED PRECEDING or CURRENT ROW",
+                        ))
+                    }
+                }
+            }
+        };
+        let global = [E::Value(ast::Value::Number("0".into(), false).into())];
+        let partition: Vec<&E> = if w.partition_by.is_empty() {
+            global.iter().collect()
+        } else {
+            w.partition_by.iter().collect()
+        };
+        let (rel, pcols) = self.key_columns(rel, partition.into_iter(), name)?;
+        // Each call: what it computes, and its result column's type.
+        let mut spec_calls = Vec::new();
+        let mut types = Vec::new();
+        for c in &calls {
+            let E::Function(f) = c else {
+                unreachable!("an OVER call")
+            };
+            let fname = function_name(f).to_ascii_uppercase();
+            let star = matches!(&f.args, ast::FunctionArguments::List(l)
+                if matches!(l.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
+            let args = if star { Vec::new() } else { call_args(f, c)? };
+            let column = |a: &E| -> Result<(usize, DataType), SqlError> {
+                match joins::resolve(a, &rel.columns)? {
+                    Some(i) => Ok((i, rel.columns[i].ty.clone())),
+                    None => Err(err(
+                        a,
+                        "an OVER call's argument is a column: compute it in a subquery first",
+                    )),
+                }
+            };
+            let (call, ty) = match fname.as_str() {
+                "COUNT" | "SUM" | "AVG" | "MIN" | "MAX" => {
+                    let function = match fname.as_str() {
+                        "COUNT" => AggFunction::Count,
+                        "SUM" => AggFunction::Sum,
+                        "MIN" => AggFunction::Min,
+                        "MAX" => AggFunction::Max,
+                        _ => AggFunction::Avg,
+                    };
+                    let arg = match (star, args.as_slice()) {
+                        (true, _) if function == AggFunction::Count => None,
+                        (false, [a]) => Some(column(a)?),
+                        _ => return Err(err(c, format!("{fname} takes one column"))),
+                    };
+                    let ty = match (function, &arg) {
+                        (AggFunction::Count, _) => DataType::BigInt,
+                        (AggFunction::Avg, _) => DataType::Double,
+                        (_, Some((_, DataType::Int))) => DataType::BigInt,
+                        (_, Some((_, t))) => t.clone(),
+                        (_, None) => DataType::BigInt,
+                    };
+                    let agg = Agg {
+                        function,
+                        column: arg.map(|(i, _)| i),
+                        name: format!("$over{}", spec_calls.len()),
+                        distinct: false,
+                    };
+                    (OverCall::Aggregate(agg), ty)
+                }
+                "ROW_NUMBER" => (OverCall::RowNumber, DataType::BigInt),
+                "RANK" => (OverCall::Rank, DataType::BigInt),
+                "DENSE_RANK" => (OverCall::DenseRank, DataType::BigInt),
+                "LAG" => {
+                    let (col, ty) = match args.first() {
+                        Some(a) => column(a)?,
+                        None => return Err(err(c, "LAG takes a column")),
+                    };
+                    let offset = match args.get(1) {
+                        None => 1,
+                        Some(n) => match compile(n, &mut Scope::plain(&rel.columns))?.constant {
+                            Some(Value::Int(k)) if k >= 1 => k as usize,
+                            _ => return Err(err(n, "LAG's offset is a whole number from 1")),
+                        },
+                    };
+                    let default = match args.get(2) {
+                        None => Value::Null,
+                        Some(d) => match compile(d, &mut Scope::plain(&rel.columns))?.constant {
+                            Some(v) => v,
+                            None => return Err(err(d, "LAG's default is a constant")),
+                        },
+                    };
+                    (
+                        OverCall::Lag {
+                            column: col,
+                            offset,
+                            default,
+                        },
+                        ty,
+                    )
+                }
+                "LEAD" => {
+                    return Err(err(
+                        c,
+                        "LEAD reads rows that have not come yet: a row would wait for its next one without end (Flink's streaming OVER refuses it too); use LAG over the next row",
+                    ))
+                }
+                other => {
+                    return Err(err(
+                        c,
+                        format!("{other} is not an OVER function: COUNT, SUM, AVG, MIN, MAX, ROW_NUMBER, RANK, DENSE_RANK, LAG"),
+                    ))
+                }
+            };
+            spec_calls.push(call);
+            types.push(ty);
+        }
+        // Rows of one time are peers (RANK, RANGE frames); with more ORDER
+        // BY columns SQL's peers would be rows equal in all of them.
+        let by_time_peers = spec_calls
+            .iter()
+            .any(|c| matches!(c, OverCall::Rank | OverCall::DenseRank))
+            || (matches!(frame, Frame::Range(_) | Frame::Unbounded { peers: true })
+                && spec_calls
+                    .iter()
+                    .any(|c| matches!(c, OverCall::Aggregate(_))));
+        if !then.is_empty() && by_time_peers {
+            return Err(err(
+                first,
+                "OVER with more ORDER BY columns than the event time takes ROWS frames, ROW_NUMBER and LAG: RANK and RANGE frames have the rows of one time as peers",
+            ));
+        }
+        let n = rel.columns.len();
+        let mut columns = rel.columns.clone();
+        let mut substitutions = Vec::new();
+        for (i, (c, ty)) in calls.iter().zip(&types).enumerate() {
+            columns.push(ScopeColumn {
+                name: format!("$over{i}"),
+                qualifier: None,
+                ty: ty.clone(),
+            });
+            substitutions.push((c.clone(), Compiled::column(n + i, ty.clone())));
+        }
+        let uid = self.uid(&format!("{name}.over"));
+        let op = lp::over::OverAggregate {
+            partition: pcols,
+            spec: OverSpec {
+                time,
+                then,
+                frame,
+                calls: spec_calls,
+            },
+            schema: schema_of(&columns),
+            calls: calls
+                .iter()
+                .map(|c| match c {
+                    E::Function(f) => {
+                        let mut f = f.clone();
+                        f.over = None;
+                        f.to_string()
+                    }
+                    other => other.to_string(),
+                })
+                .collect(),
+        };
+        let out = Rel {
+            columns: columns.clone(),
+            window: None,
+            window_end: None,
+            ..rel.clone()
+        };
+        let out = self.plan.add(&uid, Op::OverAggregate(op), &[&rel], out);
+        // The SELECT list, each call read from its column.
+        let mut outputs = Vec::new();
+        for item in items {
+            match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let mut scope = Scope {
+                        columns: &columns,
+                        substitutions: &substitutions,
+                        grouped: false,
+                        aggregates: None,
+                        no_aggregates_reason:
+                            "an aggregate without OVER belongs in a SELECT with GROUP BY",
+                    };
+                    let c = compile(e, &mut scope)?;
+                    let n = output_name(item, outputs.len());
+                    outputs.push((n, c, column_index(e, &columns)));
+                }
+                SelectItem::Wildcard(_) => {
+                    for (i, c) in columns.iter().enumerate().take(n) {
+                        if !c.name.starts_with('$') {
+                            outputs.push((
+                                c.name.clone(),
+                                Compiled::column(i, c.ty.clone()),
+                                Some(i),
+                            ));
+                        }
+                    }
+                }
+                other => {
+                    return Err(SqlError::at(
+                        other.span(),
+                        format!("`{other}` is not supported with OVER"),
+                    ))
+                }
+            }
+        }
+        self.finish_projection(out, outputs, &format!("{name}.select"))
+    }
+}
