@@ -25,6 +25,18 @@ pub enum AggFunction {
 }
 
 impl AggFunction {
+    /// COUNT, SUM, MIN, MAX or AVG by its SQL name (any case).
+    pub fn from_sql_name(name: &str) -> Option<Self> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "COUNT" => AggFunction::Count,
+            "SUM" => AggFunction::Sum,
+            "MIN" => AggFunction::Min,
+            "MAX" => AggFunction::Max,
+            "AVG" => AggFunction::Avg,
+            _ => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             AggFunction::Count => "count",

@@ -19,7 +19,6 @@
 
 use super::aggregate::{Accumulators, Agg};
 use super::top_n::SortKey;
-use crate::dataflow::expr::compare;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{Row, Value};
 use crate::dataflow::state::{Table, TableSpec};
@@ -145,7 +144,7 @@ impl OverAggregate {
         pending.sort_by(|a, b| {
             Self::time_of(a)
                 .cmp(&Self::time_of(b))
-                .then_with(|| sort_keys(&self.spec.then, a, b))
+                .then_with(|| SortKey::compare_rows(&self.spec.then, a, b))
         });
         let ready = pending.partition_point(|r| Self::time_of(r) <= watermark);
         if ready == 0 {
@@ -271,27 +270,6 @@ impl OverAggregate {
         ctx.put(Self::COUNTS, &counts)?;
         ctx.set_list(Self::PENDING, &rest)
     }
-}
-
-/// `a` against `b` by `keys`, NULLs where each key puts them.
-fn sort_keys(keys: &[SortKey], a: &[Value], b: &[Value]) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    for k in keys {
-        let (x, y) = (&a[k.column], &b[k.column]);
-        let o = match (x.is_null(), y.is_null()) {
-            (true, true) => Ordering::Equal,
-            (true, false) if k.nulls_first => Ordering::Less,
-            (true, false) => Ordering::Greater,
-            (false, true) if k.nulls_first => Ordering::Greater,
-            (false, true) => Ordering::Less,
-            (false, false) if k.descending => compare(y, x),
-            (false, false) => compare(x, y),
-        };
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    Ordering::Equal
 }
 
 impl Operator for OverAggregate {

@@ -33,6 +33,28 @@ pub struct SortKey {
     pub nulls_first: bool,
 }
 
+impl SortKey {
+    /// `a` against `b` by `keys` in turn, NULLs where each key puts them.
+    pub fn compare_rows(keys: &[SortKey], a: &[Value], b: &[Value]) -> Ordering {
+        for k in keys {
+            let (x, y) = (&a[k.column], &b[k.column]);
+            let o = match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) if k.nulls_first => Ordering::Less,
+                (true, false) => Ordering::Greater,
+                (false, true) if k.nulls_first => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                (false, false) if k.descending => compare(y, x),
+                (false, false) => compare(x, y),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopNSpec {
     pub order: Vec<SortKey>,
@@ -62,22 +84,7 @@ impl TopN {
     }
 
     fn cmp(&self, a: &[Value], b: &[Value]) -> Ordering {
-        for k in &self.spec.order {
-            let (x, y) = (&a[k.column], &b[k.column]);
-            let o = match (x.is_null(), y.is_null()) {
-                (true, true) => Ordering::Equal,
-                (true, false) if k.nulls_first => Ordering::Less,
-                (true, false) => Ordering::Greater,
-                (false, true) if k.nulls_first => Ordering::Greater,
-                (false, true) => Ordering::Less,
-                (false, false) if k.descending => compare(y, x),
-                (false, false) => compare(x, y),
-            };
-            if o != Ordering::Equal {
-                return o;
-            }
-        }
-        Ordering::Equal
+        SortKey::compare_rows(&self.spec.order, a, b)
     }
 
     fn ranked(values: &[Value], rank: usize) -> Vec<Value> {

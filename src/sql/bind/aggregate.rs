@@ -180,13 +180,7 @@ impl Binder<'_> {
             // MIN(DISTINCT x) is MIN(x), so the distinct set is that multiset.
             let distinct =
                 distinct || (rel.updating.is_some() && matches!(fname.as_str(), "MIN" | "MAX"));
-            let function = match fname.as_str() {
-                "COUNT" => AggFunction::Count,
-                "SUM" => AggFunction::Sum,
-                "MIN" => AggFunction::Min,
-                "MAX" => AggFunction::Max,
-                _ => AggFunction::Avg,
-            };
+            let function = AggFunction::from_sql_name(&fname).unwrap_or(AggFunction::Avg);
             let star = matches!(&f.args, ast::FunctionArguments::List(l)
                 if matches!(l.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
             let arg = if star {

@@ -188,15 +188,10 @@ impl Binder<'_> {
                     )),
                 }
             };
+            let aggregate = AggFunction::from_sql_name(&fname);
             let (call, ty) = match fname.as_str() {
-                "COUNT" | "SUM" | "AVG" | "MIN" | "MAX" => {
-                    let function = match fname.as_str() {
-                        "COUNT" => AggFunction::Count,
-                        "SUM" => AggFunction::Sum,
-                        "MIN" => AggFunction::Min,
-                        "MAX" => AggFunction::Max,
-                        _ => AggFunction::Avg,
-                    };
+                _ if aggregate.is_some() => {
+                    let function = aggregate.expect("an aggregate");
                     let arg = match (star, args.as_slice()) {
                         (true, _) if function == AggFunction::Count => None,
                         (false, [a]) => Some(column(a)?),

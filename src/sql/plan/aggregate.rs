@@ -13,13 +13,7 @@ use crate::dataflow::prelude::*;
 fn calls(aggs: &[Agg], input: &Rel) -> String {
     aggs.iter()
         .map(|a| {
-            let f = match a.function {
-                AggFunction::Count => "COUNT",
-                AggFunction::Sum => "SUM",
-                AggFunction::Min => "MIN",
-                AggFunction::Max => "MAX",
-                AggFunction::Avg => "AVG",
-            };
+            let f = a.function.name().to_uppercase();
             let arg = a
                 .column
                 .and_then(|c| input.columns.get(c))
