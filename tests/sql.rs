@@ -240,7 +240,28 @@ fn validate_names_each_broken_query_at_its_line_and_column() {
         ("SELECT REGEXP_EXTRACT(url, '(', 1) AS r FROM bid", "REGEXP_EXTRACT(url, '(', 1)", "bad regular expression"),
         ("SELECT CAST(price AS MONEY) AS p FROM bid", "price AS MONEY", "unknown type MONEY"),
         ("SELECT DISTINCT ON (auction) auction FROM bid", "SELECT DISTINCT ON", "SELECT DISTINCT ON is not Flink SQL"),
-        ("SELECT LEAD(price) OVER (PARTITION BY auction ORDER BY date_time) AS n FROM bid", "LEAD(price)", "LEAD reads rows that have not come yet"),
+        // LEAD is kept current (tests/sql_plan.rs); its RANGE reaches
+        // back over a TIMESTAMP.
+        (
+            "SELECT LEAD(price) OVER (PARTITION BY auction ORDER BY price\n RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW) AS n FROM bid",
+            "price\n RANGE",
+            "a RANGE frame reaches back over its ORDER BY column: a TIMESTAMP, ascending",
+        ),
+        (
+            "SELECT auction,\n (SELECT price FROM bid b2 WHERE b2.auction = bid.auction) AS p FROM bid",
+            "SELECT price FROM bid b2",
+            "a scalar subquery selects one aggregate call",
+        ),
+        (
+            "SELECT auction, COUNT(*) AS n,\n (SELECT MAX(price) FROM bid b2 WHERE b2.auction = bid.auction) AS m\nFROM bid GROUP BY auction",
+            "SELECT MAX(price) FROM bid b2",
+            "a scalar subquery in a SELECT with GROUP BY, DISTINCT or OVER is not supported",
+        ),
+        (
+            "SELECT auction, COUNT(*) OVER (PARTITION BY auction) AS c\nFROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction)",
+            "COUNT(*) OVER",
+            "OVER needs ORDER BY: the order of the rows in each partition",
+        ),
         ("SELECT SUM(price) OVER (PARTITION BY auction ORDER BY price) AS s FROM bid", "price) AS s", "OVER orders by the table's event-time column"),
         (
             "SELECT DISTINCT auction, COUNT(*) AS n FROM bid GROUP BY auction",

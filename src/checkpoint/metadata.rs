@@ -54,10 +54,20 @@ pub struct Topology {
 
 impl Topology {
     /// Uids present in exactly one of the two topologies, as
-    /// (only in `self`, only in `other`).
+    /// (only in `self`, only in `other`), but for stateless transforms
+    /// (maps, filters, unions: [`OperatorInfo::is_stateless_transform`]),
+    /// which hold nothing a restore could lose, so that a plan whose
+    /// rewrite rules merged or dropped some still restores (Flink matches
+    /// state to operators the same way).
     pub fn uid_difference(&self, other: &Topology) -> (Vec<String>, Vec<String>) {
-        let mine: Vec<_> = self.operators.iter().map(|o| o.uid.clone()).collect();
-        let theirs: Vec<_> = other.operators.iter().map(|o| o.uid.clone()).collect();
+        let uids = |t: &Topology| -> Vec<String> {
+            t.operators
+                .iter()
+                .filter(|o| !o.is_stateless_transform())
+                .map(|o| o.uid.clone())
+                .collect()
+        };
+        let (mine, theirs) = (uids(self), uids(other));
         (
             mine.iter()
                 .filter(|u| !theirs.contains(u))
@@ -82,6 +92,16 @@ pub struct OperatorInfo {
     /// decodes by. None for the built-in pipelines and for stateless nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateInfo>,
+}
+
+impl OperatorInfo {
+    /// A node without state that only transforms rows: not a source (its
+    /// offsets are state), a sink (its transactions) or a built-in
+    /// pipeline's operator.
+    pub fn is_stateless_transform(&self) -> bool {
+        self.state.is_none()
+            && matches!(self.kind.as_str(), "map" | "filter" | "flat-map" | "union")
+    }
 }
 
 /// A keyed operator's key and tables, as a checkpoint records them.

@@ -582,6 +582,43 @@ mod tests {
     }
 
     #[test]
+    fn stateless_transforms_may_come_and_go_but_not_sources_or_sinks() {
+        use crate::checkpoint::metadata::OperatorInfo;
+        let node = |uid: &str, kind: &str| OperatorInfo {
+            uid: uid.into(),
+            kind: kind.into(),
+            parallelism: 2,
+            state: None,
+        };
+        // The checkpoint's job had a filter and a map the job now merges.
+        let mut o = observed(vec![valid(3, 30, false)], None);
+        o.topology
+            .operators
+            .extend([node("q.where", "filter"), node("q.select", "map")]);
+        let mut checkpoint = valid(3, 30, false);
+        if let FolderContents::Valid(m) = &mut checkpoint.contents {
+            m.topology
+                .operators
+                .extend([node("q.where", "filter"), node("q.where-2", "filter")]);
+        }
+        o.folders = vec![checkpoint];
+        assert_eq!(restored(&decide(&o)).0, 3);
+        // A source or a sink that is gone is refused.
+        for kind in ["kafka-source", "kafka-sink"] {
+            let mut o = observed(vec![valid(3, 30, false)], None);
+            let mut checkpoint = valid(3, 30, false);
+            if let FolderContents::Valid(m) = &mut checkpoint.contents {
+                m.topology.operators.push(node("gone", kind));
+            }
+            o.folders = vec![checkpoint];
+            assert!(
+                matches!(decide(&o), Decision::Refuse(m) if m.contains("\"gone\"")),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
     fn a_graph_operator_whose_tables_changed_is_refused_naming_both() {
         use crate::checkpoint::metadata::{KeyColumn, StateInfo, TableInfo};
         let state = |codec: &str| {

@@ -38,7 +38,9 @@ use super::ops::aggregate::{output_schema, Agg, AggregateEmit, GroupAggregate};
 use super::ops::changelog_normalize::ChangelogNormalize;
 use super::ops::deduplicate::Deduplicate;
 use super::ops::join::{Join, JoinSpec};
-use super::ops::over::{OverAggregate, OverSpec};
+use super::ops::over::{OverAggregate, OverCall, OverSpec};
+use super::ops::over_table::{OverTable, OverTableSpec};
+use super::ops::state_ttl::StateTtl;
 use super::ops::stateless::{ChangeMap, Filter, FlatMap, Map, Union};
 use super::ops::temporal_join::{TemporalJoin, TemporalJoinSpec};
 use super::ops::top_n::{TopN, TopNSpec};
@@ -287,6 +289,9 @@ pub struct Stream {
 pub struct KeyedStream {
     stream: Stream,
     key: Vec<usize>,
+    /// How long a key's state outlives its last write, in event time
+    /// ([`KeyedStream::with_state_ttl`]).
+    state_ttl: Option<StateTtl>,
 }
 
 /// A keyed stream cut into windows of event time.
@@ -572,6 +577,7 @@ impl Stream {
         KeyedStream {
             stream: self.clone(),
             key,
+            state_ttl: None,
         }
     }
 
@@ -587,6 +593,7 @@ impl Stream {
         KeyedStream {
             stream: self.clone(),
             key: columns,
+            state_ttl: None,
         }
     }
 
@@ -651,6 +658,24 @@ impl Stream {
 }
 
 impl KeyedStream {
+    /// The state of the operator after this goes per key once the
+    /// watermark passes the key's last write plus `ttl` ([`StateTtl`]):
+    /// for running aggregates, running top-N, deduplication, normalized
+    /// upserts and OVER kept current. Nothing is emitted when a key's
+    /// state goes; its next row starts from nothing.
+    pub fn with_state_ttl(mut self, ttl: Option<StateTtl>) -> Self {
+        self.state_ttl = ttl;
+        self
+    }
+
+    /// `tables`, and the TTL's table after them when there is a TTL.
+    fn with_ttl_table(&self, mut tables: Vec<TableSpec>) -> Vec<TableSpec> {
+        if self.state_ttl.is_some() {
+            tables.push(StateTtl::table());
+        }
+        tables
+    }
+
     fn keyed(&self, uid: &str, kind: &str, schema: Schema, op: OperatorSpec) -> Stream {
         let job = &self.stream.job;
         let node = job.add(
@@ -697,13 +722,16 @@ impl KeyedStream {
                 .join(",")
         );
         let key = self.key.clone();
+        let ttl = self.state_ttl;
         let op = OperatorSpec {
             factory: Arc::new(move || {
-                Box::new(GroupAggregate::with_emit(aggs.clone(), key.clone(), emit))
+                Box::new(
+                    GroupAggregate::with_emit(aggs.clone(), key.clone(), emit).with_state_ttl(ttl),
+                )
             }),
             inputs: 1,
             keyed: true,
-            tables: GroupAggregate::tables(),
+            tables: self.with_ttl_table(GroupAggregate::tables()),
             late_topic: None,
         };
         self.keyed(uid, &kind, schema, op)
@@ -711,8 +739,9 @@ impl KeyedStream {
 
     /// The first row of each key; later ones are dropped.
     pub fn deduplicate(&self, uid: &str) -> Stream {
+        let ttl = self.state_ttl;
         let op = OperatorSpec {
-            factory: Arc::new(|| Box::new(Deduplicate)),
+            factory: Arc::new(move || Box::new(Deduplicate::new(ttl))),
             inputs: 1,
             keyed: true,
             tables: Deduplicate::tables(),
@@ -725,11 +754,12 @@ impl KeyedStream {
     /// delete removes it) as whole changes: inserts, update-before and
     /// update-after pairs, deletes of the row the key had.
     pub fn normalize_upserts(&self, uid: &str) -> Stream {
+        let ttl = self.state_ttl;
         let op = OperatorSpec {
-            factory: Arc::new(|| Box::new(ChangelogNormalize)),
+            factory: Arc::new(move || Box::new(ChangelogNormalize::new(ttl))),
             inputs: 1,
             keyed: true,
-            tables: ChangelogNormalize::tables(),
+            tables: self.with_ttl_table(ChangelogNormalize::tables()),
             late_topic: None,
         };
         self.keyed(uid, "changelog-normalize", self.stream.schema(), op)
@@ -750,11 +780,17 @@ impl KeyedStream {
             "top-n"
         };
         schema.fields.push(Field::new(rank_as, DataType::BigInt));
+        // Per window, state goes when the window fires.
+        let ttl = self.state_ttl.filter(|_| spec.window_end.is_none());
+        let mut tables = TopN::tables();
+        if ttl.is_some() {
+            tables.push(StateTtl::table());
+        }
         let op = OperatorSpec {
-            factory: Arc::new(move || Box::new(TopN::new(spec.clone()))),
+            factory: Arc::new(move || Box::new(TopN::new(spec.clone()).with_state_ttl(ttl))),
             inputs: 1,
             keyed: true,
-            tables: TopN::tables(),
+            tables,
             late_topic: None,
         };
         self.keyed(uid, kind, schema, op)
@@ -763,6 +799,15 @@ impl KeyedStream {
     /// OVER aggregations per key ([`OverAggregate`]): each row once, in
     /// event-time order, with one more column per call, of `schema`.
     pub fn over_aggregate(&self, uid: &str, spec: OverSpec, schema: Schema) -> Stream {
+        if spec
+            .calls
+            .iter()
+            .any(|c| matches!(c, OverCall::Lead { .. }))
+        {
+            self.stream.job.problem(format!(
+                "over_aggregate {uid:?}: LEAD reads rows after the current one, which this operator emits once: use over_table"
+            ));
+        }
         let op = OperatorSpec {
             factory: Arc::new(move || Box::new(OverAggregate::new(spec.clone()))),
             inputs: 1,
@@ -771,6 +816,25 @@ impl KeyedStream {
             late_topic: None,
         };
         self.keyed(uid, "over-aggregate", schema, op)
+    }
+
+    /// OVER aggregations per key kept current over an input that takes
+    /// rows back, or with LEAD ([`OverTable`]): each row with one more
+    /// column per call, of `schema`, updated when a row its calls reach
+    /// comes or goes. The output takes rows back.
+    pub fn over_table(&self, uid: &str, spec: OverTableSpec, schema: Schema) -> Stream {
+        let width = self.stream.schema().len();
+        let ttl = self.state_ttl;
+        let op = OperatorSpec {
+            factory: Arc::new(move || {
+                Box::new(OverTable::new(spec.clone(), width).with_state_ttl(ttl))
+            }),
+            inputs: 1,
+            keyed: true,
+            tables: self.with_ttl_table(OverTable::tables()),
+            late_topic: None,
+        };
+        self.keyed(uid, "over-table", schema, op)
     }
 
     /// Windows of event time per key.

@@ -24,7 +24,7 @@ gen    Write DIR/person.jsonl, DIR/auction.jsonl, DIR/bid.jsonl (one JSON object
        up to D ms earlier than that of the auction/person it references.
 
 query  Load each DIR/{person,auction,bid}.jsonl present (and the other tables
-       of SCHEMAS: account_changes, side_input, probes, rate_changes) as a
+       of SCHEMAS: account_changes, side_input, probes, rate_changes, ttl_events, ...) as a
        DuckDB table named after the file stem, with an explicit schema
        (BIGINT, VARCHAR, BOOLEAN, and TIMESTAMP for date_time/expires/
        valid_from/t, session TimeZone=UTC),
@@ -262,6 +262,9 @@ SCHEMAS = {
     "product_changes": dict(seq="BIGINT", id="BIGINT", name="VARCHAR", price="BIGINT",
                             category="BIGINT", deleted="BOOLEAN"),
     "orders": dict(order_id="BIGINT", product_id="BIGINT", qty="BIGINT"),
+    # Keyed events with the "life" of their key: 1 for an event after its
+    # key's state expired (tests/sql_plan.rs, state_ttl).
+    "ttl_events": dict(seq="BIGINT", k="BIGINT", v="BIGINT", life="BIGINT"),
 }
 
 

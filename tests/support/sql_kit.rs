@@ -61,6 +61,35 @@ pub fn inserts(queries: &[Query]) -> String {
         .collect()
 }
 
+/// Reads `topic` (a Debezium sink) read_committed until its changes,
+/// applied in order, leave DuckDB's answer to `q` over `data` as a
+/// multiset, and asserts it; a deletion of a row that is not there fails.
+pub fn assert_debezium_matches_duckdb(
+    q: &Query,
+    topic: &str,
+    data: &Path,
+    timeout: Duration,
+    context: &dyn Fn() -> String,
+) {
+    let want = multiset(duckdb(data, q.duckdb).into_iter());
+    assert!(
+        !want.is_empty(),
+        "{}: DuckDB's answer is empty; the test would prove nothing",
+        q.sink
+    );
+    let records = read_topic(
+        topic,
+        Isolation::Committed,
+        timeout,
+        Duration::from_secs(2),
+        |r| final_debezium_multiset(r).is_ok_and(|t| t == want),
+    );
+    let got = final_debezium_multiset(&records)
+        .unwrap_or_else(|e| panic!("{} as Debezium changes: {e}; {}", q.sink, context()));
+    assert_eq!(got.len(), want.len(), "{}: rows; {}", q.sink, context());
+    assert_eq!(got, want, "{} against DuckDB; {}", q.sink, context());
+}
+
 /// Reads `topic` read_committed until it holds DuckDB's answer to `q`
 /// over `data`, and asserts it: for an append-only result the multiset of
 /// rows; for an updating one the final table, and no key committing the

@@ -394,14 +394,14 @@ pub fn window_row_queries() -> Vec<Query> {
             sink: "window_dedup",
             weir: "SELECT window_start, window_end, bidder, auction, price, date_time FROM (
                      SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, bidder
-                                                  ORDER BY date_time DESC) AS rn
+                                                  ORDER BY date_time DESC, price DESC, auction DESC) AS rn
                      FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)))
                    WHERE rn = 1",
             duckdb: format!(
                 "SELECT window_start, window_end, bidder, auction, price, date_time FROM (
                    SELECT ws AS window_start, ws + INTERVAL 10 SECOND AS window_end,
                           bidder, auction, price, date_time,
-                          row_number() OVER (PARTITION BY ws, bidder ORDER BY date_time DESC) AS rn
+                          row_number() OVER (PARTITION BY ws, bidder ORDER BY date_time DESC, price DESC, auction DESC) AS rn
                    FROM {BUCKETS})
                  WHERE rn = 1"
             )
@@ -572,6 +572,120 @@ pub fn over_queries() -> Vec<Query> {
                        lag(price, 1) OVER (PARTITION BY bidder ORDER BY date_time, price NULLS FIRST, auction) AS prev
                      FROM bid WHERE date_time < TIMESTAMP '2030-01-01'",
             updating: false,
+            compare: &[],
+        },
+    ]
+}
+
+/// OVER over an updating result: each bidder's auctions ranked by how
+/// often the bidder bid on them, kept current as the counts change (an
+/// upsert by the counts' key).
+pub fn over_updating_queries() -> Vec<Query> {
+    vec![Query {
+        sink: "over_updating_rank",
+        weir: "SELECT bidder, auction, n,
+                 RANK() OVER (PARTITION BY bidder ORDER BY n DESC) AS r,
+                 COUNT(*) OVER (PARTITION BY bidder ORDER BY n DESC) AS c
+               FROM per_bidder_auction",
+        duckdb: "SELECT bidder, auction, n,
+                   rank() OVER (PARTITION BY bidder ORDER BY n DESC) AS r,
+                   count(*) OVER (PARTITION BY bidder ORDER BY n DESC) AS c
+                 FROM (SELECT bidder, auction, count(*) AS n FROM bid GROUP BY bidder, auction)",
+        updating: true,
+        compare: &[],
+    }]
+}
+
+/// Queries whose results no key names (their changes go to a Debezium
+/// sink, whose changes applied in order leave DuckDB's rows): a UNION ALL
+/// of a stream and an aggregate's changes; Nexmark q6 in RisingWave's
+/// form (the average of each seller's last ten winning bids, OVER a top-1
+/// per auction: Flink SQL cannot run it, its OVER takes no retractions),
+/// with the auction id added to both ORDER BYs so that DuckDB's ties do
+/// not decide; scalar subqueries, whose values change as their tables do;
+/// LEAD and LAG, whose rows change as later rows come.
+pub fn debezium_queries() -> Vec<Query> {
+    vec![
+        Query {
+            sink: "union_changes",
+            weir: "SELECT auction, price AS v FROM bid WHERE MOD(bidder, 7) = 0
+                   UNION ALL
+                   SELECT auction, n AS v FROM per_auction",
+            duckdb: "SELECT auction, price AS v FROM bid WHERE bidder % 7 = 0
+                     UNION ALL SELECT auction, n AS v FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "q6_rw",
+            weir: "SELECT Q.seller,
+                     AVG(Q.final) OVER (PARTITION BY Q.seller ORDER BY Q.date_time, Q.auction
+                                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg
+                   FROM (
+                     SELECT ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price DESC, B.date_time, B.bidder) AS rank,
+                            A.id AS auction, A.seller, B.price AS final, B.date_time
+                     FROM auction AS A, bid AS B
+                     WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+                   ) AS Q
+                   WHERE Q.rank <= 1",
+            duckdb: "SELECT Q.seller,
+                       avg(Q.final) OVER (PARTITION BY Q.seller ORDER BY Q.date_time, Q.auction
+                                          ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg
+                     FROM (
+                       SELECT row_number() OVER (PARTITION BY A.id, A.seller ORDER BY B.price DESC NULLS LAST, B.date_time, B.bidder) AS rank,
+                              A.id AS auction, A.seller, B.price AS final, B.date_time
+                       FROM auction AS A, bid AS B
+                       WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+                     ) AS Q
+                     WHERE Q.rank <= 1",
+            updating: true,
+            compare: &[],
+        },
+        // Scalar subqueries: correlated (a left join with an aggregate per
+        // auction, or per seller: COUNT's 0 for a person without
+        // auctions), and not (a one-row aggregate every bid meets).
+        Query {
+            sink: "scalar_correlated",
+            weir: "SELECT auction, bidder, price FROM bid b
+                   WHERE price > (SELECT AVG(price) FROM bid b2 WHERE b2.auction = b.auction)",
+            duckdb: "SELECT auction, bidder, price FROM bid b
+                     WHERE price > (SELECT avg(price) FROM bid b2 WHERE b2.auction = b.auction)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "scalar_in_select",
+            weir: "SELECT p.id, p.name,
+                     (SELECT COUNT(*) FROM auction a WHERE a.seller = p.id AND a.category = 10) AS auctions
+                   FROM person p",
+            duckdb: "SELECT p.id, p.name,
+                       (SELECT count(*) FROM auction a WHERE a.seller = p.id AND a.category = 10) AS auctions
+                     FROM person p",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "scalar_uncorrelated",
+            weir: "SELECT auction, bidder, price FROM bid
+                   WHERE price >= (SELECT MAX(price) FROM bid WHERE MOD(auction, 10) = 0)",
+            duckdb: "SELECT auction, bidder, price FROM bid
+                     WHERE price >= (SELECT max(price) FROM bid WHERE auction % 10 = 0)",
+            updating: true,
+            compare: &[],
+        },
+        Query {
+            sink: "over_lead",
+            weir: "SELECT bidder, date_time, price,
+                     LEAD(price) OVER (PARTITION BY bidder ORDER BY date_time, price, auction) AS next,
+                     LEAD(price, 2, -1) OVER (PARTITION BY bidder ORDER BY date_time, price, auction) AS after_next,
+                     LAG(price) OVER (PARTITION BY bidder ORDER BY date_time, price, auction) AS prev
+                   FROM bid",
+            duckdb: "SELECT bidder, date_time, price,
+                       lead(price) OVER (PARTITION BY bidder ORDER BY date_time, price NULLS FIRST, auction) AS next,
+                       lead(price, 2, -1) OVER (PARTITION BY bidder ORDER BY date_time, price NULLS FIRST, auction) AS after_next,
+                       lag(price) OVER (PARTITION BY bidder ORDER BY date_time, price NULLS FIRST, auction) AS prev
+                     FROM bid",
+            updating: true,
             compare: &[],
         },
     ]

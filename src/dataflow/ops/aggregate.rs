@@ -8,6 +8,7 @@
 //! update-after when a key's result changes, and delete when its last row
 //! is retracted.
 
+use super::state_ttl::StateTtl;
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record, RecordKey};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
@@ -344,11 +345,22 @@ impl Accumulators {
         row: &Row,
         retract: bool,
     ) -> std::result::Result<(), String> {
+        self.apply_values(aggs, &row.values, retract)
+    }
+
+    /// [`Accumulators::apply`] for a row's values, held elsewhere than in
+    /// a [`Row`] (OVER frames hold their rows as values).
+    pub(crate) fn apply_values(
+        &mut self,
+        aggs: &[Agg],
+        row: &[Value],
+        retract: bool,
+    ) -> std::result::Result<(), String> {
         self.rows += if retract { -1 } else { 1 };
         for (a, p) in aggs.iter().zip(self.parts.iter_mut()) {
             let v = match a.column {
                 None => &Value::Null,
-                Some(c) => row.get(c),
+                Some(c) => row.get(c).unwrap_or(&Value::Null),
             };
             if a.column.is_some() && v.is_null() {
                 continue; // SQL aggregates skip NULLs
@@ -529,6 +541,8 @@ pub struct GroupAggregate {
     /// map first. A restore starts with a new operator, so the map never
     /// outlives its store's state.
     hot: HotMap,
+    /// Keys whose last write is older than this go ([`StateTtl`]).
+    ttl: Option<StateTtl>,
 }
 
 /// The hot map: by the key's encoding (inline up to 24 bytes, a word's).
@@ -561,8 +575,19 @@ impl GroupAggregate {
             changed: rustc_hash::FxHashMap::default(),
             scratch: Vec::new(),
             hot: HotMap::default(),
+            ttl: None,
         }
     }
+
+    /// Keys whose state was last written more than `ttl` before the
+    /// watermark go (its table is [`StateTtl::table`], after `acc`).
+    pub fn with_state_ttl(mut self, ttl: Option<StateTtl>) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Each key's last write time, with a TTL.
+    pub const TTL: Table = Table(1);
 
     /// Writes every dirty accumulator of the hot map into the store (and
     /// with `clear`, empties the map). The context's current key is set
@@ -706,6 +731,9 @@ impl Operator for GroupAggregate {
             self.flush_hot(ctx, true)?;
             ctx.set_key(kg, &key);
         }
+        if let Some(ttl) = self.ttl {
+            ttl.touch(ctx, Self::TTL, r.timestamp)?;
+        }
         let retract = !r.row.kind.is_addition();
         // The results before this row are needed to retract them, to see
         // whether they changed, to remember them for the checkpoint, or
@@ -797,6 +825,32 @@ impl Operator for GroupAggregate {
         }
     }
 
+    /// A key that went quiet for the TTL: its accumulators go, in the hot
+    /// map and in the store. On checkpoint, what waits to be emitted is
+    /// emitted first (early, in this epoch), so that the key's last change
+    /// is not lost with it.
+    fn on_timer(
+        &mut self,
+        time: i64,
+        tag: &[u8],
+        ctx: &mut Context,
+        out: &mut Collector,
+    ) -> Result<()> {
+        let Some(ttl) = self.ttl.filter(|_| tag == StateTtl::TAG) else {
+            return Ok(());
+        };
+        if !ttl.expired(ctx, Self::TTL, time)? {
+            return Ok(());
+        }
+        if !self.changed.is_empty() {
+            let (kg, key) = (ctx.key_group(), ctx.key().to_vec());
+            self.emit_changed(ctx, out)?;
+            ctx.set_key(kg, &key);
+        }
+        self.hot.remove(ctx.key());
+        ctx.delete(Self::ACC)
+    }
+
     fn before_snapshot(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
         if self.changed.is_empty() {
             // Every snapshot follows this: it sees what the map holds.
@@ -835,6 +889,46 @@ mod tests {
 
     fn row(kind: RowKind, k: &str, v: i64) -> Row {
         Row::new(kind, vec![Value::from(k), Value::Int(v)])
+    }
+
+    #[test]
+    fn a_key_quiet_for_the_ttl_goes_and_its_next_row_counts_from_nothing() {
+        let ttl = StateTtl {
+            ttl: 1_000,
+            sweep_every: 100,
+        };
+        let mut tables = GroupAggregate::tables();
+        tables.push(StateTtl::table());
+        let op = GroupAggregate::new(vec![Agg::count("n")], vec![0]).with_state_ttl(Some(ttl));
+        let mut h = Harness::keyed(op, tables, vec![0]);
+        h.record(0, row(RowKind::Insert, "a", 1), 0).unwrap();
+        h.record(0, row(RowKind::Insert, "b", 1), 500).unwrap();
+        h.record(0, row(RowKind::Insert, "a", 1), 900).unwrap();
+        // a was last written at 900: due at 2000; b at 500: due at 1600.
+        assert!(h.watermark(1_700).unwrap().is_empty(), "nothing is emitted");
+        assert_eq!(h.ctx.take_expired(), 1, "b went");
+        let out = h.record(0, row(RowKind::Insert, "b", 1), 1_800).unwrap();
+        assert_eq!(
+            out,
+            vec![(Row::insert(vec![Value::from("b"), Value::Int(1)]), 1_800)]
+        );
+        let out = h.record(0, row(RowKind::Insert, "a", 1), 1_800).unwrap();
+        assert_eq!(
+            out.last().unwrap().0,
+            Row::new(RowKind::UpdateAfter, vec![Value::from("a"), Value::Int(3)]),
+            "a is still held"
+        );
+        h.watermark(2_900).unwrap();
+        assert_eq!(
+            h.ctx.take_expired(),
+            2,
+            "a and b went; the hot map with them"
+        );
+        let out = h.record(0, row(RowKind::Insert, "a", 1), 3_000).unwrap();
+        assert_eq!(
+            out,
+            vec![(Row::insert(vec![Value::from("a"), Value::Int(1)]), 3_000)]
+        );
     }
 
     #[test]

@@ -12,17 +12,30 @@
 //! - a deletion (a tombstone, decoded as a delete with the key's columns):
 //!   delete of the key's row; nothing if the key has none.
 //!
-//! Its state is the current row per key: the table itself.
+//! Its state is the current row per key: the table itself. With a TTL
+//! ([`StateTtl`]) a key's row goes once the watermark passes the time of
+//! its last record plus the TTL; its next upsert is then an insert.
 
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{Row, RowKind};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
 
-pub struct ChangelogNormalize;
+use super::state_ttl::StateTtl;
+
+#[derive(Default)]
+pub struct ChangelogNormalize {
+    ttl: Option<StateTtl>,
+}
 
 impl ChangelogNormalize {
     pub const ROWS: Table = Table(0);
+    /// Each key's last write time, with a TTL ([`StateTtl::table`]).
+    pub const TTL: Table = Table(1);
+
+    pub fn new(ttl: Option<StateTtl>) -> Self {
+        Self { ttl }
+    }
 
     pub fn tables() -> Vec<TableSpec> {
         vec![TableSpec::value::<Row>("rows")]
@@ -37,6 +50,9 @@ impl Operator for ChangelogNormalize {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
+        if let Some(ttl) = self.ttl {
+            ttl.touch(ctx, Self::TTL, r.timestamp)?;
+        }
         let old: Option<Row> = ctx.get(Self::ROWS)?;
         match r.row.kind {
             RowKind::Insert | RowKind::UpdateAfter => {
@@ -67,6 +83,21 @@ impl Operator for ChangelogNormalize {
         }
         Ok(())
     }
+
+    fn on_timer(
+        &mut self,
+        time: i64,
+        tag: &[u8],
+        ctx: &mut Context,
+        _out: &mut Collector,
+    ) -> Result<()> {
+        if let (Some(ttl), true) = (self.ttl, tag == StateTtl::TAG) {
+            if ttl.expired(ctx, Self::TTL, time)? {
+                ctx.delete(Self::ROWS)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -85,7 +116,11 @@ mod tests {
 
     #[test]
     fn upserts_and_tombstones_become_whole_changes() {
-        let mut h = Harness::keyed(ChangelogNormalize, ChangelogNormalize::tables(), vec![0]);
+        let mut h = Harness::keyed(
+            ChangelogNormalize::default(),
+            ChangelogNormalize::tables(),
+            vec![0],
+        );
         assert_eq!(
             h.record(0, row(1, "OR"), 1).unwrap(),
             vec![(row(1, "OR"), 1)]

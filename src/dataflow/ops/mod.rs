@@ -8,6 +8,8 @@ pub mod changelog_normalize;
 pub mod deduplicate;
 pub mod join;
 pub mod over;
+pub mod over_table;
+pub mod state_ttl;
 pub mod stateless;
 pub mod temporal_join;
 pub mod top_n;

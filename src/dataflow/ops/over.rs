@@ -51,6 +51,14 @@ pub enum OverCall {
         offset: usize,
         default: Value,
     },
+    /// The value of `column` `offset` rows after, or `default`: only
+    /// [`super::over_table::OverTable`] computes it, updating a row when
+    /// its next rows come (this operator emits each row once).
+    Lead {
+        column: usize,
+        offset: usize,
+        default: Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,7 +136,7 @@ impl OverAggregate {
     fn over(&self, rows: &[Vec<Value>]) -> std::result::Result<Vec<Value>, String> {
         let mut acc = Accumulators::new(&self.aggs);
         for r in rows {
-            acc.apply(&self.aggs, &Row::insert(r[..r.len() - 1].to_vec()), false)?;
+            acc.apply_values(&self.aggs, &r[..r.len() - 1], false)?;
         }
         let mut out = Vec::new();
         acc.results(&self.aggs, &mut out);
@@ -190,7 +198,7 @@ impl OverAggregate {
                 for r in &pending[i..peers_end] {
                     match self.spec.frame {
                         Frame::Unbounded { .. } => acc
-                            .apply(&self.aggs, &Row::insert(r[..r.len() - 1].to_vec()), false)
+                            .apply_values(&self.aggs, &r[..r.len() - 1], false)
                             .map_err(|e| fail(ctx, e))?,
                         _ => frame.push(r.clone()),
                     }
@@ -204,11 +212,7 @@ impl OverAggregate {
                 if !range_like {
                     match self.spec.frame {
                         Frame::Unbounded { .. } => acc
-                            .apply(
-                                &self.aggs,
-                                &Row::insert(row[..row.len() - 1].to_vec()),
-                                false,
-                            )
+                            .apply_values(&self.aggs, &row[..row.len() - 1], false)
                             .map_err(|e| fail(ctx, e))?,
                         Frame::Rows(n) => {
                             frame.push(row.clone());
@@ -245,6 +249,8 @@ impl OverAggregate {
                             Some(k) => lag[k][*column].clone(),
                             None => default.clone(),
                         },
+                        // Refused by `JobBuilder::over_aggregate`.
+                        OverCall::Lead { .. } => Value::Null,
                     });
                 }
                 if self.lag_depth > 0 {

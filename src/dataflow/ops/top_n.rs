@@ -17,6 +17,7 @@
 //!   each once, and the key's state goes. The result is append-only; a
 //!   row behind the watermark is late and dropped (counted).
 
+use super::state_ttl::StateTtl;
 use crate::dataflow::expr::compare;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{Row, RowKind, Value};
@@ -69,13 +70,26 @@ pub struct TopNSpec {
 
 pub struct TopN {
     spec: TopNSpec,
+    /// A running top-N's keys go when quiet this long ([`StateTtl`]); a
+    /// window's go when it fires.
+    ttl: Option<StateTtl>,
 }
 
 impl TopN {
     pub const TOP: Table = Table(0);
+    /// Each key's last write time, with a TTL.
+    pub const TTL: Table = Table(1);
 
     pub fn new(spec: TopNSpec) -> Self {
-        Self { spec }
+        Self { spec, ttl: None }
+    }
+
+    /// Keys of a running top-N whose rows were last written more than
+    /// `ttl` before the watermark go (table [`StateTtl::table`] after
+    /// `top`); per window, state goes when the window fires anyway.
+    pub fn with_state_ttl(mut self, ttl: Option<StateTtl>) -> Self {
+        self.ttl = ttl.filter(|_| self.spec.window_end.is_none());
+        self
     }
 
     /// A key's best rows, in rank order: a list table.
@@ -154,6 +168,9 @@ impl Operator for TopN {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
+        if let Some(ttl) = self.ttl {
+            ttl.touch(ctx, Self::TTL, r.timestamp)?;
+        }
         if self.spec.retract {
             return self.on_change(r, ctx, out);
         }
@@ -217,10 +234,18 @@ impl Operator for TopN {
     fn on_timer(
         &mut self,
         time: i64,
-        _tag: &[u8],
+        tag: &[u8],
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
+        if tag == StateTtl::TAG {
+            if let Some(ttl) = self.ttl {
+                if ttl.expired(ctx, Self::TTL, time)? {
+                    ctx.delete(Self::TOP)?;
+                }
+            }
+            return Ok(());
+        }
         let top: Vec<Vec<Value>> = ctx.list(Self::TOP)?;
         for (k, row) in top.iter().enumerate() {
             out.emit(Row::insert(Self::ranked(row, k)), time);

@@ -531,6 +531,7 @@ impl Binder<'_> {
             let op = lp::aggregate::Deduplicate {
                 keys: key_names,
                 kind,
+                ttl: self.state_ttl(&rel, "this GROUP BY", s.span())?,
             };
             (Op::Deduplicate(op), None)
         } else {
@@ -539,6 +540,7 @@ impl Binder<'_> {
                 aggs,
                 emit: self.catalog.aggregate.emit,
                 kind,
+                ttl: self.state_ttl(&rel, "this GROUP BY", s.span())?,
             };
             (
                 Op::Aggregate(op),
@@ -570,10 +572,6 @@ impl Binder<'_> {
             });
         }
         let updated_by = updating.is_some().then(|| agg_uid.clone());
-        if let Some(key) = &updating {
-            let mode = changelog_mode(key, &agg_columns);
-            self.updating.insert(agg_uid.clone(), Some(mode));
-        }
         let out = Rel {
             node: 0,
             columns: agg_columns,

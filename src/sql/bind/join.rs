@@ -189,10 +189,6 @@ impl Binder<'_> {
         } else {
             joined
         };
-        if let Some(key) = &updating {
-            self.updating
-                .insert(uid.clone(), Some(changelog_mode(key, &joined)));
-        }
         let window = match (left.window, right.window) {
             (Some(lw), Some(rw))
                 if matches!(kind, JoinKind::Inner | JoinKind::Left)
@@ -292,8 +288,6 @@ impl Binder<'_> {
             spec,
             condition: condition_text,
         };
-        // Append-only, though the table's changelog comes in.
-        self.updating.insert(uid.to_string(), None);
         let joined = Rel {
             node: 0,
             columns: left.columns.iter().chain(&right.columns).cloned().collect(),

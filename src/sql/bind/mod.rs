@@ -24,6 +24,7 @@ mod aggregate;
 mod from;
 mod join;
 mod over;
+mod scalar;
 mod select;
 mod sink;
 mod source;
@@ -65,12 +66,6 @@ pub struct Plan {
     pub graph: Graph,
     /// Per sink: its name, topic, and changelog mode as `weir explain` says it.
     pub sinks: Vec<(String, String, String)>,
-    /// The operators whose results are updating (running aggregates,
-    /// windows that update a fired result, tables, joins that retract,
-    /// running top-N), with their changelog as `weir explain` says it:
-    /// the nodes after them carry the same. None: append-only whatever
-    /// its inputs are (a temporal join of a table).
-    pub updating: BTreeMap<String, Option<String>>,
 }
 
 impl Plan {
@@ -82,16 +77,25 @@ impl Plan {
         let mut out = self.logical.describe();
         out.push_str(&g.describe());
         out.push_str("operators\n");
-        // Nodes come in order (every edge goes forward): an updating
-        // aggregate makes a stream updating, and what follows it stays so.
-        let mut updating: Vec<Option<&str>> = vec![None; g.nodes.len()];
+        // Each operator's changelog is its logical node's; an operator
+        // the lowering added (none has a logical node of its uid) carries
+        // its input's. Nodes come in order: every edge goes forward.
+        let rels: BTreeMap<&str, &Rel> = self
+            .logical
+            .nodes
+            .iter()
+            .map(|n| (n.uid.as_str(), &n.rel))
+            .collect();
+        let mut updating: Vec<Option<String>> = vec![None; g.nodes.len()];
         for (i, n) in g.nodes.iter().enumerate() {
-            let from_updating = g.inputs(i).find_map(|e| updating[e.from]);
-            updating[i] = match self.updating.get(&n.uid) {
-                Some(mode) => mode.as_deref(),
-                None => from_updating,
+            updating[i] = match rels.get(n.uid.as_str()) {
+                Some(rel) => rel
+                    .updating
+                    .as_ref()
+                    .map(|key| changelog_mode(key, &rel.columns)),
+                None => g.inputs(i).find_map(|e| updating[e.from].clone()),
             };
-            let changelog = match updating[i] {
+            let changelog = match &updating[i] {
                 Some(mode) => format!("updating, {mode}"),
                 None => "append-only".into(),
             };
@@ -203,7 +207,6 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
         errors: Vec::new(),
         sinks: Vec::new(),
         catalog,
-        updating: Default::default(),
     };
     for s in &statements {
         if let Err(e) = binder.statement(s) {
@@ -225,9 +228,9 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
     let Binder {
         plan: logical,
         sinks,
-        updating,
         ..
     } = binder;
+    let logical = lp::rules::rewrite(logical);
     let builder = JobBuilder::new(&config.job.name);
     logical.lower(&builder);
     let graph = builder.build().map_err(|e| match e {
@@ -240,7 +243,6 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
         logical,
         graph,
         sinks,
-        updating,
     })
 }
 
@@ -256,9 +258,6 @@ struct Binder<'a> {
     errors: Vec<SqlError>,
     sinks: Vec<(String, String, String)>,
     catalog: Catalog,
-    /// Operators whose results are updating, with their changelog (None:
-    /// append-only over an updating input).
-    updating: BTreeMap<String, Option<String>>,
 }
 
 fn name_of(name: &ast::ObjectName) -> String {
@@ -270,6 +269,31 @@ fn name_of(name: &ast::ObjectName) -> String {
 }
 
 impl Binder<'_> {
+    /// `[pipeline] state_ttl` for a node that keeps per-key state over
+    /// `input` (`what` names it): counted from each row's event time, as
+    /// the join's is, so an input without one is refused at `span`.
+    fn state_ttl(
+        &self,
+        input: &Rel,
+        what: &str,
+        span: sqlparser::tokenizer::Span,
+    ) -> Result<Option<crate::dataflow::ops::state_ttl::StateTtl>, SqlError> {
+        let Some(ttl) = self.sql.pipeline.state_ttl else {
+            return Ok(None);
+        };
+        if !input.timed {
+            return Err(SqlError::at(
+                span,
+                format!(
+                    "[pipeline] state_ttl counts from each row's event time, and the input of {what} has none: declare a WATERMARK on its source"
+                ),
+            ));
+        }
+        Ok(Some(crate::dataflow::ops::state_ttl::StateTtl::new(
+            ttl.as_millis() as i64,
+        )))
+    }
+
     /// A uid for a new node: `base`, then `base-2`, ... if taken.
     fn uid(&mut self, base: &str) -> String {
         let given = self.catalog.uids.remove(base);
@@ -481,6 +505,7 @@ impl Binder<'_> {
                 .map(|(i, c)| (Some(i), Compiled::column(i, c.ty.clone()).eval))
                 .collect();
             let rename = lp::project::Project {
+                inner: None,
                 schema: left_schema,
                 outputs,
                 over_updating: false,
@@ -493,10 +518,6 @@ impl Binder<'_> {
         };
         let uid = self.uid(&format!("{name}.union"));
         let updating = (a.updating.is_some() || right.updating.is_some()).then(Vec::new);
-        if updating.is_some() {
-            let mode = changelog_mode(&[], &a.columns);
-            self.updating.insert(uid.clone(), Some(mode));
-        }
         let union = Rel {
             updated_by: updating.as_ref().map(|_| uid.clone()),
             updating,

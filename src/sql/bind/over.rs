@@ -5,6 +5,8 @@
 
 use super::*;
 use crate::dataflow::ops::over::{Frame, OverCall, OverSpec};
+use crate::dataflow::ops::over_table::OverTableSpec;
+use crate::dataflow::ops::top_n::SortKey;
 
 /// Every call with an OVER clause in `e` (none nested in another).
 fn over_calls(e: &E, found: &mut Vec<E>) {
@@ -70,40 +72,55 @@ impl Binder<'_> {
                 ));
             }
         }
-        if let Some(by) = &rel.updated_by {
-            return Err(err(
-                first,
-                format!("OVER over an updating result (operator {by:?} changes rows it emitted) is not supported yet: compute it over the append-only input"),
-            ));
-        }
-        // ORDER BY the event time, ascending: rows are emitted in its order
-        // as the watermark passes them. Further columns order the rows of
-        // one time (a weir extension; Flink takes the time alone).
+        // Over an updating input, or with LEAD (a row's value changes when
+        // its next rows come), the calls are kept current over the input
+        // as a table (OverTable), ordered by any columns; else each row is
+        // emitted once as the watermark passes its time (OverAggregate).
+        let lead = calls
+            .iter()
+            .any(|c| matches!(c, E::Function(f) if function_name(f).eq_ignore_ascii_case("LEAD")));
+        let kept_current = rel.updated_by.is_some() || lead;
         let Some((o, more)) = w.order_by.split_first() else {
             return Err(err(
                 first,
-                "OVER needs ORDER BY the table's event-time column (its WATERMARK), ascending",
+                if kept_current {
+                    "OVER needs ORDER BY: the order of the rows in each partition"
+                } else {
+                    "OVER needs ORDER BY the table's event-time column (its WATERMARK), ascending"
+                },
             ));
         };
-        let ascending = !matches!(o.options.sort, Some(ast::OrderBySort::Desc));
-        let time = match joins::resolve(&o.expr, &rel.columns)? {
-            Some(c) if ascending && Some(c) == rel.time => c,
-            _ => return Err(err(
-                &o.expr,
-                "OVER orders by the table's event-time column (its WATERMARK), ascending, first",
-            )),
-        };
-        let mut then = Vec::new();
-        for o in more {
+        let sort_key = |o: &ast::OrderByExpr| -> Result<SortKey, SqlError> {
             let Some(c) = joins::resolve(&o.expr, &rel.columns)? else {
-                return Err(err(&o.expr, "OVER's further ORDER BY names columns"));
+                return Err(err(&o.expr, "OVER's ORDER BY names columns"));
             };
             let descending = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
-            then.push(crate::dataflow::ops::top_n::SortKey {
+            Ok(SortKey {
                 column: c,
                 descending,
                 nulls_first: o.options.nulls_first.unwrap_or(!descending),
-            });
+            })
+        };
+        let mut order = Vec::new();
+        let time = if kept_current {
+            order.push(sort_key(o)?);
+            None
+        } else {
+            // ORDER BY the event time, ascending: rows are emitted in its
+            // order as the watermark passes them. Further columns order the
+            // rows of one time (a weir extension; Flink takes the time
+            // alone).
+            let ascending = !matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            match joins::resolve(&o.expr, &rel.columns)? {
+                Some(c) if ascending && Some(c) == rel.time => Some(c),
+                _ => return Err(err(
+                    &o.expr,
+                    "OVER orders by the table's event-time column (its WATERMARK), ascending, first",
+                )),
+            }
+        };
+        for o in more {
+            order.push(sort_key(o)?);
         }
         let frame = match &w.window_frame {
             // Flink's (and SQL's) default with ORDER BY.
@@ -161,6 +178,15 @@ impl Binder<'_> {
                 }
             }
         };
+        if let (true, Frame::Range(_)) = (kept_current, frame) {
+            let by = order[0];
+            if by.descending || rel.columns[by.column].ty != DataType::Timestamp {
+                return Err(err(
+                    &o.expr,
+                    "a RANGE frame reaches back over its ORDER BY column: a TIMESTAMP, ascending",
+                ));
+            }
+        }
         let global = [E::Value(ast::Value::Number("0".into(), false).into())];
         let partition: Vec<&E> = if w.partition_by.is_empty() {
             global.iter().collect()
@@ -215,44 +241,49 @@ impl Binder<'_> {
                 "ROW_NUMBER" => (OverCall::RowNumber, DataType::BigInt),
                 "RANK" => (OverCall::Rank, DataType::BigInt),
                 "DENSE_RANK" => (OverCall::DenseRank, DataType::BigInt),
-                "LAG" => {
+                "LAG" | "LEAD" => {
                     let (col, ty) = match args.first() {
                         Some(a) => column(a)?,
-                        None => return Err(err(c, "LAG takes a column")),
+                        None => return Err(err(c, format!("{fname} takes a column"))),
                     };
                     let offset = match args.get(1) {
                         None => 1,
                         Some(n) => match compile(n, &mut Scope::plain(&rel.columns))?.constant {
                             Some(Value::Int(k)) if k >= 1 => k as usize,
-                            _ => return Err(err(n, "LAG's offset is a whole number from 1")),
+                            _ => {
+                                return Err(err(
+                                    n,
+                                    format!("{fname}'s offset is a whole number from 1"),
+                                ))
+                            }
                         },
                     };
                     let default = match args.get(2) {
                         None => Value::Null,
                         Some(d) => match compile(d, &mut Scope::plain(&rel.columns))?.constant {
                             Some(v) => v,
-                            None => return Err(err(d, "LAG's default is a constant")),
+                            None => return Err(err(d, format!("{fname}'s default is a constant"))),
                         },
                     };
-                    (
+                    let call = if fname == "LAG" {
                         OverCall::Lag {
                             column: col,
                             offset,
                             default,
-                        },
-                        ty,
-                    )
-                }
-                "LEAD" => {
-                    return Err(err(
-                        c,
-                        "LEAD reads rows that have not come yet: a row would wait for its next one without end (Flink's streaming OVER refuses it too); use LAG over the next row",
-                    ))
+                        }
+                    } else {
+                        OverCall::Lead {
+                            column: col,
+                            offset,
+                            default,
+                        }
+                    };
+                    (call, ty)
                 }
                 other => {
                     return Err(err(
                         c,
-                        format!("{other} is not an OVER function: COUNT, SUM, AVG, MIN, MAX, ROW_NUMBER, RANK, DENSE_RANK, LAG"),
+                        format!("{other} is not an OVER function: COUNT, SUM, AVG, MIN, MAX, ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD"),
                     ))
                 }
             };
@@ -268,7 +299,7 @@ impl Binder<'_> {
                 && spec_calls
                     .iter()
                     .any(|c| matches!(c, OverCall::Aggregate(_))));
-        if !then.is_empty() && by_time_peers {
+        if time.is_some() && order.len() > 1 && by_time_peers {
             return Err(err(
                 first,
                 "OVER with more ORDER BY columns than the event time takes ROWS frames, ROW_NUMBER and LAG: RANK and RANGE frames have the rows of one time as peers",
@@ -286,32 +317,63 @@ impl Binder<'_> {
             substitutions.push((c.clone(), Compiled::column(n + i, ty.clone())));
         }
         let uid = self.uid(&format!("{name}.over"));
+        let written: Vec<String> = calls
+            .iter()
+            .map(|c| match c {
+                E::Function(f) => {
+                    let mut f = f.clone();
+                    f.over = None;
+                    f.to_string()
+                }
+                other => other.to_string(),
+            })
+            .collect();
+        let schema = schema_of(&columns);
+        let (evaluation, out) = match time {
+            Some(time) => (
+                lp::over::Evaluation::AsWatermarkPasses(OverSpec {
+                    time,
+                    then: order,
+                    frame,
+                    calls: spec_calls,
+                }),
+                Rel {
+                    columns: columns.clone(),
+                    window: None,
+                    window_end: None,
+                    ..rel.clone()
+                },
+            ),
+            None => (
+                lp::over::Evaluation::KeptCurrent(OverTableSpec {
+                    order,
+                    frame,
+                    calls: spec_calls,
+                }),
+                // Each row's values change as rows around it come and go:
+                // unique by what made the input's rows unique.
+                Rel {
+                    columns: columns.clone(),
+                    window: None,
+                    window_end: None,
+                    updating: Some(rel.updating.clone().unwrap_or_default()),
+                    updated_by: Some(uid.clone()),
+                    ..rel.clone()
+                },
+            ),
+        };
+        let ttl = match evaluation {
+            lp::over::Evaluation::KeptCurrent(_) => {
+                self.state_ttl(&rel, "this OVER", first.span())?
+            }
+            lp::over::Evaluation::AsWatermarkPasses(_) => None,
+        };
         let op = lp::over::OverAggregate {
             partition: pcols,
-            spec: OverSpec {
-                time,
-                then,
-                frame,
-                calls: spec_calls,
-            },
-            schema: schema_of(&columns),
-            calls: calls
-                .iter()
-                .map(|c| match c {
-                    E::Function(f) => {
-                        let mut f = f.clone();
-                        f.over = None;
-                        f.to_string()
-                    }
-                    other => other.to_string(),
-                })
-                .collect(),
-        };
-        let out = Rel {
-            columns: columns.clone(),
-            window: None,
-            window_end: None,
-            ..rel.clone()
+            evaluation,
+            schema,
+            calls: written,
+            ttl,
         };
         let out = self.plan.add(&uid, Op::OverAggregate(op), &[&rel], out);
         // The SELECT list, each call read from its column.

@@ -37,8 +37,43 @@ impl Binder<'_> {
                 rel = self.window_rows(rel, t, s.span(), name)?;
             }
         }
+        // Scalar subqueries of WHERE and the SELECT list: left joins with
+        // their aggregates, before WHERE reads them.
+        let mut scalars = Vec::new();
         if let Some(w) = &rest {
-            rel = self.filter(rel, w, &format!("{name}.where"))?;
+            super::scalar::scalar_subqueries(w, &mut scalars);
+        }
+        let in_list = {
+            let mut found = Vec::new();
+            for item in &s.projection {
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
+                {
+                    super::scalar::scalar_subqueries(e, &mut found);
+                }
+            }
+            found
+        };
+        if grouped || s.distinct.is_some() || super::over::has_over_calls(&s.projection) {
+            if let Some(q) = in_list.first() {
+                return Err(err(
+                    q,
+                    "a scalar subquery in a SELECT with GROUP BY, DISTINCT or OVER is not supported: compute it in a subquery of FROM first",
+                ));
+            }
+        }
+        for q in in_list {
+            if !scalars.contains(&q) {
+                scalars.push(q);
+            }
+        }
+        let mut substitutions = Vec::new();
+        for (i, q) in scalars.iter().enumerate() {
+            let (joined, value) = self.scalar_subquery(rel, q, i, name)?;
+            rel = joined;
+            substitutions.push((q.clone(), value));
+        }
+        if let Some(w) = &rest {
+            rel = self.filter_with(rel, w, &substitutions, &format!("{name}.where"))?;
         }
         for e in &subqueries {
             rel = self.subquery_join(rel, e, name)?;
@@ -68,7 +103,12 @@ impl Binder<'_> {
             if super::over::has_over_calls(&s.projection) {
                 return self.over_aggregate(rel, &s.projection, name);
             }
-            return self.project(rel, &s.projection, &format!("{name}.select"));
+            return self.project_with(
+                rel,
+                &s.projection,
+                &substitutions,
+                &format!("{name}.select"),
+            );
         }
         self.aggregate(rel, tvf, &group, s, name)
     }
@@ -128,6 +168,17 @@ impl Binder<'_> {
     }
 
     pub(super) fn filter(&mut self, rel: Rel, predicate: &E, uid: &str) -> Result<Rel, SqlError> {
+        self.filter_with(rel, predicate, &[], uid)
+    }
+
+    /// [`Self::filter`] with `substitutions` (scalar subqueries' values).
+    pub(super) fn filter_with(
+        &mut self,
+        rel: Rel,
+        predicate: &E,
+        substitutions: &[(E, Compiled)],
+        uid: &str,
+    ) -> Result<Rel, SqlError> {
         // Over an updating result each change is filtered by its own row:
         // an update-before passes if the old row did, an update-after if
         // the new one does, so a row that stops passing is taken back (a
@@ -135,7 +186,13 @@ impl Binder<'_> {
         if rel.updating.is_some() {
             refuse_watermark_over_updating(predicate, rel.updated_by.as_deref(), "WHERE")?;
         }
-        let c = compile(predicate, &mut Scope::plain(&rel.columns))?;
+        let c = compile(
+            predicate,
+            &mut Scope {
+                substitutions,
+                ..Scope::plain(&rel.columns)
+            },
+        )?;
         boolean(&c, predicate)?;
         // Constant folding: a predicate that is TRUE whatever the row
         // (`WHERE 1 = 1`, as generated SQL has it) makes no node.
@@ -167,6 +224,17 @@ impl Binder<'_> {
         &mut self,
         rel: Rel,
         items: &[SelectItem],
+        uid: &str,
+    ) -> Result<Rel, SqlError> {
+        self.project_with(rel, items, &[], uid)
+    }
+
+    /// [`Self::project`] with `substitutions` (scalar subqueries' values).
+    pub(super) fn project_with(
+        &mut self,
+        rel: Rel,
+        items: &[SelectItem],
+        substitutions: &[(E, Compiled)],
         uid: &str,
     ) -> Result<Rel, SqlError> {
         let mut outputs = Vec::new();
@@ -206,7 +274,13 @@ impl Binder<'_> {
                     }
                 }
                 SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                    let c = compile(e, &mut Scope::plain(&rel.columns))?;
+                    let c = compile(
+                        e,
+                        &mut Scope {
+                            substitutions,
+                            ..Scope::plain(&rel.columns)
+                        },
+                    )?;
                     let n = output_name(item, outputs.len());
                     if rel.updating.is_some() {
                         refuse_watermark_over_updating(
@@ -284,6 +358,7 @@ impl Binder<'_> {
             .map(|(_, c, from)| (from, c.eval))
             .collect();
         let project = lp::project::Project {
+            inner: None,
             schema,
             outputs,
             over_updating: rel.updating.is_some(),

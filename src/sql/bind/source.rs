@@ -191,16 +191,17 @@ impl Binder<'_> {
                 .map(|i| rel.columns[*i].name.clone())
                 .collect();
             let uid = self.uid(&format!("source.{source_name}.normalize"));
-            self.updating.insert(
-                uid.clone(),
-                Some(changelog_mode(&primary_key, &rel.columns)),
-            );
             let normalized = Rel {
                 updating: Some(primary_key),
                 updated_by: Some(uid.clone()),
                 ..rel.clone()
             };
-            let op = Op::Normalize(lp::scan::Normalize { key });
+            let ttl = self.state_ttl(
+                &rel,
+                &format!("the table {source_name:?} (its primary key's normalize)"),
+                at.span(),
+            )?;
+            let op = Op::Normalize(lp::scan::Normalize { key, ttl });
             rel = self.plan.add(&uid, op, &[&rel], normalized);
         }
         self.sources.insert(key, rel.clone());

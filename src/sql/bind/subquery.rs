@@ -170,7 +170,7 @@ impl Binder<'_> {
                 self.finish_projection(filtered, outputs, &format!("{name}.select"))?
             }
         };
-        Ok(self.distinct_rows(rows, name))
+        self.distinct_rows(rows, span, name)
     }
 
     /// `rel` with one more column, `$row`: its row's values encoded, a
@@ -196,6 +196,7 @@ impl Binder<'_> {
         ));
         let uid = self.uid(&format!("{name}.row-key"));
         let project = lp::project::Project {
+            inner: None,
             schema: schema_of(&columns),
             outputs,
             over_updating: false,
@@ -249,10 +250,6 @@ impl Binder<'_> {
             condition: None,
         };
         let updating = Some(left.updating.clone().unwrap_or_default());
-        if let Some(key) = &updating {
-            self.updating
-                .insert(uid.clone(), Some(changelog_mode(key, &left.columns)));
-        }
         let out = Rel {
             updated_by: Some(uid.clone()),
             updating,
@@ -268,12 +265,22 @@ impl Binder<'_> {
     /// The distinct rows of `rel`: over an append-only input each row
     /// once, when first seen; over an updating one a count per row, which
     /// deletes the row when it reaches zero.
-    pub(super) fn distinct_rows(&mut self, rel: Rel, name: &str) -> Rel {
+    pub(super) fn distinct_rows(
+        &mut self,
+        rel: Rel,
+        span: sqlparser::tokenizer::Span,
+        name: &str,
+    ) -> Result<Rel, SqlError> {
         let keys: Vec<String> = rel.columns.iter().map(|c| c.name.clone()).collect();
         let all: Vec<usize> = (0..rel.columns.len()).collect();
+        let ttl = self.state_ttl(&rel, "this set operation's DISTINCT", span)?;
         if rel.updating.is_none() {
             let uid = self.uid(&format!("{name}.distinct"));
-            let op = lp::aggregate::Deduplicate { keys, kind: None };
+            let op = lp::aggregate::Deduplicate {
+                keys,
+                kind: None,
+                ttl,
+            };
             let out = Rel {
                 columns: rel
                     .columns
@@ -285,7 +292,7 @@ impl Binder<'_> {
                     .collect(),
                 ..rel.clone()
             };
-            return self.plan.add(&uid, Op::Deduplicate(op), &[&rel], out);
+            return Ok(self.plan.add(&uid, Op::Deduplicate(op), &[&rel], out));
         }
         let uid = self.uid(&format!("{name}.distinct"));
         let op = lp::aggregate::Aggregate {
@@ -293,6 +300,7 @@ impl Binder<'_> {
             aggs: vec![Agg::count("$rows")],
             emit: Default::default(),
             kind: None,
+            ttl,
         };
         let mut columns: Vec<ScopeColumn> = rel
             .columns
@@ -307,8 +315,6 @@ impl Binder<'_> {
             qualifier: None,
             ty: DataType::BigInt,
         });
-        self.updating
-            .insert(uid.clone(), Some(changelog_mode(&all, &columns)));
         let counted = Rel {
             columns,
             updating: Some(all.clone()),
@@ -327,6 +333,5 @@ impl Binder<'_> {
             })
             .collect();
         self.finish_projection(counted, outputs, &format!("{name}.select"))
-            .expect("the distinct columns have distinct names")
     }
 }

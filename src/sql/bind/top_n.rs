@@ -134,6 +134,10 @@ impl Binder<'_> {
                 retract,
             },
             rank_as: "$rank".into(),
+            ttl: match window_end {
+                Some(_) => None,
+                None => self.state_ttl(&rel, "this top-N", f.span())?,
+            },
         };
         let rank = rel.columns.len();
         let mut columns = rel.columns.clone();
@@ -148,10 +152,6 @@ impl Binder<'_> {
             (None, _) if w.partition_by.is_empty() => Some(vec![rank]),
             (None, _) => Some(pcols.iter().copied().chain([rank]).collect()),
         };
-        if let Some(key) = &updating {
-            self.updating
-                .insert(uid.clone(), Some(changelog_mode(key, &columns)));
-        }
         let ranked = Rel {
             node: 0,
             columns,

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use super::Rel;
+use super::{describe_ttl, Rel};
 use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
+use crate::dataflow::ops::state_ttl::StateTtl;
 use crate::dataflow::prelude::*;
 
 /// The aggregate calls as `weir explain` names them.
@@ -38,14 +39,16 @@ pub struct Aggregate {
     pub emit: AggregateEmit,
     /// The checkpoint kind a TOML pipeline's aggregate keeps.
     pub kind: Option<String>,
+    pub ttl: Option<StateTtl>,
 }
 
 impl Aggregate {
     pub fn describe(&self, input: &Rel) -> String {
         format!(
-            "Aggregate by ({}): {}",
+            "Aggregate by ({}): {}{}",
             self.keys.join(", "),
-            calls(&self.aggs, input)
+            calls(&self.aggs, input),
+            describe_ttl(&self.ttl)
         )
     }
 
@@ -53,6 +56,7 @@ impl Aggregate {
         let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
         let s = input
             .key_by(&keys)
+            .with_state_ttl(self.ttl)
             .aggregate_emitting(uid, self.aggs.clone(), self.emit);
         with_kind(s, &self.kind)
     }
@@ -123,15 +127,21 @@ impl WindowAggregate {
 pub struct Deduplicate {
     pub keys: Vec<String>,
     pub kind: Option<String>,
+    pub ttl: Option<StateTtl>,
 }
 
 impl Deduplicate {
     pub fn describe(&self, _input: &Rel) -> String {
-        format!("Deduplicate by ({})", self.keys.join(", "))
+        format!(
+            "Deduplicate by ({}){}",
+            self.keys.join(", "),
+            describe_ttl(&self.ttl)
+        )
     }
 
     pub fn lower(&self, uid: &str, input: Stream) -> Stream {
         let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
-        with_kind(input.key_by(&keys).deduplicate(uid), &self.kind)
+        let keyed = input.key_by(&keys).with_state_ttl(self.ttl);
+        with_kind(keyed.deduplicate(uid), &self.kind)
     }
 }

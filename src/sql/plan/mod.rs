@@ -18,6 +18,7 @@ pub mod filter;
 pub mod join;
 pub mod over;
 pub mod project;
+pub mod rules;
 pub mod scan;
 pub mod sink;
 pub mod top_n;
@@ -257,6 +258,11 @@ pub fn describe_changelog(rel: &Rel) -> String {
         s.push_str(&format!(", event time {}", rel.columns[t].name));
     }
     s
+}
+
+/// `, state TTL 3600000 ms` for a node that has one, for `weir explain`.
+pub fn describe_ttl(ttl: &Option<crate::dataflow::ops::state_ttl::StateTtl>) -> String {
+    ttl.map_or_else(String::new, |t| format!(", state TTL {} ms", t.ttl))
 }
 
 /// The names of `columns` at `at`, comma-separated.

@@ -25,15 +25,23 @@ impl Scan {
 pub struct Normalize {
     /// The primary key's column names.
     pub key: Vec<String>,
+    pub ttl: Option<crate::dataflow::ops::state_ttl::StateTtl>,
 }
 
 impl Normalize {
     pub fn describe(&self) -> String {
-        format!("Normalize by ({})", self.key.join(", "))
+        format!(
+            "Normalize by ({}){}",
+            self.key.join(", "),
+            super::describe_ttl(&self.ttl)
+        )
     }
 
     pub fn lower(&self, uid: &str, input: Stream) -> Stream {
         let names: Vec<&str> = self.key.iter().map(String::as_str).collect();
-        input.key_by(&names).normalize_upserts(uid)
+        input
+            .key_by(&names)
+            .with_state_ttl(self.ttl)
+            .normalize_upserts(uid)
     }
 }

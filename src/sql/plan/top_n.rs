@@ -1,7 +1,8 @@
 //! `TopN`: ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) filtered by
 //! its rank: the first N rows of each partition.
 
-use super::{names, Rel};
+use super::{describe_ttl, names, Rel};
+use crate::dataflow::ops::state_ttl::StateTtl;
 use crate::dataflow::ops::top_n::TopNSpec;
 use crate::dataflow::prelude::*;
 
@@ -10,6 +11,8 @@ pub struct TopN {
     pub spec: TopNSpec,
     /// The rank's column name.
     pub rank_as: String,
+    /// A running top-N's (a window's state goes when it fires).
+    pub ttl: Option<StateTtl>,
 }
 
 impl TopN {
@@ -27,7 +30,7 @@ impl TopN {
             })
             .collect();
         format!(
-            "TopN {} by ({}) order by ({}){}",
+            "TopN {} by ({}) order by ({}){}{}",
             self.spec.limit,
             names(&input.columns, &self.partition),
             order.join(", "),
@@ -35,13 +38,15 @@ impl TopN {
                 (Some(_), _) => ", per window",
                 (None, true) => ", every row kept",
                 (None, false) => "",
-            }
+            },
+            describe_ttl(&self.ttl)
         )
     }
 
     pub fn lower(&self, uid: &str, input: Stream) -> Stream {
         input
             .key_by_indexes(self.partition.clone())
+            .with_state_ttl(self.ttl)
             .top_n(uid, self.spec.clone(), &self.rank_as)
     }
 }
