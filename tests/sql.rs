@@ -475,27 +475,8 @@ fn a_sql_aggregate_is_listed_by_the_console_and_its_state_read_live_and_offline(
     }
     job.stop(Duration::from_secs(30));
     // Offline, from the last checkpoint (a clean stop takes one).
-    let out = Command::new(weir())
-        .args([
-            "state",
-            "scan",
-            "--operator",
-            "per_auction.aggregate",
-            "--checkpoint",
-            "latest",
-            "--config",
-        ])
-        .arg(&config)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "weir state scan: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let scanned: BTreeMap<i64, i64> = String::from_utf8(out.stdout)
-        .unwrap()
+    let scan = state_scan(&config, "per_auction.aggregate");
+    let scanned: BTreeMap<i64, i64> = scan
         .lines()
         .map(|l| {
             let e: serde_json::Value = serde_json::from_str(l).expect("a JSON line per entry");
@@ -1361,26 +1342,8 @@ SELECT O.id, P.amount FROM orders O JOIN payments P ON O.id = P.order_id
         "expired rows are counted: {expired:?}"
     );
     job.stop(Duration::from_secs(30));
-    let out = Command::new(weir())
-        .args([
-            "state",
-            "scan",
-            "--operator",
-            "paid.join",
-            "--checkpoint",
-            "latest",
-            "--config",
-        ])
-        .arg(&config)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "weir state scan: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let held = String::from_utf8(out.stdout).unwrap().lines().count();
+    let scan = state_scan(&config, "paid.join");
+    let held = scan.lines().count();
     let total = orders.len() + payments.len();
     eprintln!("the join holds {held} of {total} rows; {expired:?} expired since the last start");
     // Each stream's last ~14 s (the TTL and the watermark's 4 s): about

@@ -487,26 +487,7 @@ INSERT INTO latest_v SELECT k, v, seq FROM latest;
     }
     job.stop(Duration::from_secs(30));
     for (uid, total) in operators {
-        let out = Command::new(weir())
-            .args([
-                "state",
-                "scan",
-                "--operator",
-                uid,
-                "--checkpoint",
-                "latest",
-                "--config",
-            ])
-            .arg(&config)
-            .args(["--format", "json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "weir state scan {uid}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let held = String::from_utf8(out.stdout).unwrap().lines().count() as i64;
+        let held = state_scan(&config, uid).lines().count() as i64;
         eprintln!("{uid} holds {held} entries for {total} keys");
         // The last ~10 s of keys (the TTL, the watermark's 4 s, the
         // sweep), with the TTL's own entry beside each: a third at most.

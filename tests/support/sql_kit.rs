@@ -266,3 +266,22 @@ pub fn nexmark_sections(
     ));
     t
 }
+
+/// `weir state scan --operator OPERATOR --checkpoint latest` of the job
+/// configured by `config`, as JSON lines (one per entry); the scan must
+/// succeed.
+pub fn state_scan(config: &Path, operator: &str) -> String {
+    let out = std::process::Command::new(weir())
+        .args(["state", "scan", "--operator", operator])
+        .args(["--checkpoint", "latest", "--config"])
+        .arg(config)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weir state scan {operator}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 JSON lines")
+}

@@ -294,6 +294,17 @@ fn main() {
             &scale::Storage::parse(&a.storage),
         ),
     }
+    // The run's topics go now, while this thread can still run the admin
+    // client's runtime: at exit (the test kit's own hook) the main
+    // thread's thread-locals are gone, and the deletion panicked inside
+    // it, leaving the topics on the broker.
+    match weir_testkit::delete_topics_of_this_process() {
+        Ok(deleted) if !deleted.is_empty() => {
+            eprintln!("deleted this run's {} topics", deleted.len())
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("could not delete this run's topics: {e}"),
+    }
 }
 
 /// Writes `lines` to a new topic; returns it and its end offsets.

@@ -558,7 +558,8 @@ fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query, forma
                  'json.encode.decimal-as-plain-number' = 'true'"
             .to_string(),
     };
-    // `day` and `minute` are reserved words in Flink SQL: quoted there.
+    // `day` and `minute` are reserved words in Flink SQL: quoted there (and
+    // so is every sink's name: `exists`, `except` and `intersect` are too).
     let query = q
         .weir
         .replace("AVG(price)", "AVG(CAST(price AS DOUBLE))")
@@ -591,7 +592,7 @@ fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query, forma
         })
         .collect();
     format!(
-        "{sources}CREATE TABLE {sink} (
+        "{sources}CREATE TABLE `{sink}` (
 {columns}
 ) WITH (
   {connector}, 'topic' = '{output}',
@@ -599,7 +600,7 @@ fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query, forma
   'properties.transaction.timeout.ms' = '600000',
   'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '{name}'
 );
-{views}INSERT INTO {sink}
+{views}INSERT INTO `{sink}`
 {query};
 ",
         sink = q.sink,

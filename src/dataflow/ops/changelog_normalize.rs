@@ -71,6 +71,9 @@ impl Operator for ChangelogNormalize {
                 }
             }
             RowKind::Delete => {
+                if let Some(ttl) = self.ttl {
+                    ttl.forget(ctx, Self::TTL)?;
+                }
                 if let Some(old) = old {
                     ctx.delete(Self::ROWS)?;
                     out.emit(old.with_kind(RowKind::Delete), r.timestamp);
@@ -91,10 +94,8 @@ impl Operator for ChangelogNormalize {
         ctx: &mut Context,
         _out: &mut Collector,
     ) -> Result<()> {
-        if let (Some(ttl), true) = (self.ttl, tag == StateTtl::TAG) {
-            if ttl.expired(ctx, Self::TTL, time)? {
-                ctx.delete(Self::ROWS)?;
-            }
+        if StateTtl::fired(self.ttl, ctx, Self::TTL, tag, time)? {
+            ctx.delete(Self::ROWS)?;
         }
         Ok(())
     }

@@ -61,6 +61,23 @@ pub enum OverCall {
     },
 }
 
+/// The aggregate calls among `calls`, in order (what accumulators compute).
+pub(super) fn aggregate_calls(calls: &[OverCall]) -> Vec<Agg> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            OverCall::Aggregate(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The most rows any of `calls` reads away from its row, by `offset`
+/// (LAG's back, LEAD's ahead); 0 for none.
+pub(super) fn deepest(calls: &[OverCall], offset: impl Fn(&OverCall) -> Option<usize>) -> usize {
+    calls.iter().filter_map(offset).max().unwrap_or(0)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OverSpec {
     /// The event-time column the rows are ordered by.
@@ -94,23 +111,11 @@ impl OverAggregate {
     pub const ACC: Table = Table(4);
 
     pub fn new(spec: OverSpec) -> Self {
-        let aggs = spec
-            .calls
-            .iter()
-            .filter_map(|c| match c {
-                OverCall::Aggregate(a) => Some(a.clone()),
-                _ => None,
-            })
-            .collect();
-        let lag_depth = spec
-            .calls
-            .iter()
-            .filter_map(|c| match c {
-                OverCall::Lag { offset, .. } => Some(*offset),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let aggs = aggregate_calls(&spec.calls);
+        let lag_depth = deepest(&spec.calls, |c| match c {
+            OverCall::Lag { offset, .. } => Some(*offset),
+            _ => None,
+        });
         Self {
             spec,
             aggs,

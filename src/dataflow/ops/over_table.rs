@@ -26,7 +26,7 @@
 use std::cmp::Ordering;
 
 use super::aggregate::{Accumulators, Agg};
-use super::over::{Frame, OverCall};
+use super::over::{aggregate_calls, deepest, Frame, OverCall};
 use super::state_ttl::StateTtl;
 use super::top_n::SortKey;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
@@ -61,23 +61,11 @@ impl OverTable {
     pub const ROWS: Table = Table(0);
 
     pub fn new(spec: OverTableSpec, width: usize) -> Self {
-        let aggs = spec
-            .calls
-            .iter()
-            .filter_map(|c| match c {
-                OverCall::Aggregate(a) => Some(a.clone()),
-                _ => None,
-            })
-            .collect();
-        let lead_depth = spec
-            .calls
-            .iter()
-            .filter_map(|c| match c {
-                OverCall::Lead { offset, .. } => Some(*offset),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let aggs = aggregate_calls(&spec.calls);
+        let lead_depth = deepest(&spec.calls, |c| match c {
+            OverCall::Lead { offset, .. } => Some(*offset),
+            _ => None,
+        });
         let tie_break = (0..width)
             .map(|column| SortKey {
                 column,
@@ -295,6 +283,9 @@ impl Operator for OverTable {
             // The removed row was the last.
             out.emit(with_results(g, was, RowKind::Delete), ts);
         }
+        if let (Some(ttl), true) = (self.ttl, rows.is_empty()) {
+            ttl.forget(ctx, Self::TTL)?;
+        }
         ctx.set_list(Self::ROWS, &rows)
     }
 
@@ -305,10 +296,8 @@ impl Operator for OverTable {
         ctx: &mut Context,
         _out: &mut Collector,
     ) -> Result<()> {
-        if let (Some(ttl), true) = (self.ttl, tag == StateTtl::TAG) {
-            if ttl.expired(ctx, Self::TTL, time)? {
-                ctx.delete(Self::ROWS)?;
-            }
+        if StateTtl::fired(self.ttl, ctx, Self::TTL, tag, time)? {
+            ctx.delete(Self::ROWS)?;
         }
         Ok(())
     }

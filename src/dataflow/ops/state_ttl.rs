@@ -77,6 +77,28 @@ impl StateTtl {
         Ok(())
     }
 
+    /// The current key's state went by itself (a group's last row taken
+    /// back, a table's row deleted): its expiry is not counted.
+    pub fn forget(&self, ctx: &mut Context, table: Table) -> Result<()> {
+        ctx.delete(table)
+    }
+
+    /// An operator's timer at `time` with `tag`, when the operator may
+    /// have a TTL: whether it is the TTL's and the current key's state
+    /// expired ([`StateTtl::expired`]).
+    pub fn fired(
+        ttl: Option<StateTtl>,
+        ctx: &mut Context,
+        table: Table,
+        tag: &[u8],
+        time: i64,
+    ) -> Result<bool> {
+        match ttl {
+            Some(ttl) if tag == Self::TAG => ttl.expired(ctx, table, time),
+            _ => Ok(false),
+        }
+    }
+
     /// On an expiry timer at `time` for the current key: whether its state
     /// has expired (its entry in `table` is then gone; the operator drops
     /// the rest and counts it). False when it was written again since.

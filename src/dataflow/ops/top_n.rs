@@ -156,6 +156,9 @@ impl TopN {
                 (None, None) => {}
             }
         }
+        if let (Some(ttl), true) = (self.ttl, rows.is_empty()) {
+            ttl.forget(ctx, Self::TTL)?;
+        }
         ctx.set_list(Self::TOP, &rows)
     }
 }
@@ -239,10 +242,8 @@ impl Operator for TopN {
         out: &mut Collector,
     ) -> Result<()> {
         if tag == StateTtl::TAG {
-            if let Some(ttl) = self.ttl {
-                if ttl.expired(ctx, Self::TTL, time)? {
-                    ctx.delete(Self::TOP)?;
-                }
+            if StateTtl::fired(self.ttl, ctx, Self::TTL, tag, time)? {
+                ctx.delete(Self::TOP)?;
             }
             return Ok(());
         }
