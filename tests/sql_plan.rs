@@ -30,6 +30,26 @@ fn weir_on(command: &str, config: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
+/// `weir explain` of `config`, which must succeed and print each of
+/// `wants`; returns what it printed.
+fn explain_with(config: &std::path::Path, wants: &[&str]) -> String {
+    let explain = weir_on("explain", config);
+    let plan = String::from_utf8_lossy(&explain.stdout).to_string();
+    assert!(
+        explain.status.success(),
+        "explain: {}",
+        String::from_utf8_lossy(&explain.stderr)
+    );
+    for want in wants {
+        assert!(
+            plan.contains(want),
+            "{want:?} in:
+{plan}"
+        );
+    }
+    plan
+}
+
 /// Nexmark bids through the queries above as one job with parallelism 2,
 /// SIGKILLed five times while it works; each sink's final table (or rows)
 /// against DuckDB's. A UNION ALL of a stream and an aggregate's changes
@@ -80,15 +100,10 @@ fn operators_over_updating_input_are_exact_under_sigkills_against_duckdb() {
         &dir.path().join("checkpoints"),
         &sections,
     );
-    let explain = weir_on("explain", &config);
-    let plan = String::from_utf8_lossy(&explain.stdout).to_string();
-    assert!(
-        explain.status.success(),
-        "explain: {}",
-        String::from_utf8_lossy(&explain.stderr)
-    );
     // The logical plan says each node's changelog.
-    for want in [
+    let plan = explain_with(
+        &config,
+        &[
         "Filter n BETWEEN 3 AND 6 [upsert by (auction)] (where_over_group_by.where)",
         "Filter COUNT(*) <= 4 [upsert by (bidder)] (having_over_updating.having)",
         "MIN(auction) AS lo, every value kept",
@@ -110,9 +125,8 @@ fn operators_over_updating_input_are_exact_under_sigkills_against_duckdb() {
         "TopN 1 by (id, seller) order by (price DESC, date_time, bidder) [upsert by (id, seller)]",
         "OverAggregate by (bidder) order by (n DESC) RANGE UNBOUNDED PRECEDING: RANK(), COUNT(*), kept current [upsert by (bidder, auction)]",
         "kept current [retracting, event time date_time] (over_lead.over)",
-    ] {
-        assert!(plan.contains(want), "{want:?} in:\n{plan}");
-    }
+        ],
+    );
     assert!(
         !plan.contains("distinct_append.where"),
         "WHERE 1 = 1 makes no filter:\n{plan}"
@@ -235,16 +249,14 @@ primary_key = ["id"]
         &dir.path().join("checkpoints"),
         &sections,
     );
-    let explain = weir_on("explain", &config);
-    let plan = String::from_utf8_lossy(&explain.stdout);
-    assert!(explain.status.success(), "{plan}");
-    for want in [
-        "Normalize by (id) [upsert by (id)] (source.accounts.normalize)",
-        "Filter balance >= 700 [upsert by (id)] (rich.where)",
-        "rich -> topic",
-    ] {
-        assert!(plan.contains(want), "{want:?} in:\n{plan}");
-    }
+    explain_with(
+        &config,
+        &[
+            "Normalize by (id) [upsert by (id)] (source.accounts.normalize)",
+            "Filter balance >= 700 [upsert by (id)] (rich.where)",
+            "rich -> topic",
+        ],
+    );
     let chunks: Vec<&[(i32, String, Option<String>)]> = changes.chunks(300).collect();
     let mut weir = feed_with_kills_by(
         &Job {
@@ -387,17 +399,15 @@ INSERT INTO latest_v SELECT k, v, seq FROM latest;
         &dir.path().join("checkpoints"),
         &sections,
     );
-    let explain = weir_on("explain", &config);
-    let plan = String::from_utf8_lossy(&explain.stdout);
-    assert!(explain.status.success(), "{plan}");
-    for want in [
-        "Aggregate by (k): COUNT(*) AS n, SUM(v) AS s, state TTL 5000 ms",
-        "Deduplicate by (k, v), state TTL 5000 ms",
-        "TopN 2 by (k) order by (v DESC, seq), state TTL 5000 ms",
-        "Normalize by (k), state TTL 5000 ms",
-    ] {
-        assert!(plan.contains(want), "{want:?} in:\n{plan}");
-    }
+    explain_with(
+        &config,
+        &[
+            "Aggregate by (k): COUNT(*) AS n, SUM(v) AS s, state TTL 5000 ms",
+            "Deduplicate by (k, v), state TTL 5000 ms",
+            "TopN 2 by (k) order by (v DESC, seq), state TTL 5000 ms",
+            "Normalize by (k), state TTL 5000 ms",
+        ],
+    );
     // Ten chunks of 9.2 s of event time, each key's events in one
     // partition (its Kafka key), in order.
     let chunks = 10;
