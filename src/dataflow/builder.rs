@@ -782,7 +782,7 @@ impl KeyedStream {
         schema.fields.push(Field::new(rank_as, DataType::BigInt));
         // Per window, state goes when the window fires.
         let ttl = self.state_ttl.filter(|_| spec.window_end.is_none());
-        let mut tables = TopN::tables();
+        let mut tables = TopN::tables(spec.retract);
         if ttl.is_some() {
             tables.push(StateTtl::table());
         }

@@ -6,6 +6,7 @@
 //! - [`operator`]: the trait operators implement, their context and collector.
 //! - [`state`]: named tables per keyed operator, over RocksDB.
 //! - [`ops`]: the built-in operators.
+//! - [`ordered`]: order-preserving bytes, for state kept in a value's order.
 //! - [`builder`]: the Rust API that yields a graph.
 //!
 //! The engine that runs a graph is [`crate::engine`]; nothing here knows
@@ -19,6 +20,7 @@ pub mod inspect;
 pub mod json;
 pub mod operator;
 pub mod ops;
+pub mod ordered;
 pub mod row;
 pub mod state;
 

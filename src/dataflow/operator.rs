@@ -583,6 +583,27 @@ impl Context {
         Ok(out)
     }
 
+    /// The first `limit` entries of the current key's map whose map key is
+    /// below `below` (all, with none), in map-key byte order: a range of
+    /// an ordered map ([`crate::dataflow::ordered`]) without the rest.
+    pub fn map_range<T: StateCodec>(
+        &mut self,
+        table: Table,
+        below: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, T)>> {
+        self.full_key(table, None);
+        let prefix = self.scratch.clone();
+        let bound = below.map(|b| [prefix.as_slice(), b].concat());
+        let store = self.store()?;
+        let mut out = Vec::new();
+        for (k, v) in store.scan_range(&prefix, bound.as_deref(), limit)? {
+            let value = store.decode::<T>(&k, &v)?;
+            out.push((k[prefix.len()..].to_vec(), value));
+        }
+        Ok(out)
+    }
+
     /// A timer for the current key at event time `time`; `tag` says what
     /// it is for (it comes back to [`Operator::on_timer`]).
     pub fn register_timer(&mut self, time: i64, tag: &[u8]) -> Result<()> {

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 
 use rocksdb::WriteBatch;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::codec::{get_varint, put_varint, StateCodec};
 use crate::checkpoint::{SnapshotFile, StateHandle};
@@ -173,7 +173,14 @@ pub struct KeyedStore {
     listed: FxHashMap<Bytes, std::collections::BTreeMap<Bytes, Bytes>>,
     /// Entries held in `listed`, bounded by [`LISTED_ENTRIES`].
     listed_entries: usize,
+    /// Keys whose maps were found too large to list
+    /// ([`KeyedStore::scan_range`] reads them by range), bounded by
+    /// [`UNLISTED_KEYS`].
+    unlisted: FxHashSet<Bytes>,
 }
+
+/// Keys `KeyedStore::unlisted` holds at most before it starts over.
+const UNLISTED_KEYS: usize = 1_024;
 
 /// Entries `KeyedStore::listed` holds at most before it starts over.
 const LISTED_ENTRIES: usize = 65_536;
@@ -273,6 +280,7 @@ impl KeyedStore {
             holding_write_back: false,
             listed: FxHashMap::default(),
             listed_entries: 0,
+            unlisted: FxHashSet::default(),
         })
     }
 
@@ -546,6 +554,60 @@ impl KeyedStore {
         Ok(found)
     }
 
+    /// The first `limit` entries of one key's map (`prefix`) whose full
+    /// key is below `below` (all, with none), in key order: what a top-N
+    /// reads for its best rows and an OVER window for the rows the
+    /// watermark passed, without copying the rest of the map.
+    ///
+    /// A map small enough to list is listed (as [`Self::scan`] lists it)
+    /// and read from its listing; a larger one is read from RocksDB, with
+    /// the cache laid over it, and stops after `limit` entries.
+    pub(crate) fn scan_range(
+        &mut self,
+        prefix: &[u8],
+        below: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let in_range = |k: &[u8]| below.is_none_or(|b| k < b);
+        let one_key = self.in_map_table(prefix) && map_prefix_len(prefix) == Some(prefix.len());
+        if !one_key {
+            let mut all = self.scan(prefix)?;
+            all.retain(|(k, _)| in_range(k));
+            all.truncate(limit);
+            return Ok(all);
+        }
+        if !self.unlisted.contains(prefix) {
+            let all = match self.listed.get(prefix) {
+                Some(_) => Vec::new(),
+                None => self.scan(prefix)?,
+            };
+            if let Some(listing) = self.listed.get(prefix) {
+                return Ok(listing
+                    .iter()
+                    .take_while(|(k, _)| in_range(k))
+                    .take(limit)
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect());
+            }
+            self.note_unlisted(prefix);
+            return Ok(all
+                .into_iter()
+                .take_while(|(k, _)| in_range(k))
+                .take(limit)
+                .collect());
+        }
+        self.scan_stored_range(prefix, true, below, limit)
+    }
+
+    /// Remembers that the map of `prefix` is too large to list, so that
+    /// [`Self::scan_range`] reads it by range rather than whole.
+    fn note_unlisted(&mut self, prefix: &[u8]) {
+        if self.unlisted.len() >= UNLISTED_KEYS {
+            self.unlisted.clear();
+        }
+        self.unlisted.insert(Bytes::from_slice(prefix));
+    }
+
     /// The listing of the map `full_key` is an entry of, if it is listed.
     fn listing_of(&self, full_key: &[u8]) -> Option<&std::collections::BTreeMap<Bytes, Bytes>> {
         if self.listed.is_empty() || !self.in_map_table(full_key) {
@@ -578,6 +640,7 @@ impl KeyedStore {
                 if listing.len() > LISTED_PER_KEY {
                     self.listed_entries -= listing.len();
                     self.listed.remove(&full_key[..len]);
+                    self.note_unlisted(&full_key[..len]);
                 }
             }
             None => {
@@ -595,6 +658,19 @@ impl KeyedStore {
     /// [`Self::scan`] without its cache: RocksDB's entries under `prefix`
     /// with the write-back cache laid over them.
     fn scan_stored(&mut self, prefix: &[u8], map_table: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.scan_stored_range(prefix, map_table, None, usize::MAX)
+    }
+
+    /// [`Self::scan_stored`] of the entries below `below`, stopping after
+    /// the first `limit`.
+    fn scan_stored_range(
+        &mut self,
+        prefix: &[u8],
+        map_table: bool,
+        below: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let in_range = |k: &[u8]| k.starts_with(prefix) && below.is_none_or(|b| k < b);
         if map_table && !self.is_indexed(prefix) {
             // The table's first scan: index its cached puts once; writes
             // keep the index from now on.
@@ -610,6 +686,7 @@ impl KeyedStore {
             self.indexed[table] = true;
         }
         let mut found: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
+        let mut live = 0;
         let db = self.backend.db();
         for item in db.iterator_cf(
             self.backend.cf(VALUES),
@@ -618,16 +695,18 @@ impl KeyedStore {
             let (k, v) = item.map_err(|e| {
                 WeirError::state(format!("scan {}", self.backend.path().display()), e)
             })?;
-            if !k.starts_with(prefix) {
+            if !in_range(&k) || live == limit {
                 break;
             }
             // A stored entry the cache has changed: its cached value (none
-            // if deleted) wins.
+            // if deleted) wins. The first `limit` live stored entries and
+            // the first `limit` cached puts hold the first `limit` of all.
             match self.cache.get(&*k).filter(|c| c.dirty) {
                 Some(Cached { value: Some(v), .. }) => found.insert(k.to_vec(), v.to_vec()),
-                Some(Cached { value: None, .. }) => None,
+                Some(Cached { value: None, .. }) => continue,
                 None => found.insert(k.to_vec(), v.to_vec()),
             };
+            live += 1;
         }
         // Entries put since the last write-back, which RocksDB may not hold
         // yet: a map table's through its index, another's (an interactive
@@ -644,20 +723,20 @@ impl KeyedStore {
             let keys = self
                 .dirty_maps
                 .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-                .take_while(|k| k.starts_with(prefix));
-            for k in keys {
-                if let Some(v) = self.cache.get(k.as_slice()).and_then(put) {
-                    found.insert(k.to_vec(), v);
-                }
+                .take_while(|k| in_range(k))
+                .filter_map(|k| Some((k, self.cache.get(k.as_slice()).and_then(put)?)))
+                .take(limit);
+            for (k, v) in keys {
+                found.insert(k.to_vec(), v);
             }
         } else {
-            for (k, c) in self.cache.iter().filter(|(k, _)| k.starts_with(prefix)) {
+            for (k, c) in self.cache.iter().filter(|(k, _)| in_range(k)) {
                 if let Some(v) = put(c) {
                     found.insert(k.to_vec(), v);
                 }
             }
         }
-        Ok(found.into_iter().collect())
+        Ok(found.into_iter().take(limit).collect())
     }
 
     /// Holds (true) or allows again (false) the write-back that the cache
@@ -956,6 +1035,27 @@ mod tests {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
                     assert_eq!(s.scan(&p).unwrap(), want, "step {step}, table {table}");
+                    // The first entries below a bound, read from the
+                    // listing or (a map too large to list) by range.
+                    let below = [&p[..], &[next(7) as u8]].concat();
+                    let limit = next(4) as usize;
+                    if next(2) == 0 {
+                        if let Some(listing) = s.listed.remove(&p[..]) {
+                            s.listed_entries -= listing.len();
+                        }
+                        s.note_unlisted(&p);
+                    }
+                    let first: Vec<_> = want
+                        .iter()
+                        .filter(|(k, _)| *k < below)
+                        .take(limit)
+                        .cloned()
+                        .collect();
+                    assert_eq!(
+                        s.scan_range(&p, Some(&below), limit).unwrap(),
+                        first,
+                        "step {step}, table {table}, below {below:?}, limit {limit}"
+                    );
                 }
             }
         }

@@ -115,14 +115,73 @@ struct Part {
     set: Option<Box<DistinctSet>>,
 }
 
-type DistinctSet = std::collections::BTreeMap<Vec<u8>, i64>;
+/// A distinct aggregate's values in SQL order, each with how many rows
+/// hold it: MIN and MAX are its first and last (Flink's `MinWithRetract`
+/// keeps a sorted map for the same reason), not a pass over every value.
+type DistinctSet = std::collections::BTreeMap<SetValue, i64>;
 
-/// A distinct set as bytes: `(len, value bytes, zigzag count)` per value.
+/// A value ordered as SQL orders its column's values (one type per
+/// column; values of different types order by type, so that the order is
+/// total whatever comes).
+#[derive(Debug, Clone)]
+struct SetValue(Value);
+
+impl SetValue {
+    fn order(a: &Value, b: &Value) -> std::cmp::Ordering {
+        let rank = |v: &Value| match v {
+            Value::Null => 0,
+            Value::Bool(_) => 1,
+            Value::Int(_) | Value::Double(_) | Value::Decimal(_) => 2,
+            Value::Timestamp(_) => 3,
+            Value::String(_) => 4,
+            Value::Bytes(_) => 5,
+            Value::List(_) => 6,
+            Value::Struct(_) => 7,
+        };
+        match (a, b) {
+            (Value::List(x), Value::List(y)) | (Value::Struct(x), Value::Struct(y)) => x
+                .iter()
+                .zip(y)
+                .map(|(x, y)| Self::order(x, y))
+                .find(|o| o.is_ne())
+                .unwrap_or_else(|| x.len().cmp(&y.len())),
+            (Value::Null, Value::Null) => std::cmp::Ordering::Equal,
+            _ if rank(a) == rank(b) && rank(a) > 0 => crate::dataflow::expr::compare(a, b),
+            _ => rank(a).cmp(&rank(b)),
+        }
+    }
+}
+
+impl PartialEq for SetValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for SetValue {}
+
+impl PartialOrd for SetValue {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SetValue {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        Self::order(&self.0, &other.0)
+    }
+}
+
+/// A distinct set as bytes: `(len, value bytes, zigzag count)` per value,
+/// each value as `codec::encode_value`.
 fn encode_set(set: &DistinctSet) -> Vec<u8> {
     let mut out = Vec::new();
-    for (v, n) in set {
+    let mut v = Vec::new();
+    for (value, n) in set {
+        v.clear();
+        encode_value(&value.0, &mut v);
         put_varint(v.len() as u64, &mut out);
-        out.extend_from_slice(v);
+        out.extend_from_slice(&v);
         put_varint(zigzag(*n), &mut out);
     }
     out
@@ -138,10 +197,10 @@ fn decode_set(mut bytes: &[u8]) -> std::result::Result<DistinctSet, String> {
                 bytes.len()
             ));
         }
-        let (v, rest) = bytes.split_at(len);
+        let (mut v, rest) = bytes.split_at(len);
         bytes = rest;
         let n = unzigzag(get_varint(&mut bytes)?);
-        set.insert(v.to_vec(), n);
+        *set.entry(SetValue(decode_value(&mut v)?)).or_insert(0) += n;
     }
     Ok(set)
 }
@@ -285,13 +344,6 @@ fn add_values(a: &Value, b: &Value, negate: bool) -> std::result::Result<Value, 
     })
 }
 
-/// A value's bytes as a distinct set keys it.
-fn encode_key(v: &Value) -> Vec<u8> {
-    let mut key = Vec::new();
-    encode_value(v, &mut key);
-    key
-}
-
 fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
     use Value::*;
     match (a, b) {
@@ -368,15 +420,14 @@ impl Accumulators {
             if a.distinct {
                 // `n` is the number of distinct values; `results` reads
                 // the rest from the set.
-                let mut key = Vec::new();
-                encode_value(v, &mut key);
                 let set = p.set()?;
+                let key = SetValue(v.clone());
                 let m = set.entry(key).or_insert(0);
                 let before = *m;
                 *m += if retract { -1 } else { 1 };
                 let after = *m;
                 if after == 0 {
-                    set.remove(&encode_key(v));
+                    set.remove(&SetValue(v.clone()));
                 }
                 p.n += i64::from(after > 0) - i64::from(before > 0);
                 continue;
@@ -477,10 +528,10 @@ fn distinct_result(function: AggFunction, p: &Part) -> Value {
         },
         (None, _) => return Value::Null,
     };
-    let mut values = set.keys().filter_map(|k| decode_value(&mut &k[..]).ok());
+    let mut values = set.keys().map(|k| k.0.clone());
     match function {
-        AggFunction::Min => values.reduce(|m, v| if compare(&v, &m).is_lt() { v } else { m }),
-        AggFunction::Max => values.reduce(|m, v| if compare(&v, &m).is_gt() { v } else { m }),
+        AggFunction::Min => set.keys().next().map(|k| k.0.clone()),
+        AggFunction::Max => set.keys().next_back().map(|k| k.0.clone()),
         AggFunction::Sum | AggFunction::Avg => {
             let sum = values.try_fold(Value::Null, |acc, v| add_values(&acc, &v, false));
             match (function, sum) {

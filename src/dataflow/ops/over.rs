@@ -1,15 +1,19 @@
 //! OVER aggregations over an append-only input (Flink's
 //! `OverAggregate`): `agg(x) OVER (PARTITION BY p ORDER BY t <frame>)`,
 //! ordered by the event-time column `t`. Each row waits in its key's
-//! `pending` list until the watermark passes its time; then the key's
-//! rows of that time are taken in order, and each is emitted once with
-//! every call's value over its frame:
+//! `pending` map, keyed by its time and arrival ([`crate::dataflow::ordered`]),
+//! until the watermark passes its time; then the key's rows up to the
+//! watermark are read as a range of that map, in order, and each is
+//! emitted once with every call's value over its frame:
 //!
 //! - `ROWS BETWEEN n PRECEDING AND CURRENT ROW`: the row and the n rows
 //!   before it (in time order, then arrival);
 //! - `RANGE BETWEEN d PRECEDING AND CURRENT ROW`: the rows whose time is
 //!   within `d` before the row's, the row's peers (rows of the same time)
-//!   included;
+//!   included. The frame's rows are a map by time, and its aggregates are
+//!   accumulators that rows leave as they fall out of reach (Flink's
+//!   `RowTimeRangeBoundedPrecedingFunction` retracts them the same way):
+//!   a row costs its own entry, not a pass over the frame;
 //! - `UNBOUNDED PRECEDING` (ROWS, or RANGE, the default with ORDER BY):
 //!   every row so far, held as running accumulators, not as rows.
 //!
@@ -17,9 +21,10 @@
 //! default)` reads the row n before. The output is append-only; a row
 //! behind the watermark when it arrives is late, dropped and counted.
 
-use super::aggregate::{Accumulators, Agg};
+use super::aggregate::{Accumulators, Agg, AggFunction};
 use super::top_n::SortKey;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::ordered::encode_time;
 use crate::dataflow::row::{Row, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
@@ -92,26 +97,39 @@ pub struct OverSpec {
 
 pub struct OverAggregate {
     spec: OverSpec,
-    /// The aggregate calls, in order (what accumulators compute).
+    /// The aggregate calls, in order (what accumulators compute). For a
+    /// RANGE frame, MIN and MAX keep their values' multiset, so that a row
+    /// leaving the frame is taken out of them exactly.
     aggs: Vec<Agg>,
     /// The most rows LAG reads back.
     lag_depth: usize,
 }
 
 impl OverAggregate {
-    /// Rows waiting for the watermark: their values and then their time.
+    /// Rows waiting for the watermark (values, then time), by time and
+    /// arrival ([`Self::entry_key`]).
     pub const PENDING: Table = Table(0);
-    /// The rows a bounded frame still reads (values, then time).
+    /// The rows a ROWS frame still reads (values, then time).
     pub const FRAME: Table = Table(1);
     /// The last rows, for LAG.
     pub const LAG: Table = Table(2);
-    /// Counters: rows so far, times so far, the last time, its rank.
+    /// Counters: rows so far, times so far, the last time, its rank, and
+    /// rows that arrived (the next row's arrival number).
     pub const COUNTS: Table = Table(3);
-    /// An unbounded frame's running accumulators.
+    /// An unbounded or RANGE frame's accumulators.
     pub const ACC: Table = Table(4);
+    /// The rows a RANGE frame still reads, keyed as in `pending`.
+    pub const RANGE: Table = Table(5);
 
     pub fn new(spec: OverSpec) -> Self {
-        let aggs = aggregate_calls(&spec.calls);
+        let mut aggs = aggregate_calls(&spec.calls);
+        if matches!(spec.frame, Frame::Range(_)) {
+            for a in &mut aggs {
+                if matches!(a.function, AggFunction::Min | AggFunction::Max) {
+                    a.distinct = true;
+                }
+            }
+        }
         let lag_depth = deepest(&spec.calls, |c| match c {
             OverCall::Lag { offset, .. } => Some(*offset),
             _ => None,
@@ -125,12 +143,43 @@ impl OverAggregate {
 
     pub fn tables() -> Vec<TableSpec> {
         vec![
-            TableSpec::list::<Vec<Value>>("pending"),
+            TableSpec::map::<Vec<Value>>("pending"),
             TableSpec::list::<Vec<Value>>("frame"),
             TableSpec::list::<Vec<Value>>("lag"),
             TableSpec::value::<Vec<Value>>("counts"),
             TableSpec::value::<Accumulators>("acc"),
+            TableSpec::map::<Vec<Value>>("range"),
         ]
+    }
+
+    /// A row's key in `pending` and `range`: its time, then its arrival
+    /// number, so that the map's order is the order rows are taken in.
+    fn entry_key(time: i64, arrival: i64) -> Vec<u8> {
+        let mut key = Vec::with_capacity(16);
+        encode_time(time, &mut key);
+        encode_time(arrival, &mut key);
+        key
+    }
+
+    /// The key below which every entry's time is at most `time`.
+    fn up_to(time: i64) -> Vec<u8> {
+        let mut key = Vec::with_capacity(8);
+        match time.checked_add(1) {
+            Some(next) => encode_time(next, &mut key),
+            None => key.extend_from_slice(&[0xFF; 9]),
+        }
+        key
+    }
+
+    /// The key's counters: rows, times, the last time, its rank, arrivals.
+    fn counts(ctx: &mut Context) -> Result<[i64; 5]> {
+        let mut counts = [0, 0, NO_TIMESTAMP, 0, 0];
+        if let Some(stored) = ctx.get::<Vec<Value>>(Self::COUNTS)? {
+            for (c, v) in counts.iter_mut().zip(&stored) {
+                *c = v.as_int().unwrap_or(*c);
+            }
+        }
+        Ok(counts)
     }
 
     fn time_of(row: &[Value]) -> i64 {
@@ -151,43 +200,46 @@ impl OverAggregate {
     /// Emits the key's rows whose time the watermark has passed, in order.
     fn fire(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
         let watermark = ctx.watermark();
-        let mut pending: Vec<Vec<Value>> = ctx.list(Self::PENDING)?;
-        // Stable: rows of one time keep their order of arrival, unless
-        // ORDER BY orders them further.
-        pending.sort_by(|a, b| {
-            Self::time_of(a)
-                .cmp(&Self::time_of(b))
-                .then_with(|| SortKey::compare_rows(&self.spec.then, a, b))
-        });
-        let ready = pending.partition_point(|r| Self::time_of(r) <= watermark);
-        if ready == 0 {
+        let ready =
+            ctx.map_range::<Vec<Value>>(Self::PENDING, Some(&Self::up_to(watermark)), usize::MAX)?;
+        if ready.is_empty() {
             return Ok(());
         }
-        let rest = pending.split_off(ready);
+        let mut pending = Vec::with_capacity(ready.len());
+        for (key, row) in ready {
+            ctx.map_delete(Self::PENDING, &key)?;
+            pending.push((key, row));
+        }
+        // Stable: rows of one time keep their order of arrival, unless
+        // ORDER BY orders them further.
+        if !self.spec.then.is_empty() {
+            pending.sort_by(|(_, a), (_, b)| {
+                Self::time_of(a)
+                    .cmp(&Self::time_of(b))
+                    .then_with(|| SortKey::compare_rows(&self.spec.then, a, b))
+            });
+        }
         let mut frame: Vec<Vec<Value>> = match self.spec.frame {
-            Frame::Unbounded { .. } => Vec::new(),
-            _ => ctx.list(Self::FRAME)?,
+            Frame::Rows(_) => ctx.list(Self::FRAME)?,
+            _ => Vec::new(),
         };
         let mut lag: Vec<Vec<Value>> = if self.lag_depth > 0 {
             ctx.list(Self::LAG)?
         } else {
             Vec::new()
         };
-        let mut counts = match ctx.get::<Vec<Value>>(Self::COUNTS)? {
-            Some(c) if c.len() == 4 => c.iter().map(|v| v.as_int().unwrap_or(0)).collect(),
-            _ => vec![0i64, 0, NO_TIMESTAMP, 0],
-        };
+        let mut counts = Self::counts(ctx)?;
         let mut acc = match self.spec.frame {
-            Frame::Unbounded { .. } => ctx
+            Frame::Unbounded { .. } | Frame::Range(_) => ctx
                 .get::<Accumulators>(Self::ACC)?
                 .unwrap_or_else(|| Accumulators::new(&self.aggs)),
-            _ => Accumulators::new(&self.aggs),
+            Frame::Rows(_) => Accumulators::new(&self.aggs),
         };
         let fail = |ctx: &Context, e: String| ctx.failure(format!("OVER aggregate: {e}"));
         let mut i = 0;
         while i < pending.len() {
-            let t = Self::time_of(&pending[i]);
-            let peers_end = i + pending[i..].partition_point(|r| Self::time_of(r) == t);
+            let t = Self::time_of(&pending[i].1);
+            let peers_end = i + pending[i..].partition_point(|(_, r)| Self::time_of(r) == t);
             // RANK and DENSE_RANK: a new time starts a new rank.
             if counts[2] != t {
                 counts[3] = counts[0] + 1;
@@ -200,20 +252,26 @@ impl OverAggregate {
             );
             if range_like {
                 // A row's peers are in its frame: all of them go in first.
-                for r in &pending[i..peers_end] {
-                    match self.spec.frame {
-                        Frame::Unbounded { .. } => acc
-                            .apply_values(&self.aggs, &r[..r.len() - 1], false)
-                            .map_err(|e| fail(ctx, e))?,
-                        _ => frame.push(r.clone()),
+                for (key, r) in &pending[i..peers_end] {
+                    acc.apply_values(&self.aggs, &r[..r.len() - 1], false)
+                        .map_err(|e| fail(ctx, e))?;
+                    if let Frame::Range(_) = self.spec.frame {
+                        ctx.map_put(Self::RANGE, key, r)?;
                     }
                 }
                 if let Frame::Range(d) = self.spec.frame {
-                    let from = t.saturating_sub(d);
-                    frame.retain(|r| Self::time_of(r) >= from);
+                    // Rows before t - d leave the frame.
+                    let below = Self::up_to(t.saturating_sub(d).saturating_sub(1));
+                    for (key, r) in
+                        ctx.map_range::<Vec<Value>>(Self::RANGE, Some(&below), usize::MAX)?
+                    {
+                        acc.apply_values(&self.aggs, &r[..r.len() - 1], true)
+                            .map_err(|e| fail(ctx, e))?;
+                        ctx.map_delete(Self::RANGE, &key)?;
+                    }
                 }
             }
-            for row in &pending[i..peers_end] {
+            for (_, row) in &pending[i..peers_end] {
                 if !range_like {
                     match self.spec.frame {
                         Frame::Unbounded { .. } => acc
@@ -230,12 +288,12 @@ impl OverAggregate {
                 }
                 counts[0] += 1;
                 let aggregates = match self.spec.frame {
-                    Frame::Unbounded { .. } => {
+                    Frame::Unbounded { .. } | Frame::Range(_) => {
                         let mut v = Vec::new();
                         acc.results(&self.aggs, &mut v);
                         v
                     }
-                    _ => self.over(&frame).map_err(|e| fail(ctx, e))?,
+                    Frame::Rows(_) => self.over(&frame).map_err(|e| fail(ctx, e))?,
                 };
                 let values = &row[..row.len() - 1];
                 let mut result = values.to_vec();
@@ -268,18 +326,17 @@ impl OverAggregate {
             }
             i = peers_end;
         }
-        // A RANGE frame keeps what a later row can still reach; a ROWS
-        // frame its last n + 1 rows.
+        // An unbounded or RANGE frame keeps its accumulators; a ROWS frame
+        // its last n + 1 rows.
         match self.spec.frame {
-            Frame::Unbounded { .. } => ctx.put(Self::ACC, &acc)?,
-            _ => ctx.set_list(Self::FRAME, &frame)?,
+            Frame::Unbounded { .. } | Frame::Range(_) => ctx.put(Self::ACC, &acc)?,
+            Frame::Rows(_) => ctx.set_list(Self::FRAME, &frame)?,
         }
         if self.lag_depth > 0 {
             ctx.set_list(Self::LAG, &lag)?;
         }
         let counts: Vec<Value> = counts.into_iter().map(Value::Int).collect();
-        ctx.put(Self::COUNTS, &counts)?;
-        ctx.set_list(Self::PENDING, &rest)
+        ctx.put(Self::COUNTS, &counts)
     }
 }
 
@@ -303,14 +360,16 @@ impl Operator for OverAggregate {
             ctx.count_late();
             return Ok(());
         }
-        let mut pending: Vec<Vec<Value>> = ctx.list(Self::PENDING)?;
-        if !pending.iter().any(|p| Self::time_of(p) == t) {
-            ctx.register_timer(t, b"o")?;
-        }
+        // One timer per time (registering it again changes nothing).
+        ctx.register_timer(t, b"o")?;
+        let mut counts = Self::counts(ctx)?;
+        let key = Self::entry_key(t, counts[4]);
+        counts[4] += 1;
+        let counts: Vec<Value> = counts.into_iter().map(Value::Int).collect();
+        ctx.put(Self::COUNTS, &counts)?;
         let mut row = r.row.values;
         row.push(Value::Int(t));
-        pending.push(row);
-        ctx.set_list(Self::PENDING, &pending)
+        ctx.map_put(Self::PENDING, &key, &row)
     }
 
     fn on_timer(
@@ -328,7 +387,6 @@ impl Operator for OverAggregate {
 mod tests {
     use super::*;
     use crate::dataflow::operator::testing::{shown, Harness};
-    use crate::dataflow::ops::aggregate::AggFunction;
 
     fn sum(column: usize) -> OverCall {
         OverCall::Aggregate(Agg {

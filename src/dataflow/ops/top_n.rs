@@ -20,6 +20,7 @@
 use super::state_ttl::StateTtl;
 use crate::dataflow::expr::compare;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::ordered::encode_sort_key;
 use crate::dataflow::row::{Row, RowKind, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
@@ -92,9 +93,17 @@ impl TopN {
         self
     }
 
-    /// A key's best rows, in rank order: a list table.
-    pub fn tables() -> Vec<TableSpec> {
-        vec![TableSpec::list::<Vec<Value>>("top")]
+    /// A key's best rows, in rank order: a list table. Over an updating
+    /// input (`retract`), every row of the key: a map table keyed by each
+    /// row's sort key ([`encode_sort_key`]), whose value is the rows of
+    /// that sort key in their order of arrival, so that a change reads
+    /// and writes one entry and the best N are the map's first entries.
+    pub fn tables(retract: bool) -> Vec<TableSpec> {
+        vec![if retract {
+            TableSpec::map::<Vec<Value>>("top")
+        } else {
+            TableSpec::list::<Vec<Value>>("top")
+        }]
     }
 
     fn cmp(&self, a: &[Value], b: &[Value]) -> Ordering {
@@ -117,23 +126,44 @@ impl TopN {
     /// update-after. A retraction of a row the key does not hold (it was
     /// never there) changes nothing.
     fn on_change(&mut self, r: Record, ctx: &mut Context, out: &mut Collector) -> Result<()> {
-        let mut rows: Vec<Vec<Value>> = ctx.list(Self::TOP)?;
         let n = self.spec.limit;
-        let old: Vec<Vec<Value>> = rows.iter().take(n).cloned().collect();
+        let old = self.best(ctx)?;
         let values = r.row.values;
+        let mut key = Vec::new();
+        encode_sort_key(&self.spec.order, &values, &mut key);
+        let mut peers: Vec<Value> = ctx.map_get(Self::TOP, &key)?.unwrap_or_default();
         if r.row.kind.is_addition() {
-            let pos = rows.partition_point(|x| self.cmp(x, &values) != Ordering::Greater);
-            rows.insert(pos, values);
+            peers.push(Value::List(values.clone()));
         } else {
-            match rows.iter().position(|x| *x == values) {
+            match peers
+                .iter()
+                .position(|x| matches!(x, Value::List(v) if *v == values))
+            {
                 Some(i) => {
-                    rows.remove(i);
+                    peers.remove(i);
                 }
                 None => return Ok(()),
             }
         }
+        if peers.is_empty() {
+            ctx.map_delete(Self::TOP, &key)?;
+        } else {
+            ctx.map_put(Self::TOP, &key, &peers)?;
+        }
+        // A row that ranks after the N-th changes no rank: one that orders
+        // after it, or an addition that orders equal (it comes later).
+        if n > 0 && old.len() == n {
+            let after_last = match self.cmp(&values, &old[n - 1]) {
+                Ordering::Greater => true,
+                Ordering::Equal => r.row.kind.is_addition(),
+                Ordering::Less => false,
+            };
+            if after_last {
+                return Ok(());
+            }
+        }
+        let now = self.best(ctx)?;
         let before = ctx.update_before_needed();
-        let now = &rows[..rows.len().min(n)];
         for k in 0..old.len().max(now.len()) {
             match (old.get(k), now.get(k)) {
                 (Some(was), Some(is)) if was == is => {}
@@ -156,10 +186,27 @@ impl TopN {
                 (None, None) => {}
             }
         }
-        if let (Some(ttl), true) = (self.ttl, rows.is_empty()) {
+        if let (Some(ttl), true) = (self.ttl, now.is_empty()) {
             ttl.forget(ctx, Self::TTL)?;
         }
-        ctx.set_list(Self::TOP, &rows)
+        Ok(())
+    }
+
+    /// The key's best N rows, in rank order: its map's first entries.
+    fn best(&self, ctx: &mut Context) -> Result<Vec<Vec<Value>>> {
+        let n = self.spec.limit;
+        let mut rows = Vec::with_capacity(n);
+        for (_, peers) in ctx.map_range::<Vec<Value>>(Self::TOP, None, n)? {
+            for p in peers {
+                if rows.len() == n {
+                    return Ok(rows);
+                }
+                if let Value::List(values) = p {
+                    rows.push(values);
+                }
+            }
+        }
+        Ok(rows)
     }
 }
 
@@ -243,7 +290,13 @@ impl Operator for TopN {
     ) -> Result<()> {
         if tag == StateTtl::TAG {
             if StateTtl::fired(self.ttl, ctx, Self::TTL, tag, time)? {
-                ctx.delete(Self::TOP)?;
+                if self.spec.retract {
+                    for (key, _) in ctx.map_entries::<Vec<Value>>(Self::TOP)? {
+                        ctx.map_delete(Self::TOP, &key)?;
+                    }
+                } else {
+                    ctx.delete(Self::TOP)?;
+                }
             }
             return Ok(());
         }
@@ -272,7 +325,7 @@ mod tests {
             window_end,
             retract: false,
         };
-        Harness::keyed(TopN::new(spec), TopN::tables(), vec![0])
+        Harness::keyed(TopN::new(spec), TopN::tables(false), vec![0])
     }
 
     fn bid(auction: i64, price: Option<i64>) -> Row {
@@ -321,7 +374,7 @@ mod tests {
                 window_end: Some(2),
                 retract: false,
             }),
-            TopN::tables(),
+            TopN::tables(false),
             vec![0, 2],
         );
         let row = |p: i64| Row::insert(vec![Value::Int(1), Value::Int(p), Value::Timestamp(10)]);
@@ -351,7 +404,7 @@ mod tests {
             window_end: None,
             retract: true,
         };
-        let mut h = Harness::keyed(TopN::new(spec), TopN::tables(), vec![0]);
+        let mut h = Harness::keyed(TopN::new(spec), TopN::tables(true), vec![0]);
         let change = |kind, price| Row::new(kind, vec![Value::Int(1), Value::Int(price)]);
         for p in [5, 3] {
             h.record(0, change(RowKind::Insert, p), 1).unwrap();
