@@ -534,6 +534,17 @@ fn flink_sql(name: &str, inputs: &[(&str, &str)], output: &str, q: &Query, forma
         _ => "'format' = 'json', 'json.timestamp-format.standard' = 'ISO-8601'",
     };
     let (columns, key) = result_schema(q);
+    // Flink plans SELECT DISTINCT as a group aggregate, whose result is
+    // updating even over an append-only input, and its plain Kafka sink
+    // refuses that: it writes to an upsert sink keyed by the whole row
+    // (each row once, as weir's append-only result).
+    let key = key.or_else(|| {
+        q.weir
+            .trim_start()
+            .to_ascii_uppercase()
+            .starts_with("SELECT DISTINCT")
+            .then(|| columns.iter().map(|(c, _)| c.clone()).collect())
+    });
     let b = bootstrap();
     let mut ddl: Vec<String> = columns
         .iter()
