@@ -1,7 +1,8 @@
 //! The crate's modules form no import cycle (issue #17, "Layering"): a
 //! file that names `crate::a::b` or `super::b` depends on that module, and
-//! following those dependencies never leads back. Test code (`mod tests`,
-//! `mod testing`) and comments are left out: they may look anywhere.
+//! following those dependencies never leads back. `use` groups count item
+//! by item. Test code (`mod tests`, `mod testing`) and comments are left
+//! out: they may look anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -52,24 +53,58 @@ fn production_code(src: &str) -> String {
     code
 }
 
-/// The paths after each `prefix` in `code` (`crate::a::b::C` → `a::b::C`).
-fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<&'a str> {
-    code.match_indices(prefix)
-        .filter(|(i, _)| {
-            // `crate::` and `super::` as path roots, not inside a name.
-            !code[..*i]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })
-        .map(|(i, _)| {
-            let rest = &code[i + prefix.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            rest[..end].trim_end_matches(':')
-        })
-        .collect()
+/// The paths after each `prefix` in `code` (`crate::a::b::C` → `a::b::C`),
+/// a `use` group expanded into one path per item (`super::{changes,
+/// x::{self, Y}}` → `changes`, `x`, `x::Y`), so that no import hides
+/// behind a brace.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices(prefix) {
+        // `crate::` and `super::` as path roots, not inside a name.
+        if code[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        expand(&code[i + prefix.len()..], "", &mut out);
+    }
+    out
+}
+
+/// The path at the start of `rest`, after `base`; a group that follows it
+/// (`{a, b::{c, self}}`) gives one path per item.
+fn expand(rest: &str, base: &str, out: &mut Vec<String>) {
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(rest.len());
+    let head = format!("{base}{}", &rest[..end]);
+    let Some(group) = rest[end..].strip_prefix('{') else {
+        out.push(head.trim_end_matches(':').to_string());
+        return;
+    };
+    let (mut depth, mut start) = (0, 0);
+    let item = |text: &str, out: &mut Vec<String>| match text.trim() {
+        "" => {}
+        "self" => out.push(head.trim_end_matches(':').to_string()),
+        t => expand(t, &head, out),
+    };
+    for (j, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                item(&group[start..j], out);
+                return;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                item(&group[start..j], out);
+                start = j + 1;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The longest module that `path` starts with.
@@ -91,7 +126,7 @@ fn the_crate_has_no_import_cycle() {
         let parent = name.rsplit_once("::").map_or("", |(p, _)| p);
         let mut d = BTreeSet::new();
         for p in paths_after(&code, "crate::") {
-            d.extend(resolve(p, &mods));
+            d.extend(resolve(&p, &mods));
         }
         for p in paths_after(&code, "super::") {
             let full = if parent.is_empty() {
@@ -150,5 +185,11 @@ fn the_crate_has_no_import_cycle() {
         deps["runtime::job"].contains("checkpoint::recovery"),
         "{:?}",
         deps["runtime::job"]
+    );
+    // An item of a `use` group (`use super::{changes, ...}`) is seen.
+    assert!(
+        deps["state::backend"].contains("state::changes"),
+        "{:?}",
+        deps["state::backend"]
     );
 }

@@ -18,8 +18,8 @@ use serde::Serialize;
 use super::metadata::{CheckpointMetadata, StateHandle};
 use super::store::inspect_any;
 use crate::error::{Result, WeirError};
-use crate::state::backend::{FAMILIES, VALUES};
 use crate::state::changes;
+use crate::state::{FAMILIES, VALUES};
 
 /// What `weir checkpoints show` prints per subtask.
 #[derive(Debug, Clone, Serialize)]

@@ -13,8 +13,39 @@
 //! one after another. Descending order inverts a value's bytes; where
 //! NULLs go is a leading byte that is not inverted.
 
-use super::ops::top_n::SortKey;
+use super::expr::compare;
 use super::row::{Decimal, Value};
+use std::cmp::Ordering;
+
+/// One ORDER BY column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    pub column: usize,
+    pub descending: bool,
+    pub nulls_first: bool,
+}
+
+impl SortKey {
+    /// `a` against `b` by `keys` in turn, NULLs where each key puts them.
+    pub fn compare_rows(keys: &[SortKey], a: &[Value], b: &[Value]) -> Ordering {
+        for k in keys {
+            let (x, y) = (&a[k.column], &b[k.column]);
+            let o = match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) if k.nulls_first => Ordering::Less,
+                (true, false) => Ordering::Greater,
+                (false, true) if k.nulls_first => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                (false, false) if k.descending => compare(y, x),
+                (false, false) => compare(x, y),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+}
 
 /// The bytes of `values`' sort-key columns, in `keys`' order.
 pub fn encode_sort_key(keys: &[SortKey], values: &[Value], out: &mut Vec<u8>) {
@@ -148,7 +179,6 @@ fn encode_decimal(d: &Decimal, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::cmp::Ordering;
 
     fn key(keys: &[SortKey], values: &[Value]) -> Vec<u8> {
         let mut out = Vec::new();

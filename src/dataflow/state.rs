@@ -10,7 +10,7 @@
 //! group is one range (`weir state` by table), and a key's map entries
 //! are one range. Values are the table's codec's bytes, of any size.
 //!
-//! A bounded write-back cache sits in front (as `crate::state::value`):
+//! A bounded write-back cache sits in front ([`KeyedStore`]):
 //! dirty entries go into each snapshot's changes file and reach RocksDB
 //! in write-back batches, never one put per update.
 
@@ -22,10 +22,11 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::codec::{get_varint, put_varint, StateCodec};
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::error::{Result, WeirError};
-use crate::state::backend::{StateBackend, VALUES};
+use crate::state::backend::StateBackend;
 use crate::state::changes::{self, ChangesWriter};
 use crate::state::timers::TimerService;
 use crate::state::Snapshot;
+use crate::state::VALUES;
 
 /// What one table holds per key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,11 +24,6 @@ use crate::config::Config;
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, REQUEST_TIMEOUT};
 
-/// `<job>.<operator uid>.repartition`
-pub fn topic_name(c: &Config) -> String {
-    topic_of(&c.job.name, &c.keyed_uid())
-}
-
 /// The repartition topic of job `job`'s stage headed by `uid`.
 pub fn topic_of(job: &str, uid: &str) -> String {
     format!("{job}.{uid}.repartition")
@@ -62,17 +57,10 @@ pub fn needed_max_message_bytes(c: &Config) -> u64 {
     producer_message_max_bytes(c) + RECORD_BATCH_OVERHEAD
 }
 
-/// Creates the repartition topic when it does not exist, and checks its
-/// partition count and `max.message.bytes` when it does.
+/// Creates the repartition topic `name` (a job graph's stage's) when it
+/// does not exist, and checks its partition count and `max.message.bytes`
+/// when it does.
 pub fn ensure_topic(
-    c: &Config,
-    consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
-) -> Result<String> {
-    ensure_topic_named(c, consumer, topic_name(c))
-}
-
-/// [`ensure_topic`] for the topic `name` (a job graph's stage).
-pub fn ensure_topic_named(
     c: &Config,
     consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
     name: String,
@@ -201,48 +189,4 @@ pub fn trim(
     futures::executor::block_on(admin.delete_records(&tpl, &opts))
         .map_err(|e| WeirError::kafka(format!("trim {topic:?}"), e))?;
     Ok(())
-}
-
-/// A repartition record's value: the update's value and event time.
-pub fn encode(value: f64, timestamp: i64, out: &mut Vec<u8>) {
-    out.clear();
-    out.extend_from_slice(&value.to_le_bytes());
-    out.extend_from_slice(&timestamp.to_le_bytes());
-}
-
-/// The update's value and event time, or why the record is not one.
-pub fn decode(bytes: &[u8]) -> std::result::Result<(f64, i64), String> {
-    let (v, t) = bytes
-        .split_first_chunk::<8>()
-        .and_then(|(v, rest)| Some((v, rest.first_chunk::<8>()?)))
-        .filter(|_| bytes.len() == 16)
-        .ok_or_else(|| format!("a repartition record has {} bytes, not 16", bytes.len()))?;
-    Ok((f64::from_le_bytes(*v), i64::from_le_bytes(*t)))
-}
-
-/// Offsets of `consumer`'s group for one partition list (for tests and
-/// tools that resolve pointers).
-pub fn committed(
-    consumer: &BaseConsumer<impl rdkafka::consumer::ConsumerContext>,
-    tpl: TopicPartitionList,
-) -> Result<TopicPartitionList> {
-    consumer
-        .committed_offsets(tpl, REQUEST_TIMEOUT)
-        .map_err(|e| WeirError::kafka("read the group's committed offsets", e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn updates_round_trip_and_wrong_sizes_are_named() {
-        let mut buf = Vec::new();
-        encode(2.5, -7, &mut buf);
-        assert_eq!(decode(&buf), Ok((2.5, -7)));
-        assert_eq!(
-            decode(&buf[..15]).unwrap_err(),
-            "a repartition record has 15 bytes, not 16"
-        );
-    }
 }

@@ -17,17 +17,10 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{checkpoint::Checkpoint, ColumnFamily, Options, WriteBatch, WriteOptions, DB};
 
-use super::{changes, split_key, state_key, Snapshot};
+use super::{changes, split_key, state_key, Snapshot, FAMILIES};
 use crate::checkpoint::store::{create_private_dir, link_or_copy_dir};
 use crate::checkpoint::{SnapshotFile, StateHandle};
 use crate::error::{Result, WeirError};
-
-/// Values: keyed state (`key_group | key [| namespace]`).
-pub const VALUES: &str = "default";
-/// The timer index: `key_group | fire time (sign-flipped, big endian) | payload`.
-pub const TIMERS: &str = "timers";
-/// Every column family, in the order they are opened and restored.
-pub const FAMILIES: [&str; 2] = [VALUES, TIMERS];
 
 /// Upper bound of the live WAL, so of what a snapshot copies and of what
 /// a restore replays into memtables before the first record: at 16 MiB
@@ -163,7 +156,7 @@ impl StateBackend {
                 let state = Self::open_restored(path)?;
                 let open_ms = step.elapsed().as_millis() as u64;
                 let step = std::time::Instant::now();
-                changes::apply(&from, &state, range)?;
+                state.apply_changes(&from, range)?;
                 tracing::info!(
                     path = %path.display(),
                     remove_ms,
@@ -217,7 +210,7 @@ impl StateBackend {
                 state.write(batch)?;
             }
             drop(src);
-            changes::apply(&from, &state, range)?;
+            state.apply_changes(&from, range)?;
             fs::remove_dir_all(&scratch).map_err(|e| WeirError::io(&scratch, e))?;
         }
         Ok(state)
@@ -272,6 +265,15 @@ impl StateBackend {
     /// A column family of this instance (one of [`FAMILIES`]).
     pub fn cf(&self, name: &str) -> &ColumnFamily {
         cf(&self.db, name)
+    }
+
+    /// Applies the changes file in snapshot folder `dir`, if there is one:
+    /// only keys of key groups in `range`. Returns how many entries it
+    /// applied.
+    pub fn apply_changes(&self, dir: &Path, range: (u32, u32)) -> Result<usize> {
+        let (batch, applied) = changes::batch(dir, range, |family| self.cf(family))?;
+        self.write(batch)?;
+        Ok(applied)
     }
 
     pub fn write(&self, batch: WriteBatch) -> Result<()> {

@@ -20,10 +20,9 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use rocksdb::WriteBatch;
+use rocksdb::{ColumnFamily, WriteBatch};
 
-use super::backend::{StateBackend, FAMILIES};
-use super::split_key;
+use super::{split_key, FAMILIES};
 use crate::error::{Result, WeirError};
 
 /// The file's name inside a snapshot folder.
@@ -149,33 +148,38 @@ pub fn read(dir: &Path) -> Result<Vec<Change>> {
     Ok(out)
 }
 
-/// Applies the changes file in snapshot folder `dir`, if there is one, to
-/// `backend`: only keys of key groups in `range`. Returns how many entries
-/// it applied.
-pub fn apply(dir: &Path, backend: &StateBackend, range: (u32, u32)) -> Result<usize> {
+/// The changes file in snapshot folder `dir`, if there is one, as one
+/// batch for the instance whose column families `cf` gives by name: only
+/// keys of key groups in `range`. Returns it with how many entries it
+/// holds (`StateBackend::apply_changes` writes it).
+pub fn batch<'a>(
+    dir: &Path,
+    range: (u32, u32),
+    cf: impl Fn(&str) -> &'a ColumnFamily,
+) -> Result<(WriteBatch, usize)> {
     let mut batch = WriteBatch::default();
-    let mut applied = 0;
+    let mut entries = 0;
     for change in read(dir)? {
         let (kg, _) = split_key(&change.key).expect("checked by read");
         if kg < range.0 || kg >= range.1 {
             continue;
         }
-        let cf = backend.cf(FAMILIES[usize::from(change.family)]);
+        let cf = cf(FAMILIES[usize::from(change.family)]);
         match &change.value {
             Some(v) => batch.put_cf(cf, &change.key, v),
             None => batch.delete_cf(cf, &change.key),
         }
-        applied += 1;
+        entries += 1;
     }
-    backend.write(batch)?;
-    Ok(applied)
+    Ok((batch, entries))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::backend::VALUES as VALUES_CF;
+    use crate::state::backend::StateBackend;
     use crate::state::state_key;
+    use crate::state::VALUES as VALUES_CF;
 
     #[test]
     fn entries_of_the_range_are_applied_and_others_left_alone() {
@@ -193,7 +197,7 @@ mod tests {
         backend.write(batch).unwrap();
         assert_eq!(w.entries(), 4);
         w.write(&snap).unwrap();
-        assert_eq!(apply(&snap, &backend, (0, 4)).unwrap(), 3);
+        assert_eq!(backend.apply_changes(&snap, (0, 4)).unwrap(), 3);
         let get = |k: &[u8]| backend.db().get_cf(backend.cf(VALUES_CF), k).unwrap();
         assert_eq!(get(&state_key(1, b"a")), Some(b"one".to_vec()));
         assert_eq!(
@@ -213,14 +217,17 @@ mod tests {
     fn a_missing_file_is_no_changes_and_a_cut_one_is_named() {
         let tmp = tempfile::tempdir().unwrap();
         let backend = StateBackend::open(&tmp.path().join("db")).unwrap();
-        assert_eq!(apply(tmp.path(), &backend, (0, 8)).unwrap(), 0);
+        assert_eq!(backend.apply_changes(tmp.path(), (0, 8)).unwrap(), 0);
         let mut w = ChangesWriter::new();
         w.entry(VALUES, &state_key(1, b"abc"), Some(b"value"));
         w.write(tmp.path()).unwrap();
         let path = tmp.path().join(FILE);
         let bytes = fs::read(&path).unwrap();
         fs::write(&path, &bytes[..bytes.len() - 2]).unwrap();
-        let e = apply(tmp.path(), &backend, (0, 8)).unwrap_err().to_string();
+        let e = backend
+            .apply_changes(tmp.path(), (0, 8))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(FILE) && e.contains("ends inside an entry"),
             "{e}"

@@ -11,6 +11,13 @@ pub mod changes;
 pub mod key_groups;
 pub mod timers;
 
+/// Values: keyed state (`key_group | key [| namespace]`).
+pub const VALUES: &str = "default";
+/// The timer index: `key_group | fire time (sign-flipped, big endian) | payload`.
+pub const TIMERS: &str = "timers";
+/// Every column family, in the order they are opened and restored.
+pub const FAMILIES: [&str; 2] = [VALUES, TIMERS];
+
 use std::path::Path;
 
 use crate::checkpoint::SnapshotFile;

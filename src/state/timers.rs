@@ -16,8 +16,9 @@ use std::collections::BTreeSet;
 use rocksdb::WriteBatch;
 use rustc_hash::FxHashMap;
 
-use super::backend::{StateBackend, TIMERS};
+use super::backend::StateBackend;
 use super::changes::{self, ChangesWriter};
+use super::TIMERS;
 use crate::error::{Result, WeirError};
 
 /// A timer: when it fires and what it is for (`key_group | rest`).

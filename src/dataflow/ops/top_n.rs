@@ -18,44 +18,14 @@
 //!   row behind the watermark is late and dropped (counted).
 
 use super::state_ttl::StateTtl;
-use crate::dataflow::expr::compare;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::ordered::encode_sort_key;
+pub use crate::dataflow::ordered::SortKey;
 use crate::dataflow::row::{Row, RowKind, Value};
 use crate::dataflow::state::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 use std::cmp::Ordering;
-
-/// One ORDER BY column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SortKey {
-    pub column: usize,
-    pub descending: bool,
-    pub nulls_first: bool,
-}
-
-impl SortKey {
-    /// `a` against `b` by `keys` in turn, NULLs where each key puts them.
-    pub fn compare_rows(keys: &[SortKey], a: &[Value], b: &[Value]) -> Ordering {
-        for k in keys {
-            let (x, y) = (&a[k.column], &b[k.column]);
-            let o = match (x.is_null(), y.is_null()) {
-                (true, true) => Ordering::Equal,
-                (true, false) if k.nulls_first => Ordering::Less,
-                (true, false) => Ordering::Greater,
-                (false, true) if k.nulls_first => Ordering::Greater,
-                (false, true) => Ordering::Less,
-                (false, false) if k.descending => compare(y, x),
-                (false, false) => compare(x, y),
-            };
-            if o != Ordering::Equal {
-                return o;
-            }
-        }
-        Ordering::Equal
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopNSpec {

@@ -522,11 +522,7 @@ fn run_attempt(
         partitions_of_source.push(kafka::topic_partitions(&meta, &spec.topics)?);
     }
     for st in &plan.stages {
-        topics.push(repartition::ensure_topic_named(
-            config,
-            &meta,
-            st.topic.clone(),
-        )?);
+        topics.push(repartition::ensure_topic(config, &meta, st.topic.clone())?);
     }
     let tasks = config.scale.tasks;
     let expected = plan
