@@ -186,6 +186,24 @@ fn the_crate_has_no_import_cycle() {
         "{:?}",
         deps["runtime::job"]
     );
+    // The storage layers reach no higher: keyed state's bytes and the
+    // checkpoints that carry them know nothing of operators, SQL or how a
+    // job runs.
+    for (name, d) in &deps {
+        if !(name.starts_with("state") || name.starts_with("checkpoint")) {
+            continue;
+        }
+        let above: Vec<&String> = d
+            .iter()
+            .filter(|m| {
+                !(m.starts_with("state") || m.starts_with("checkpoint") || m.as_str() == "error")
+            })
+            .collect();
+        assert!(
+            above.is_empty(),
+            "{name} imports {above:?}: the storage layers import only each other and error"
+        );
+    }
     // An item of a `use` group (`use super::{changes, ...}`) is seen.
     assert!(
         deps["state::backend"].contains("state::changes"),

@@ -172,7 +172,7 @@ impl CheckpointReader {
             .unwrap_or_default();
         self.for_each_raw(h, None, &mut |k, v| {
             match k.get(2) {
-                Some(&t) if t == crate::dataflow::state::WATERMARK_TABLE.0 => {
+                Some(&t) if t == crate::state::WATERMARK_TABLE_ID => {
                     // The watermark a key group had reached (runtime-owned).
                     if let Ok(b) = <[u8; 8]>::try_from(v) {
                         let w = i64::from_le_bytes(b);

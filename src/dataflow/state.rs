@@ -82,7 +82,7 @@ pub struct Table(pub u8);
 /// it: a replayed record is late exactly when it was before the crash, and
 /// a window that fired and was cleaned up is never opened again. Declared
 /// tables are numbered from 0 and never reach it.
-pub const WATERMARK_TABLE: Table = Table(0xFF);
+pub const WATERMARK_TABLE: Table = Table(crate::state::WATERMARK_TABLE_ID);
 
 /// A cached key or value: held inline up to 24 bytes (a word's key and
 /// its count's accumulators fit), so that a hit reads the hash table's

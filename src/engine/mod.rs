@@ -46,7 +46,7 @@ use crate::runtime::commit::{KafkaCommitPoint, TransactionBudget};
 use crate::runtime::coordinator::Coordinator;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::job::{recover, run_attempts, supervise, TaskBody};
-use crate::runtime::output::Output;
+use crate::runtime::output::{Output, OutputShared, OutputTarget};
 use crate::runtime::source::Position;
 use crate::runtime::{JobShared, CHANNEL_CAPACITY};
 use crate::state::key_groups::range_for_subtask;
@@ -402,6 +402,11 @@ fn run_restored(
         .as_ref()
         .map_or(0, |(c, _)| c.checkpoint_id);
     let gate = Arc::new(EpochGate::new(restored_id));
+    let outputs = OutputShared {
+        producer: producer.clone(),
+        metrics: shared.metrics.clone(),
+        cancel: cancel.clone(),
+    };
     let restored_id_check = restored
         .verification
         .clone()
@@ -504,18 +509,8 @@ fn run_restored(
                 }
                 let store = stores.remove(&(n, k));
                 let body = slot_body(graph, n, k, store, |what| {
-                    let (topic, dead_letters, policy) = what.topics();
-                    Output::new(
-                        graph.output_label(n).to_string(),
-                        k,
-                        producer.clone(),
-                        topic,
-                        dead_letters,
-                        policy,
-                        gate.clone(),
-                        shared.metrics.clone(),
-                        cancel.clone(),
-                    )
+                    let target = what.target(graph.output_label(n), k);
+                    Output::gated(target, &outputs, gate.clone())
                 });
                 slots.push(Slot {
                     uid: node.uid.clone(),
@@ -575,16 +570,16 @@ fn run_restored(
                     })?;
                     let (cmd_tx, cmd_rx) = unbounded();
                     commands.push(cmd_tx);
-                    let dead_letters = Output::new(
-                        graph.nodes[head].uid.clone(),
-                        k,
-                        producer.clone(),
-                        String::new(),
-                        spec.dead_letter_topic.clone(),
-                        spec.on_bad_record,
+                    let dead_letters = Output::gated(
+                        OutputTarget {
+                            uid: graph.nodes[head].uid.clone(),
+                            subtask: k,
+                            sink_topic: String::new(),
+                            dead_letter_topic: spec.dead_letter_topic.clone(),
+                            on_bad_record: spec.on_bad_record,
+                        },
+                        &outputs,
                         gate.clone(),
-                        shared.metrics.clone(),
-                        cancel.clone(),
                     );
                     let watermarks = source::watermarks(spec, &positions, &restored_max_ts);
                     let t = GraphSource {
@@ -743,15 +738,22 @@ pub(crate) enum OutputFor<'a> {
 }
 
 impl OutputFor<'_> {
-    /// `Output::new`'s topic, dead-letter topic and policy for it.
-    pub(crate) fn topics(&self) -> (String, Option<String>, BadRecordPolicy) {
-        match self {
+    /// Where operator `uid`'s subtask `subtask` writes it.
+    pub(crate) fn target(&self, uid: &str, subtask: u32) -> OutputTarget {
+        let (sink_topic, dead_letter_topic, on_bad_record) = match self {
             OutputFor::Sink(s) => (s.topic.clone(), s.dead_letter_topic.clone(), s.on_too_large),
             OutputFor::Late(t) => (
                 String::new(),
                 Some(t.to_string()),
                 BadRecordPolicy::DeadLetter,
             ),
+        };
+        OutputTarget {
+            uid: uid.to_string(),
+            subtask,
+            sink_topic,
+            dead_letter_topic,
+            on_bad_record,
         }
     }
 }

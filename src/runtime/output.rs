@@ -41,6 +41,27 @@ enum Held {
     DeadLetter(Box<DeadLetter>),
 }
 
+/// Where an [`Output`] writes: its operator's results to the sink topic,
+/// records that cannot be written to the dead-letter topic.
+#[derive(Debug, Clone)]
+pub struct OutputTarget {
+    pub uid: String,
+    pub subtask: u32,
+    /// Empty for an output of dead letters alone (a source's, late records).
+    pub sink_topic: String,
+    pub dead_letter_topic: Option<String>,
+    /// What happens to an output record the producer refuses for its size.
+    pub on_bad_record: BadRecordPolicy,
+}
+
+/// What every output of a run shares.
+#[derive(Clone)]
+pub struct OutputShared {
+    pub producer: Arc<SinkProducer>,
+    pub metrics: Arc<Metrics>,
+    pub cancel: CancellationToken,
+}
+
 /// The sink chained into a keyed subtask.
 pub struct Output {
     pub uid: String,
@@ -50,7 +71,11 @@ pub struct Output {
     pub dead_letter_topic: Option<String>,
     /// What happens to an output record the producer refuses for its size.
     pub on_bad_record: BadRecordPolicy,
-    pub gate: Arc<EpochGate>,
+    /// Single mode's epoch gate: output after a barrier waits for that
+    /// checkpoint ([`Output::after_snapshot`]). None in group mode, whose
+    /// output goes into the open transaction between records and is never
+    /// held.
+    gate: Option<Arc<EpochGate>>,
     pub metrics: Arc<Metrics>,
     /// `weir_records_out_total` of this operator, looked up once.
     pub records_out: prometheus::IntCounter,
@@ -71,30 +96,35 @@ pub struct Output {
 }
 
 impl Output {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        uid: String,
-        subtask: u32,
-        producer: Arc<SinkProducer>,
-        sink_topic: String,
-        dead_letter_topic: Option<String>,
-        on_bad_record: BadRecordPolicy,
-        gate: Arc<EpochGate>,
-        metrics: Arc<Metrics>,
-        cancel: CancellationToken,
-    ) -> Self {
-        let records_out = metrics.records_out.with_label_values(&[uid.as_str()]);
+    /// An output whose records after a barrier wait for that checkpoint to
+    /// complete (single mode: `gate` is the Coordinator's).
+    pub fn gated(target: OutputTarget, shared: &OutputShared, gate: Arc<EpochGate>) -> Self {
+        Self::new(target, shared, Some(gate))
+    }
+
+    /// An output that never holds records back (group mode: an epoch's
+    /// output is written in its open transaction, and the next epoch's
+    /// transaction begins after the commit).
+    pub fn ungated(target: OutputTarget, shared: &OutputShared) -> Self {
+        Self::new(target, shared, None)
+    }
+
+    fn new(target: OutputTarget, shared: &OutputShared, gate: Option<Arc<EpochGate>>) -> Self {
+        let records_out = shared
+            .metrics
+            .records_out
+            .with_label_values(&[target.uid.as_str()]);
         Self {
-            uid,
-            subtask,
-            producer,
-            sink_topic,
-            dead_letter_topic,
-            on_bad_record,
+            uid: target.uid,
+            subtask: target.subtask,
+            producer: shared.producer.clone(),
+            sink_topic: target.sink_topic,
+            dead_letter_topic: target.dead_letter_topic,
+            on_bad_record: target.on_bad_record,
             gate,
-            metrics,
+            metrics: shared.metrics.clone(),
             records_out,
-            cancel,
+            cancel: shared.cancel.clone(),
             buf: Vec::with_capacity(128),
             batch: ProduceBatch::default(),
             spare: ProduceBatch::default(),
@@ -227,7 +257,7 @@ impl Output {
         self.held_records += 1;
         if self.held_records >= MAX_PENDING {
             let waiting_for = self.awaiting.expect("holding only while awaiting");
-            while !self.gate.wait(waiting_for, Duration::from_millis(100)) {
+            while !self.gate().wait(waiting_for, Duration::from_millis(100)) {
                 if self.cancel.is_cancelled() {
                     return Ok(());
                 }
@@ -241,7 +271,7 @@ impl Output {
     /// its checkpoint failed, which releases it too).
     pub fn release_if_committed(&mut self) -> Result<()> {
         if let Some(n) = self.awaiting {
-            if self.gate.released() >= n {
+            if self.gate().released() >= n {
                 self.awaiting = None;
                 self.held_records = 0;
                 for held in std::mem::take(&mut self.held) {
@@ -267,7 +297,7 @@ impl Output {
     pub fn drain_before_snapshot(&mut self) -> Result<bool> {
         if let Some(prev) = self.awaiting {
             let started = std::time::Instant::now();
-            while !self.gate.wait(prev, Duration::from_millis(100)) {
+            while !self.gate().wait(prev, Duration::from_millis(100)) {
                 if self.cancel.is_cancelled() {
                     return Ok(false);
                 }
@@ -293,8 +323,24 @@ impl Output {
         // Everything of epoch N is enqueued before the ack.
         self.flush_batch()?;
         self.producer.check()?;
+        if self.gate.is_none() {
+            return Err(WeirError::Task {
+                task: format!("{}#{}", self.uid, self.subtask),
+                reason: "a snapshot asked an output without an epoch gate (group mode's) to hold \
+                         its later output"
+                    .into(),
+            });
+        }
         self.awaiting = Some(id);
         Ok(())
+    }
+
+    /// The epoch gate, there whenever output is awaited: only a gated
+    /// output awaits ([`Output::after_snapshot`]).
+    fn gate(&self) -> &EpochGate {
+        self.gate
+            .as_deref()
+            .expect("an output awaits a checkpoint only with a gate")
     }
 
     fn produce(&self, held: Held) -> Result<()> {

@@ -18,6 +18,12 @@ pub const TIMERS: &str = "timers";
 /// Every column family, in the order they are opened and restored.
 pub const FAMILIES: [&str; 2] = [VALUES, TIMERS];
 
+/// The table byte (after the key group) of the entries that hold each key
+/// group's watermark at a snapshot: `crate::dataflow::state`'s
+/// `WATERMARK_TABLE`, here so that the checkpoint readers know it without
+/// reaching up into the dataflow layer.
+pub const WATERMARK_TABLE_ID: u8 = 0xFF;
+
 use std::path::Path;
 
 use crate::checkpoint::SnapshotFile;

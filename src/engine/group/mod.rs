@@ -69,8 +69,7 @@ use crate::kafka::producer::SinkProducer;
 use crate::kafka::{self, REQUEST_TIMEOUT};
 use crate::observe::metrics::Metrics;
 use crate::runtime::commit::{CommitOffsets, CommitPoint, KafkaCommitPoint, TransactionBudget};
-use crate::runtime::gate::EpochGate;
-use crate::runtime::output::Output;
+use crate::runtime::output::{Output, OutputShared, OutputTarget};
 use crate::runtime::query::{QueryFailure, StateQuery};
 use crate::runtime::source::{bad_record, WATERMARK_INTERVAL};
 use crate::runtime::{DeadLetter, JobShared, BATCH};
@@ -668,21 +667,19 @@ impl GraphInstance {
         &self.graph.nodes[self.plan.stages[stage].entry.head].uid
     }
 
+    /// What every output of this instance shares.
+    fn outputs(&self) -> OutputShared {
+        OutputShared {
+            producer: self.producer.clone(),
+            metrics: self.metrics.clone(),
+            cancel: self.cancel.clone(),
+        }
+    }
+
     /// The sinks' output in group mode: written in the open transaction on
-    /// this thread, between records, so the gate never holds anything.
+    /// this thread, between records, so nothing is ever held back.
     fn output(&self, uid: &str, subtask: u32, what: OutputFor<'_>) -> Output {
-        let (topic, dead_letters, policy) = what.topics();
-        Output::new(
-            uid.to_string(),
-            subtask,
-            self.producer.clone(),
-            topic,
-            dead_letters,
-            policy,
-            Arc::new(EpochGate::new(0)),
-            self.metrics.clone(),
-            self.cancel.clone(),
-        )
+        Output::ungated(what.target(uid, subtask), &self.outputs())
     }
 
     /// The chain of `entry` for task (or source) `subtask`: its nodes, hash
@@ -791,16 +788,15 @@ impl GraphInstance {
             (BadRecordPolicy::DeadLetter, None) => BadRecordPolicy::Fail,
             (p, _) => p,
         };
-        Output::new(
-            uid,
-            subtask,
-            self.producer.clone(),
-            self.plan.stages[stage].topic.clone(),
-            dead_letters,
-            policy,
-            Arc::new(EpochGate::new(0)),
-            self.metrics.clone(),
-            self.cancel.clone(),
+        Output::ungated(
+            OutputTarget {
+                uid,
+                subtask,
+                sink_topic: self.plan.stages[stage].topic.clone(),
+                dead_letter_topic: dead_letters,
+                on_bad_record: policy,
+            },
+            &self.outputs(),
         )
     }
 
@@ -812,16 +808,15 @@ impl GraphInstance {
             let uid = self.graph.nodes[entry.head].uid.clone();
             chains.push(self.build_chain(entry, uid.clone(), 0, &uid, BTreeMap::new()));
             let spec = source_spec(&self.graph, entry.head);
-            dead.push(Output::new(
-                uid,
-                0,
-                self.producer.clone(),
-                String::new(),
-                spec.dead_letter_topic.clone(),
-                spec.on_bad_record,
-                Arc::new(EpochGate::new(0)),
-                self.metrics.clone(),
-                self.cancel.clone(),
+            dead.push(Output::ungated(
+                OutputTarget {
+                    uid,
+                    subtask: 0,
+                    sink_topic: String::new(),
+                    dead_letter_topic: spec.dead_letter_topic.clone(),
+                    on_bad_record: spec.on_bad_record,
+                },
+                &self.outputs(),
             ));
         }
         self.source_batches = chains.iter().map(|_| Vec::new()).collect();
