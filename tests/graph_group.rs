@@ -5,173 +5,20 @@
 //! read_committed reader checks the output.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use weir_testkit::{create_topic, http, log_tail, produce, unique, Rng, WeirProcess};
+use weir_testkit::{create_topic, http, produce, unique, Rng};
 
 #[path = "support/graph_jobs.rs"]
 mod graph_jobs;
 use graph_jobs::*;
 #[path = "support/formats_kit.rs"]
 mod formats_kit;
+#[path = "support/group_cluster.rs"]
+mod group_cluster;
 #[path = "support/sql_kit.rs"]
 mod sql_kit;
-
-const TASKS: u32 = 4;
-
-/// One graph job's instances: each has its own folder (config, log,
-/// state); all share the job name, the group and the checkpoint folder.
-struct Cluster {
-    base: PathBuf,
-    name: String,
-    binary: PathBuf,
-    env: Vec<(String, String)>,
-    running: BTreeMap<usize, WeirProcess>,
-    /// More configuration for every instance (a SQL job's sections).
-    sections: String,
-}
-
-impl Cluster {
-    fn new(base: &Path, example_name: &str, env: &[(&str, &str)]) -> Self {
-        Self {
-            base: base.to_path_buf(),
-            name: unique("graph-group"),
-            binary: example(example_name),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            running: BTreeMap::new(),
-            sections: String::new(),
-        }
-    }
-
-    /// A SQL job's instances: `weir run` with `sections` in each one's file.
-    fn sql(base: &Path, sections: &str) -> Self {
-        Self {
-            base: base.to_path_buf(),
-            name: unique("sql-group"),
-            binary: sql_kit::weir(),
-            env: Vec::new(),
-            running: BTreeMap::new(),
-            sections: sections.to_string(),
-        }
-    }
-
-    fn start(&mut self, i: usize) {
-        let extra = format!(
-            "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\n\n\
-             [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}",
-            self.sections
-        );
-        let config = graph_config_with(
-            &self.base.join(format!("i{i}")),
-            &self.name,
-            1,
-            &self.base.join("checkpoints"),
-            &extra,
-        );
-        let mut env: Vec<(&str, &str)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        env.push(("RUST_LOG", "info"));
-        let w = WeirProcess::start(&self.binary, &config, &env);
-        self.running.insert(i, w);
-    }
-
-    fn kill9(&mut self, i: usize) {
-        if let Some(mut w) = self.running.remove(&i) {
-            w.kill9();
-            let _ = w.wait(Duration::from_secs(10));
-        }
-    }
-
-    fn logs(&self) -> String {
-        let mut out = String::new();
-        for i in 0..4 {
-            if let Ok(text) = std::fs::read_to_string(self.base.join(format!("i{i}/weir.log"))) {
-                out.push_str(&format!("==== i{i}\n{}\n", log_tail(&text)));
-            }
-        }
-        out
-    }
-
-    /// Every running instance is alive; one the group fenced (unresponsive
-    /// past the session timeout on a loaded machine: it exits saying so,
-    /// the specified behaviour) is restarted, as its supervisor would.
-    fn assert_alive(&mut self) {
-        let mut fenced = Vec::new();
-        let mut dead = Vec::new();
-        for (i, w) in self.running.iter_mut() {
-            if let Ok(Some(status)) = w.child.try_wait() {
-                let log = w.log_text();
-                let last = log
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
-                if status.code() == Some(1)
-                    && last.starts_with("error: fenced by the consumer group")
-                {
-                    fenced.push(*i);
-                } else {
-                    dead.push(format!("i{i}: {status:?}"));
-                }
-            }
-        }
-        assert!(
-            dead.is_empty(),
-            "instances exited: {dead:?}\n{}",
-            self.logs()
-        );
-        for i in fenced {
-            eprintln!("supervisor: i{i} was fenced by the group and exited; restarting it");
-            self.running.remove(&i);
-            self.start(i);
-        }
-    }
-
-    /// The stages' tasks the running instances report, all together.
-    fn owned(&mut self) -> BTreeMap<String, Vec<u32>> {
-        let mut all: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-        for w in self.running.values_mut() {
-            let addr = w.admin_addr(Duration::from_secs(30));
-            let (status, body) = http(&addr, "GET", "/tasks", None);
-            assert_eq!(status, 200, "{body}");
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-            if let Some(stages) = v["stages"].as_object() {
-                for (stage, tasks) in stages {
-                    let tasks = tasks
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|t| t.as_u64().unwrap() as u32);
-                    all.entry(stage.clone()).or_default().extend(tasks);
-                }
-            }
-        }
-        for tasks in all.values_mut() {
-            tasks.sort();
-        }
-        all
-    }
-
-    fn stop_all(&mut self) {
-        let ids: Vec<usize> = self.running.keys().copied().collect();
-        for i in ids {
-            let mut w = self.running.remove(&i).unwrap();
-            let status = w.stop(Duration::from_secs(60));
-            assert!(
-                status.success(),
-                "i{i} did not stop cleanly:\n{}",
-                log_tail(&w.log_text())
-            );
-        }
-    }
-}
+use group_cluster::*;
 
 #[test]
 fn two_stage_job_in_group_mode_is_exact_under_random_sigkills_of_three_instances() {
@@ -504,47 +351,6 @@ fn tumbling_hopping_and_session_windows_in_group_mode_are_exact_under_ten_sigkil
     }
     c.assert_alive();
     c.stop_all();
-}
-
-/// Feeds `chunks` to `input` while SIGKILLing a random instance after
-/// every `chunks / (kills + 1)` chunks and starting it again after a
-/// random pause.
-fn feed_with_random_kills(
-    c: &mut Cluster,
-    input: (&str, i32),
-    chunks: &[Vec<String>],
-    kills: usize,
-    rng: &mut Rng,
-) {
-    feed_with_random_kills_by(c, chunks.len(), kills, rng, |i| {
-        produce(input.0, input.1, &chunks[i])
-    });
-}
-
-/// As [`feed_with_random_kills`], with `send(i)` writing chunk `i`.
-fn feed_with_random_kills_by(
-    c: &mut Cluster,
-    chunks: usize,
-    kills: usize,
-    rng: &mut Rng,
-    send: impl Fn(usize),
-) {
-    let every = (chunks / (kills + 1)).max(1);
-    let mut killed = 0;
-    for i in 0..chunks {
-        send(i);
-        std::thread::sleep(Duration::from_millis(100 + rng.below(300)));
-        if killed < kills && i % every == every - 1 {
-            c.assert_alive();
-            let victim = rng.below(3) as usize;
-            eprintln!("kill {killed}: SIGKILL i{victim}");
-            c.kill9(victim);
-            killed += 1;
-            std::thread::sleep(Duration::from_millis(rng.below(2_000)));
-            c.start(victim);
-        }
-    }
-    assert_eq!(killed, kills, "every planned kill happened");
 }
 
 #[test]

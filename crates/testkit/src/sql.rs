@@ -259,6 +259,7 @@ pub fn multiset(rows: impl Iterator<Item = serde_json::Value>) -> Vec<BTreeMap<S
 
 /// One query of the test job: the sink it writes, weir's SQL, DuckDB's
 /// batch equivalent, and whether its result is updating.
+#[derive(Clone)]
 pub struct Query {
     pub sink: &'static str,
     pub weir: &'static str,
