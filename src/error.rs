@@ -92,6 +92,11 @@ pub enum WeirError {
     #[error("recovery refused: {0}")]
     Recovery(String),
 
+    /// A group-mode restore that must not go on, by its kind (boxed: the
+    /// variants carry what they found, and `Result`s stay small).
+    #[error("recovery refused: {0}")]
+    Refused(Box<Refusal>),
+
     /// `weir reset` cannot go on (single mode, or instances still running).
     #[error("weir reset refused: {0}")]
     ResetRefused(String),
@@ -192,6 +197,158 @@ pub enum WeirError {
 
 pub type Result<T, E = WeirError> = std::result::Result<T, E>;
 
+/// Why a task or partition in group mode is not restored: what was found
+/// on storage or in Kafka that a restart cannot change, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// Retention (or a trim) deleted repartition records a task had not
+    /// read.
+    #[error(
+        "the committed offset {committed} of {topic}/{partition} (task {partition} of stage \
+         {stage:?}) is below the partition's first offset {first}: records the task had not \
+         read were deleted from its repartition topic, so its state cannot be brought up to \
+         date. Nothing was started; `weir reset --config <file>` starts the job over"
+    )]
+    RepartitionRecordsDeleted {
+        topic: String,
+        partition: i32,
+        stage: String,
+        committed: i64,
+        first: i64,
+    },
+
+    /// The group has no offsets at all, but storage holds committed task
+    /// checkpoints.
+    #[error(
+        "the consumer group {group:?} has no committed offset for the input partitions \
+         {inputs} nor for any task, but {storage} holds checkpoints the job's tasks committed \
+         (stage {stage:?} task {task}: {marker}): the group's offsets were lost (a deleted or \
+         reset group, or offsets expired after offsets.retention.minutes while every instance \
+         was down). Starting from source.start would process the retained input again over \
+         the tasks' state. Nothing was started. To start the job over with empty state on \
+         purpose, stop every instance and run `weir reset --config <file>`"
+    )]
+    GroupOffsetsLost {
+        group: String,
+        inputs: String,
+        storage: String,
+        stage: String,
+        task: u32,
+        marker: String,
+    },
+
+    /// One task's offset is gone, but it committed checkpoints.
+    #[error(
+        "{task}: the consumer group {group:?} has no committed offset for its partition \
+         {partition}, but {storage} holds the checkpoints it committed ({marker}): the group's \
+         offsets were lost (a deleted or reset group, or offsets expired after \
+         offsets.retention.minutes while every instance was down). Starting it with empty \
+         state would process the retained input again and write wrong results. Nothing was \
+         started. To start the job over with empty state on purpose, stop every instance and \
+         run `weir reset --config <file>`"
+    )]
+    TaskOffsetLost {
+        task: String,
+        group: String,
+        partition: String,
+        storage: String,
+        marker: String,
+    },
+
+    /// A checkpoint from a weir that ran pipelines without job graphs.
+    #[error(
+        "{task}: checkpoint {key} in {storage} was written by weir before job graphs (its \
+         manifest names no stage and no tables); this weir runs every pipeline as a job graph \
+         and cannot restore it. Nothing was started. To start over with empty state, run the \
+         job under a new `job.name` and a new `kafka.group_id` (its own storage folder, \
+         committed offsets and transactional ids); until then the previous weir can go on \
+         running it"
+    )]
+    BeforeJobGraphs {
+        task: String,
+        key: String,
+        storage: String,
+    },
+
+    /// The manifest a pointer names is of another task, range or offset.
+    #[error(
+        "{task}: checkpoint {key} in {storage} is of task {found_task} (stage {found_stage:?}) \
+         with key groups {found_key_groups:?} at offset {found_offset}, but the group's \
+         pointer is for task {id} of stage {stage:?}, key groups {key_groups:?}, offset {offset}"
+    )]
+    ManifestMismatch {
+        task: String,
+        key: String,
+        storage: String,
+        found_task: u32,
+        found_stage: Option<String>,
+        found_key_groups: (u32, u32),
+        found_offset: i64,
+        id: u32,
+        stage: String,
+        key_groups: (u32, u32),
+        offset: i64,
+    },
+
+    /// The job's keyed operators declare other tables than the checkpoint
+    /// holds.
+    #[error(
+        "{task}: its checkpoint {key} holds the tables {found:?}, but the job now declares \
+         {declared:?}; a job keeps its operators' state for its life. Start a new job (another \
+         job.name) to change them"
+    )]
+    TablesChanged {
+        task: String,
+        key: String,
+        found: std::collections::BTreeMap<String, Vec<String>>,
+        declared: std::collections::BTreeMap<String, Vec<String>>,
+    },
+
+    /// Another instance writes a repartition topic with other settings.
+    #[error(
+        "{topic}/{partition} offset {offset}: instance {instance:?} writes with \
+         job.max_parallelism = {their_max_parallelism} and scale.tasks = {their_tasks}, this \
+         instance runs with job.max_parallelism = {max_parallelism} and scale.tasks = {tasks}; \
+         every instance of a job must have the same (weir validate prints the settings that \
+         must match)"
+    )]
+    SettingsDiffer {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        instance: String,
+        their_max_parallelism: u32,
+        their_tasks: u32,
+        max_parallelism: u32,
+        tasks: u32,
+    },
+
+    /// A repartition row of a key group the reading task does not own.
+    #[error(
+        "{topic}/{partition} offset {offset}: a row of key group {key_group} (of \
+         job.max_parallelism = {max_parallelism}), which task {task} does not own (its key \
+         groups are {key_groups:?} with scale.tasks = {tasks}): the instance that wrote it \
+         runs with other job.max_parallelism or scale.tasks; every instance of a job must \
+         have the same"
+    )]
+    KeyGroupNotOwned {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        key_group: u32,
+        max_parallelism: u32,
+        task: u32,
+        key_groups: (u32, u32),
+        tasks: u32,
+    },
+}
+
+impl From<Refusal> for WeirError {
+    fn from(r: Refusal) -> Self {
+        Self::Refused(Box::new(r))
+    }
+}
+
 impl WeirError {
     pub fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {
@@ -232,6 +389,7 @@ impl WeirError {
                 | Self::MissingSinkTopic { .. }
                 | Self::MissingLateTopic { .. }
                 | Self::Recovery(_)
+                | Self::Refused(_)
                 | Self::ResetRefused(_)
                 | Self::Fenced { .. }
                 | Self::GroupFenced { .. }

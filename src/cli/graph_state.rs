@@ -293,7 +293,7 @@ pub fn scan(
     Ok(n)
 }
 
-use crate::dataflow::state::WATERMARK_TABLE;
+use crate::dataflow::tables::WATERMARK_TABLE;
 
 #[cfg(test)]
 mod tests {

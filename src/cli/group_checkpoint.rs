@@ -268,7 +268,7 @@ fn committed_offsets(
     config: &Config,
     partitions: &[(String, i32)],
 ) -> Result<BTreeMap<(String, i32), (i64, String)>> {
-    let (_, got) = crate::scale::engine::committed_offsets(consumer, config, partitions)?;
+    let (_, got) = crate::engine::group::poll::committed_offsets(consumer, config, partitions)?;
     let mut out = BTreeMap::new();
     for e in got.elements() {
         let tp = (e.topic().to_string(), e.partition());

@@ -48,7 +48,7 @@ use super::ops::where_filter::WhereFilter;
 use super::ops::window::WindowAggregate;
 use super::ops::words::SplitWords;
 use super::row::{DataType, Field, Schema, Value};
-use super::state::TableSpec;
+use super::tables::TableSpec;
 use crate::config::{BadRecordPolicy, StartPosition};
 use crate::error::{Result, WeirError};
 use crate::window::assign::WindowSpec;

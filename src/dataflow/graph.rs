@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::operator::Operator;
 use super::row::{Field, Schema};
-use super::state::TableSpec;
+use super::tables::TableSpec;
 use crate::checkpoint::metadata::{KeyColumn, OperatorInfo, StateInfo, TableInfo};
 use crate::checkpoint::Topology;
 use crate::config::{BadRecordPolicy, StartPosition};

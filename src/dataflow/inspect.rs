@@ -10,7 +10,7 @@ pub use super::json::value_json;
 use super::ops::aggregate::Accumulators;
 use super::ops::join::JoinEntry;
 use super::row::{Decimal, Row, Value};
-use super::state::{KeyedStore, TableKind};
+use super::tables::{KeyedStore, TableKind};
 use crate::checkpoint::metadata::KeyColumn;
 
 pub fn hex(b: &[u8]) -> String {
@@ -145,7 +145,7 @@ pub fn key_tables(
     let tables = store.tables.clone();
     for (i, t) in tables.iter().enumerate() {
         let mut prefix = Vec::new();
-        super::state::key_prefix(key_group, super::state::Table(i as u8), key, &mut prefix);
+        super::tables::key_prefix(key_group, super::tables::Table(i as u8), key, &mut prefix);
         let entries = store.scan(&prefix)?;
         if entries.is_empty() {
             continue;

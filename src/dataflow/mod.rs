@@ -22,7 +22,7 @@ pub mod operator;
 pub mod ops;
 pub mod ordered;
 pub mod row;
-pub mod state;
+pub mod tables;
 
 pub use graph::Graph;
 pub use operator::{Collector, Context, Operator, Record, RecordKey};
@@ -38,6 +38,6 @@ pub mod prelude {
     pub use super::operator::{Collector, Context, Operator, Record};
     pub use super::ops::aggregate::{Agg, AggFunction, AggregateEmit};
     pub use super::row::{DataType, Field, Row, RowKind, Schema, Value};
-    pub use super::state::{Table, TableSpec};
+    pub use super::tables::{Table, TableSpec};
     pub use crate::window::assign::WindowSpec;
 }

@@ -7,7 +7,7 @@
 
 use super::codec::StateCodec;
 use super::row::{Row, Value};
-use super::state::{
+use super::tables::{
     key_prefix, split_timer_payload, timer_payload, KeyedStore, Table, UpdateFailed, Write,
 };
 use crate::error::Result;
@@ -171,7 +171,7 @@ pub struct Context {
     /// here from its row, into the one buffer, instead of travelling.
     key_columns: Vec<Vec<usize>>,
     /// The watermark each key group had reached at the restored snapshot
-    /// ([`super::state::WATERMARK_TABLE`]), and the highest of them: below
+    /// ([`super::tables::WATERMARK_TABLE`]), and the highest of them: below
     /// it, [`Context::watermark`] is the current key group's.
     restored: rustc_hash::FxHashMap<u32, i64>,
     restored_max: i64,
@@ -743,7 +743,7 @@ pub enum Queried {
 pub mod testing {
     use super::*;
     use crate::dataflow::codec::encode_key;
-    use crate::dataflow::state::TableSpec;
+    use crate::dataflow::tables::TableSpec;
 
     /// Emitted rows as `+I1,a,_` (kind, then the values: `_` for NULL),
     /// for tests to compare at a glance.

@@ -578,7 +578,7 @@ impl Chain {
     }
 
     /// The keyed stores of this chain's operators.
-    fn stores(&mut self) -> impl Iterator<Item = &mut crate::dataflow::state::KeyedStore> {
+    fn stores(&mut self) -> impl Iterator<Item = &mut crate::dataflow::tables::KeyedStore> {
         self.slots
             .iter_mut()
             .filter_map(|slot| match &mut slot.body {

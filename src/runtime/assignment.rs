@@ -1,7 +1,7 @@
 //! What an instance in group mode owns, as the admin endpoint (`GET
 //! /tasks`) shows it. Kept here, beside the rest of what a job shares with
 //! its service (`JobShared`), so that the runtime needs nothing from the
-//! engines that fill it in (`scale::engine`, `engine::group`).
+//! engine that fills it in (`engine::group`).
 
 use std::collections::BTreeMap;
 

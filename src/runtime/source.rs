@@ -1,4 +1,4 @@
-//! What every source task shares (single mode's `crate::engine::source`
+//! What every source task shares (single mode's `engine::single::source_task`
 //! and group mode's instance): the bad-record policy, the offsets a
 //! trigger records, consumer errors, and a partition's position.
 

@@ -39,10 +39,20 @@ pub fn parse_pointer(metadata: &str) -> Option<&str> {
     metadata.strip_prefix(POINTER).filter(|k| !k.is_empty())
 }
 
+/// A writer id unique to this process attempt.
+pub fn writer_id() -> String {
+    // 128 random bits: a pid and a clock collide across containers (pid 1
+    // in each) and hosts, and a writer id names objects no other writer may
+    // write.
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The instance that wrote the manifest under `key`
 /// (`.../manifests/<created ms>-<instance>-<writer>-<seq>.json`). An
 /// instance id may hold `-`; the writer is a 32-digit hex id
-/// ([`crate::scale::engine::writer_id`]), followed in a job graph's
+/// ([`writer_id`]), followed in a job graph's
 /// manifests by `-<incarnation>`, and the sequence is digits. So the
 /// instance is what lies between the creation time and the last 32-digit
 /// hex part that only digits follow.
@@ -363,7 +373,6 @@ mod tests {
 
     #[test]
     fn the_writing_instance_is_read_from_a_manifest_key() {
-        use crate::scale::engine::writer_id;
         let m = |instance: &str| TaskManifest {
             format: FORMAT,
             job: "j".into(),
@@ -489,5 +498,17 @@ mod tests {
             collectable(&o, &committed, 1, 10_000, 1_000, "w", true),
             vec!["tasks/0001/files/w/2.sst".to_string()]
         );
+    }
+
+    /// Writer ids are 128 bits in hex, and no two are alike (the old
+    /// `<pid><nanos><counter>` ids of two containers' pid-1 processes could
+    /// be).
+    #[test]
+    fn writer_ids_are_random_128_bit_hex() {
+        let ids: std::collections::BTreeSet<String> = (0..1000).map(|_| writer_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids
+            .iter()
+            .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())));
     }
 }

@@ -4,14 +4,12 @@
 //! exactly-once (one transaction per instance per epoch); task checkpoints
 //! live on storage every instance reaches (docs/scale-out.md).
 //!
-//! - [`engine`]: an instance: the poll loop, rebalances, reading offsets.
 //! - [`epoch`]: an instance's epoch and its commit, independent of Kafka.
 //! - [`repartition`]: the repartition topic and its records.
 //! - [`manifest`]: task checkpoints on storage, pointers, garbage collection.
 //! - [`storage`]: a shared folder or S3 through `object_store`.
 
 pub mod checkpoints;
-pub mod engine;
 pub mod epoch;
 pub mod manifest;
 pub mod repartition;

@@ -4,7 +4,7 @@
 //! ([`timers`]). Keys start with the key group (u16, big endian) in every
 //! column family, so a key group is a contiguous range that can be copied
 //! into another instance when the parallelism changes. The tables
-//! operators declare are laid over this by `crate::dataflow::state`.
+//! operators declare are laid over this by `crate::dataflow::tables`.
 
 pub mod backend;
 pub mod changes;
@@ -19,7 +19,7 @@ pub const TIMERS: &str = "timers";
 pub const FAMILIES: [&str; 2] = [VALUES, TIMERS];
 
 /// The table byte (after the key group) of the entries that hold each key
-/// group's watermark at a snapshot: `crate::dataflow::state`'s
+/// group's watermark at a snapshot: `crate::dataflow::tables`'s
 /// `WATERMARK_TABLE`, here so that the checkpoint readers know it without
 /// reaching up into the dataflow layer.
 pub const WATERMARK_TABLE_ID: u8 = 0xFF;

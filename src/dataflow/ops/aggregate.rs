@@ -12,7 +12,7 @@ use super::state_ttl::StateTtl;
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record, RecordKey};
 use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 
 /// One aggregate function and its input column (none: `COUNT(*)`).

@@ -7,7 +7,7 @@
 
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::RowKind;
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 

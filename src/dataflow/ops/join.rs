@@ -41,7 +41,7 @@ use std::sync::Arc;
 use crate::dataflow::codec::{get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{Row, RowKind, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 

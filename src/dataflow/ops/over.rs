@@ -26,7 +26,7 @@ use super::top_n::SortKey;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::ordered::encode_time;
 use crate::dataflow::row::{Row, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 

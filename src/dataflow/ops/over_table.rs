@@ -31,7 +31,7 @@ use super::state_ttl::StateTtl;
 use super::top_n::SortKey;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::row::{Row, RowKind, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,7 @@
 //! `weir_state_expired_total`.
 
 use crate::dataflow::operator::Context;
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 

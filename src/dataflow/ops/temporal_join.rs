@@ -26,7 +26,7 @@ use crate::dataflow::codec::StateCodec;
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::ops::join::JoinCondition;
 use crate::dataflow::row::{Row, RowKind, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 

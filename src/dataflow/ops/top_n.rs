@@ -22,7 +22,7 @@ use crate::dataflow::operator::{Collector, Context, Operator, Record};
 use crate::dataflow::ordered::encode_sort_key;
 pub use crate::dataflow::ordered::SortKey;
 use crate::dataflow::row::{Row, RowKind, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::time::NO_TIMESTAMP;
 use std::cmp::Ordering;

@@ -22,7 +22,7 @@ use crate::dataflow::operator::{
 };
 use crate::dataflow::ops::aggregate::{Accumulators, Agg};
 use crate::dataflow::row::{Row, RowKind, Schema, Value};
-use crate::dataflow::state::{Table, TableSpec};
+use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 use crate::window::assign::{assign, Window, WindowSpec};
 use crate::window::session;

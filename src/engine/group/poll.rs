@@ -1,16 +1,12 @@
-//! What every instance of a job in group mode shares (docs/scale-out.md);
-//! `crate::engine::group` is the instance that runs a job graph on it.
-//!
-//! The instance is one thread around one consumer of the job's group,
-//! subscribed to the input topics and the repartition topics; Kafka assigns
-//! it some partitions of each. This module holds what does not depend on
-//! what the instance computes:
-//! - the rebalance callbacks ([`Rebalancing`], [`GroupContext`]): they run
-//!   inside `poll`, on the instance's thread; a revocation commits before
-//!   the partitions go (`scale::epoch::commit_before_revocation`; a lost
-//!   assignment never commits);
-//! - the loop and the attempt ([`GroupWork`], [`poll_loop`],
-//!   [`run_instance`]);
+//! The instance's thread: the group consumer, its rebalance callbacks and
+//! the poll loop (docs/scale-out.md). What a callback or a turn of the loop
+//! does to the instance's partitions and tasks is in the sibling modules
+//! (`assignment`, `inputs`, `epoch`); this module holds when each runs:
+//! - the rebalance callbacks ([`GroupContext`]) run inside `poll`, on the
+//!   instance's thread; a revocation commits before the partitions go
+//!   (`scale::epoch::commit_before_revocation`; a lost assignment never
+//!   commits);
+//! - the loop and the attempt ([`poll_loop`], [`run_instance`]);
 //! - the group consumer as the epoch's [`Membership`] (the epoch itself,
 //!   its commit through `CommitPoint` and what a refusal means, is
 //!   `scale::epoch`);
@@ -23,52 +19,27 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::message::BorrowedMessage;
 use rdkafka::statistics::Statistics;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Message, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::{Consumer_, GraphInstance, EAGER_UPLOAD_INTERVAL};
 use crate::config::{Config, GroupProtocol};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, REQUEST_TIMEOUT};
 use crate::observe::metrics::Metrics;
 use crate::runtime::commit::{CommitOffsets, CommitPoint};
+use crate::runtime::query::QueryFailure;
+use crate::runtime::source::WATERMARK_INTERVAL;
 use crate::runtime::JobShared;
 use crate::scale::epoch::Membership;
-
-pub use crate::runtime::assignment::Ownership;
-
-/// What an instance does when the group moves partitions (both the
-/// built-in pipeline's instance and a job graph's).
-pub trait Rebalancing: Send + Sized + 'static {
-    /// Partitions are being taken away: commit what they hold (unless the
-    /// assignment was `lost` or the attempt is failing), then let them go.
-    fn revoked(
-        &mut self,
-        consumer: &BaseConsumer<GroupContext<Self>>,
-        tpl: &TopicPartitionList,
-        lost: bool,
-    );
-    /// Partitions are about to be assigned: set each one's position in
-    /// `tpl` (an offset, never a logical one), so that librdkafka starts
-    /// fetching exactly there and no seek is needed.
-    fn place(
-        &mut self,
-        consumer: &BaseConsumer<GroupContext<Self>>,
-        tpl: &mut TopicPartitionList,
-    ) -> Result<()>;
-    /// Partitions were assigned (and paused): restore them in the loop.
-    fn assigned(&mut self, partitions: Vec<(String, i32)>);
-    /// The attempt cannot go on (an error inside a callback, which cannot
-    /// return one): the loop ends it at its next turn.
-    fn fail(&mut self, error: WeirError);
-}
+use crate::state::key_groups::subtask_for_key_group;
 
 /// The group consumer's context: rebalance callbacks and consumer lag.
-pub struct GroupContext<I> {
-    pub instance: Arc<Mutex<I>>,
+pub struct GroupContext {
+    pub instance: Arc<Mutex<GraphInstance>>,
     pub metrics: Arc<Metrics>,
     /// Set once the loop is over and the consumer leaves the group: an
     /// assignment that still arrives (while it closes) is not placed, since
@@ -77,13 +48,13 @@ pub struct GroupContext<I> {
     pub leaving: AtomicBool,
 }
 
-impl<I: Rebalancing> ClientContext for GroupContext<I> {
+impl ClientContext for GroupContext {
     fn stats(&self, stats: Statistics) {
         kafka::report_lag(&self.metrics, &stats);
     }
 }
 
-impl<I: Rebalancing> ConsumerContext for GroupContext<I> {
+impl ConsumerContext for GroupContext {
     /// rust-rdkafka's own callback assigns what the group gives with no
     /// position, which leaves it to the committed offset or to
     /// `auto.offset.reset`, and a seek afterwards races the fetcher (an
@@ -152,7 +123,7 @@ impl<I: Rebalancing> ConsumerContext for GroupContext<I> {
                 self.instance
                     .lock()
                     .expect("instance lock")
-                    .revoked(consumer, tpl, lost);
+                    .on_revoke(consumer, tpl, lost);
                 unassign(tpl, "revoked partitions");
             }
             other => {
@@ -245,7 +216,7 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
             cc.set("partition.assignment.strategy", "cooperative-sticky");
         }
     }
-    // Every partition is assigned at an explicit offset (`Rebalancing::
+    // Every partition is assigned at an explicit offset (`GraphInstance::
     // place`): a fetch position out of range (records deleted by
     // retention while being read, a log truncated) is an error, not a
     // silent jump to either end of the partition.
@@ -273,23 +244,13 @@ pub(crate) fn group_consumer_config(c: &Config) -> rdkafka::ClientConfig {
 /// records deleted under the instance.
 const FENCING_VERDICT: Duration = Duration::from_secs(10);
 
-/// A writer id unique to this process attempt.
-pub(crate) fn writer_id() -> String {
-    // 128 random bits: a pid and a clock collide across containers (pid 1
-    // in each) and hosts, and a writer id names objects no other writer may
-    // write.
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the operating system's random source");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Joins the job's group with `instance`, runs its loop, and on an error
 /// abandons the attempt: cancels, leaves the group, aborts the open
 /// transaction.
 #[allow(clippy::too_many_arguments)]
-pub fn run_instance<I: GroupWork>(
+pub(super) fn run_instance(
     config: &Config,
-    instance: I,
+    instance: GraphInstance,
     topics: &[String],
     commit: &dyn CommitPoint,
     cancel: &CancellationToken,
@@ -297,7 +258,7 @@ pub fn run_instance<I: GroupWork>(
     progressed: &Arc<AtomicBool>,
 ) -> Result<()> {
     let instance = Arc::new(Mutex::new(instance));
-    let consumer: BaseConsumer<GroupContext<I>> = group_consumer_config(config)
+    let consumer: Consumer_ = group_consumer_config(config)
         .create_with_context(GroupContext {
             instance: instance.clone(),
             metrics: shared.metrics.clone(),
@@ -330,40 +291,11 @@ pub fn run_instance<I: GroupWork>(
     outcome
 }
 
-/// The work of one group-mode instance, driven by [`poll_loop`].
-pub trait GroupWork: Rebalancing {
-    fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()>;
-    /// Nothing was read: send what is gathered.
-    fn idle(&mut self) -> Result<()>;
-    fn due(&mut self) -> bool;
-    fn commit(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
-    /// The stop path's final commit: one epoch even with nothing new to
-    /// commit, when the instance owns partitions.
-    fn commit_to_stop(&mut self, consumer: &BaseConsumer<GroupContext<Self>>) -> Result<()>;
-    fn housekeeping(&mut self, stopping: bool);
-    fn take_failed(&mut self) -> Option<WeirError>;
-    /// The attempt is ending: callbacks must not commit any more.
-    fn abandon(&mut self);
-    /// Assigned partitions not restored yet.
-    fn pending(&self) -> &[(String, i32)];
-    /// Whether some pending partition can be restored now (others may wait
-    /// for their checkpoint to be made ready locally, off the poll thread).
-    fn activatable(&mut self) -> Result<bool>;
-    /// Restores the pending partitions that can be and resumes them;
-    /// returns those it had to seek (see [`poll_loop`]).
-    fn activate(
-        &mut self,
-        consumer: &BaseConsumer<GroupContext<Self>>,
-    ) -> Result<Vec<(String, i32)>>;
-    /// Answers the interactive queries waiting for this instance.
-    fn answer_queries(&mut self);
-}
-
 /// An instance's loop: poll, restore what was assigned, process, commit
 /// every epoch, answer queries; on a stop request a final commit.
-pub fn poll_loop<I: GroupWork>(
-    consumer: &BaseConsumer<GroupContext<I>>,
-    instance: &Arc<Mutex<I>>,
+fn poll_loop(
+    consumer: &Consumer_,
+    instance: &Arc<Mutex<GraphInstance>>,
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
 ) -> Result<()> {
@@ -407,21 +339,21 @@ pub fn poll_loop<I: GroupWork>(
         // fetches again, which the below-position check would then skip:
         // lost updates. It is dropped; the seek re-reads it.
         let mut sought: Vec<(String, i32)> = Vec::new();
-        if !inst.pending().is_empty() && inst.activatable()? {
+        if !inst.pending.is_empty() && inst.activatable()? {
             // The open epoch commits first: the restores must not run
             // inside a transaction the broker times out after
             // `transaction.timeout.ms` (downloads run off this thread
             // before, but linking and opening a large task still take
             // time). A refused commit rewinds, and the rewound partitions
             // are restored with the new ones.
-            inst.commit(consumer)?;
+            inst.commit(consumer, false)?;
             sought = inst.activate(consumer)?;
         }
         // Ready once every assigned partition is restored (an instance
         // the group gave nothing is ready too).
         shared
             .ready
-            .store(inst.pending().is_empty(), Ordering::Relaxed);
+            .store(inst.pending.is_empty(), Ordering::Relaxed);
         match msg {
             None => inst.idle()?,
             Some(Err(e)) => {
@@ -490,24 +422,110 @@ pub fn poll_loop<I: GroupWork>(
             }
         }
         if inst.due() {
-            inst.commit(consumer)?;
+            inst.commit(consumer, false)?;
             progressed.store(true, Ordering::Relaxed);
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    /// Writer ids are 128 bits in hex, and no two are alike (the old
-    /// `<pid><nanos><counter>` ids of two containers' pid-1 processes could
-    /// be).
-    #[test]
-    fn writer_ids_are_random_128_bit_hex() {
-        let ids: std::collections::BTreeSet<String> =
-            (0..1000).map(|_| super::writer_id()).collect();
-        assert_eq!(ids.len(), 1000);
-        assert!(ids
-            .iter()
-            .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())));
+/// What the rebalance callbacks and the loop above ask of the instance
+/// besides its partitions' work. Every method runs on the instance's
+/// thread: `fail` and `assigned` inside `poll` (a rebalance callback), the
+/// rest between polls.
+impl GraphInstance {
+    /// Rebalance callback: the attempt cannot go on (an error inside a
+    /// callback, which cannot return one); the loop ends it at its next
+    /// turn.
+    pub(super) fn fail(&mut self, error: WeirError) {
+        self.failed.get_or_insert(error);
+    }
+
+    /// Rebalance callback: partitions were assigned (and paused); the loop
+    /// restores them (`activate`).
+    pub(super) fn assigned(&mut self, partitions: Vec<(String, i32)>) {
+        self.pending.extend(partitions);
+    }
+
+    /// Loop: nothing was read, so what is gathered goes out.
+    fn idle(&mut self) -> Result<()> {
+        self.flush()
+    }
+
+    /// Loop, once per turn: sends the source partitions' watermarks and
+    /// queues new snapshot files for upload when their time has come, and
+    /// says whether the epoch should end now.
+    fn due(&mut self) -> bool {
+        // One clock read per turn of the loop.
+        let now = Instant::now();
+        if now.duration_since(self.last_marks) >= WATERMARK_INTERVAL {
+            self.poll_source_marks();
+        }
+        if now.duration_since(self.last_eager_upload) >= EAGER_UPLOAD_INTERVAL {
+            self.upload_new_files();
+        }
+        if !self.dirty {
+            return false;
+        }
+        if self.behind {
+            // A declined checkpoint's files are uploading: the next one
+            // starts once they are on storage, or now when the output held
+            // reached its bound (its wait then blocks until they are);
+            // meanwhile the transaction is renewed before it times out.
+            return !self.waiting_for_uploads() || self.renewal_due();
+        }
+        self.last_commit.elapsed() >= self.config.checkpoint.interval
+    }
+
+    /// Loop, on a stop request: the final commit, one epoch even with
+    /// nothing new to commit when the instance owns partitions.
+    fn commit_to_stop(&mut self, consumer: &Consumer_) -> Result<()> {
+        if !self.tasks.is_empty() || !self.inputs.is_empty() {
+            self.dirty = true;
+        }
+        self.commit(consumer, true)
+    }
+
+    /// Loop: the error a callback met, if any.
+    fn take_failed(&mut self) -> Option<WeirError> {
+        self.failed.take()
+    }
+
+    /// Loop, when the attempt ends in an error: callbacks must not commit
+    /// any more.
+    fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+
+    /// Loop, every turn: answers the interactive queries waiting for this
+    /// instance, each on the task that owns its key.
+    fn answer_queries(&mut self) {
+        let c = self.config.clone();
+        for (stage, slot, uid, queries) in &self.queries {
+            while let Ok(q) = queries.try_recv() {
+                let task = subtask_for_key_group(q.key_group, c.scale.tasks, c.job.max_parallelism);
+                match self.tasks.get_mut(&(*stage, task)) {
+                    Some(t) => {
+                        // What it has read, applied first.
+                        if let Err(e) = t.push_batch() {
+                            self.failed.get_or_insert(e);
+                        }
+                        t.chain.answer(*slot, q, Some(task))
+                    }
+                    None => {
+                        let _ = q.reply.send(Err(QueryFailure::NotHere {
+                            task,
+                            message: format!(
+                                "key {:?} of {uid} is in task {task} of stage {:?}, which \
+                                 instance {} does not own now; GET /tasks on each instance \
+                                 shows which owns it",
+                                q.key,
+                                self.graph.nodes[self.plan.stages[*stage].entry.head].uid,
+                                c.instance()
+                            ),
+                        }));
+                    }
+                }
+            }
+        }
     }
 }

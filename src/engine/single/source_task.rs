@@ -12,20 +12,20 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::Message;
 use tracing::{debug, info};
 
-use super::chain::Chain;
 use crate::checkpoint::CheckpointStore;
-use crate::dataflow::graph::{KafkaRecord, RecordError, SourceFormat, SourceSpec};
-use crate::dataflow::operator::RecordOrigin;
-use crate::dataflow::row::{Row, Schema, Value};
+use crate::dataflow::graph::{RecordError, SourceSpec};
+use crate::dataflow::row::Schema;
 use crate::dataflow::{Record, RecordKey};
 use crate::element::{Barrier, Element};
+use crate::engine::chain::Chain;
+use crate::engine::decode::{decode, record_of};
 use crate::error::Result;
 use crate::kafka::SourceContext;
 use crate::runtime::output::Output;
 use crate::runtime::source::{
     bad_record, consumer_error, offsets_at_trigger, Position, MAX_BATCH_DELAY, WATERMARK_INTERVAL,
 };
-use crate::runtime::{Ack, DeadLetter, SourceCommand, BATCH, NO_TIMESTAMP};
+use crate::runtime::{Ack, DeadLetter, SourceCommand, BATCH};
 use crate::time::watermark::{SourceWatermarks, WatermarkUpdate};
 
 pub struct GraphSource {
@@ -249,82 +249,6 @@ fn push(chain: &mut Chain, batch: &mut Vec<Record>) -> Result<()> {
     }
     let records = std::mem::replace(batch, Vec::with_capacity(BATCH));
     chain.push(0, 0, records)
-}
-
-/// One Kafka record value as a row of the source's schema, with its event
-/// time, and its origin last where the source keeps it
-/// (`SourceSpec::origin`); `Ok(None)` for a record that holds no row (a
-/// change stream's tombstone).
-pub fn decode(
-    spec: &SourceSpec,
-    schema: &Schema,
-    record: &KafkaRecord<'_>,
-) -> std::result::Result<Option<(Row, i64)>, RecordError> {
-    let Some((mut row, ts)) = decode_value(spec, schema, record)? else {
-        return Ok(None);
-    };
-    if spec.origin {
-        row.values.push(RecordOrigin::value(
-            record.key,
-            record.topic,
-            record.partition,
-            record.offset,
-        ));
-    }
-    Ok(Some((row, ts)))
-}
-
-/// The record of a message as decoders see it.
-pub fn record_of<'a>(m: &'a rdkafka::message::BorrowedMessage<'a>) -> KafkaRecord<'a> {
-    use rdkafka::Message;
-    KafkaRecord {
-        key: m.key(),
-        payload: m.payload(),
-        topic: m.topic(),
-        partition: m.partition(),
-        offset: m.offset(),
-        timestamp: m.timestamp().to_millis(),
-        log_append_time: matches!(m.timestamp(), rdkafka::Timestamp::LogAppendTime(_)),
-        headers: m.headers(),
-    }
-}
-
-fn decode_value(
-    spec: &SourceSpec,
-    schema: &Schema,
-    record: &KafkaRecord<'_>,
-) -> std::result::Result<Option<(Row, i64)>, RecordError> {
-    if let SourceFormat::Custom(decoder) = &spec.format {
-        return decoder.decode_record(record);
-    }
-    let bad = RecordError::Bad;
-    let payload = record
-        .payload
-        .ok_or_else(|| bad("record has no value (null)".into()))?;
-    let row = match spec.format {
-        SourceFormat::Custom(_) => unreachable!("decoded above"),
-        SourceFormat::Text => Row::insert(vec![Value::String(
-            std::str::from_utf8(payload)
-                .map_err(|e| bad(format!("value is not valid UTF-8: {e}")))?
-                .to_string(),
-        )]),
-        SourceFormat::Json => crate::dataflow::json::decode_row(payload, schema).map_err(bad)?,
-    };
-    let ts = match &spec.event_time {
-        None => NO_TIMESTAMP,
-        Some(et) => match et.column {
-            None => record
-                .timestamp
-                .ok_or_else(|| bad("record has no Kafka timestamp for event time".into()))?,
-            Some(c) => row.get(c).as_timestamp().ok_or_else(|| {
-                bad(format!(
-                    "event-time field {:?} is missing or null",
-                    schema.fields[c].name
-                ))
-            })?,
-        },
-    };
-    Ok(Some((row, ts)))
 }
 
 /// The source's watermarks, with each partition registered before its

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 use tracing::debug;
 
-use super::chain::Chain;
 use crate::checkpoint::CheckpointStore;
 use crate::config::CheckpointMode;
 use crate::dataflow::Record;
 use crate::element::{Barrier, Element};
+use crate::engine::chain::Chain;
 use crate::error::{Result, WeirError};
 use crate::runtime::alignment::BarrierAligner;
 use crate::runtime::gate::EpochGate;
