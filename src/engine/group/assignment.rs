@@ -27,6 +27,9 @@ use super::{
 };
 
 impl GraphInstance {
+    /// Runs on the instance's thread: once an attempt starts, after each
+    /// commit, rewind and activation (the loop), and in a revocation
+    /// (callback).
     pub(super) fn publish_ownership(&self) {
         let mut o = self.ownership.lock().expect("ownership lock");
         o.instance = self.config.instance().to_string();
@@ -59,6 +62,7 @@ impl GraphInstance {
             .collect();
     }
 
+    /// Runs on the instance's thread: the revocation callback, inside `poll`.
     pub(super) fn on_revoke(&mut self, consumer: &Consumer_, tpl: &TopicPartitionList, lost: bool) {
         if !self.abandoned && self.failed.is_none() {
             let instance = self.config.instance().to_string();
@@ -100,6 +104,9 @@ impl GraphInstance {
     /// changed (see [`GraphInstance::fence_dead_owners`]): at each
     /// assignment and each commit. A failed write is a warning; it is
     /// tried again at the next.
+    ///
+    /// Runs on the instance's thread: the assignment callback (from
+    /// `positions`) and each commit (the loop or a revocation).
     pub(super) fn announce(&mut self, consumer: &Consumer_) {
         let Some(member) = kafka::members::own_member_id(consumer.client()) else {
             return;
@@ -137,6 +144,9 @@ impl GraphInstance {
     /// past its committed offset is refused; an input partition passed by
     /// retention starts at its first offset with a warning; one without an
     /// offset at `source.start`, resolved to an offset once.
+    ///
+    /// Runs on the instance's thread: the assignment callback (from `place`),
+    /// and the loop when rewound partitions are placed again.
     pub(super) fn positions(
         &mut self,
         consumer: &Consumer_,
@@ -221,6 +231,9 @@ impl GraphInstance {
 
     /// Sets the position of every partition of `tpl`, about to be
     /// assigned, and keeps what their restore needs.
+    ///
+    /// Runs on the instance's thread: the assignment callback, inside `poll`,
+    /// before librdkafka assigns; and the loop, for rewound partitions.
     pub(super) fn place(
         &mut self,
         consumer: &Consumer_,
@@ -243,6 +256,9 @@ impl GraphInstance {
     /// and lets them be read. A rewound partition is still assigned and
     /// fetching: it is sought to its position, synchronously and checked
     /// per partition. Returns the partitions sought.
+    ///
+    /// Runs on the instance's thread: the loop, between polls, once
+    /// `activatable` says so.
     pub(super) fn activate(&mut self, consumer: &Consumer_) -> Result<Vec<(String, i32)>> {
         // The open epoch was committed just before (`poll_loop`); if its
         // checkpoint was declined instead, its output waits in a suspended
@@ -361,6 +377,8 @@ impl GraphInstance {
     /// and checked, if its restore is from a checkpoint), `None` while the
     /// fetcher makes its committed checkpoint ready locally (asked here the
     /// first time).
+    ///
+    /// Runs on the instance's thread: the loop, from `activate`.
     pub(super) fn readiness(
         &mut self,
         stage: usize,
@@ -396,6 +414,8 @@ impl GraphInstance {
     /// Takes the fetcher's finished work. A fetch that failed (a missing or
     /// damaged object) stops the instance, as a restore would; one for a
     /// task no longer waiting for that checkpoint is dropped.
+    ///
+    /// Runs on the instance's thread: the loop, from `activatable`.
     pub(super) fn take_fetched(&mut self) -> Result<()> {
         for f in self.fetcher.finished() {
             if self.fetching.get(&(f.stage, f.task)) != Some(&f.key) {
@@ -409,6 +429,9 @@ impl GraphInstance {
 
     /// Whether [`Self::activate`] has something to do: a pending partition
     /// that is not waiting for the fetcher.
+    ///
+    /// Runs on the instance's thread: the loop, every turn while partitions are
+    /// pending.
     pub(super) fn activatable(&mut self) -> Result<bool> {
         self.take_fetched()?;
         Ok(self
@@ -428,6 +451,9 @@ impl GraphInstance {
     /// stable offset, read_committed) the first time, the same offset after
     /// that until a commit records it. Resolving `latest` again after a
     /// refused first commit would skip what arrived in between.
+    ///
+    /// Runs on the instance's thread: the assignment callback, from
+    /// `positions`.
     pub(super) fn start_offset(
         &self,
         consumer: &Consumer_,
@@ -455,6 +481,9 @@ impl GraphInstance {
     /// `committed`, or the partition's `first` offset when retention deleted
     /// the records from `committed` on before they were read: said in the
     /// log and counted, where librdkafka would reset it silently.
+    ///
+    /// Runs on the instance's thread: the assignment callback, from
+    /// `positions`.
     pub(super) fn past_retention(
         &self,
         topic: &str,
@@ -514,6 +543,9 @@ impl GraphInstance {
     ///
     /// When the pointers, the members or an announcement cannot be read,
     /// or the fence fails, it warns and the read waits as before.
+    ///
+    /// Runs on the instance's thread: the assignment callback, from
+    /// `positions`.
     pub(super) fn fence_dead_owners(&self, partitions: &[(String, i32)]) {
         let mut tpl = TopicPartitionList::new();
         for (t, p) in partitions
@@ -608,6 +640,9 @@ impl GraphInstance {
     /// offsets expire or go all together, so a job whose group has no
     /// offset for any task but whose storage holds task checkpoints lost
     /// them: refused, naming `inputs`.
+    ///
+    /// Runs on the instance's thread: the assignment callback, from
+    /// `positions`.
     pub(super) fn refuse_lost_input_offsets(
         &self,
         consumer: &Consumer_,

@@ -29,6 +29,9 @@ impl GraphInstance {
     /// (it would only wait for the same files) unless `forced` (a
     /// revocation, the stop): the open transaction is renewed when it
     /// nears its timeout instead.
+    ///
+    /// Runs on the instance's thread: the loop (the epoch is due, before an
+    /// activation, at the stop) and the revocation callback (forced).
     pub(super) fn commit(&mut self, consumer: &Consumer_, forced: bool) -> Result<()> {
         self.announce(consumer);
         // Housekeeping after this call covers only what it commits:
@@ -116,6 +119,9 @@ impl GraphInstance {
 
     /// Whether the open transaction must be renewed now to stay inside
     /// `transaction.timeout.ms` (while a late checkpoint uploads).
+    ///
+    /// Runs on the instance's thread: the loop and `commit`, while a declined
+    /// checkpoint's files upload.
     pub(super) fn renewal_due(&self) -> bool {
         self.commit
             .transaction_age()
@@ -124,6 +130,8 @@ impl GraphInstance {
 
     /// Aborts the open transaction and begins another with the same
     /// output (the producer's journal).
+    ///
+    /// Runs on the instance's thread: `commit` and `wait_for_uploads`.
     pub(super) fn renew(&mut self) -> Result<()> {
         let started = Instant::now();
         self.commit.renew()?;
@@ -133,6 +141,8 @@ impl GraphInstance {
 
     /// Counts and logs a renewal (this instance's, or `run_epoch`'s when
     /// it declined a checkpoint), and how long it took when known.
+    ///
+    /// Runs on the instance's thread: `commit` and `renew`.
     pub(super) fn note_renewal(&self, took: Option<std::time::Duration>) {
         self.metrics.transactions_renewed.inc();
         info!(
@@ -145,6 +155,8 @@ impl GraphInstance {
     /// A declined checkpoint's files are still uploading and the output
     /// held is below its bound: no new checkpoint starts yet (it would
     /// only wait for the same files).
+    ///
+    /// Runs on the instance's thread: the loop (`due`) and `commit`.
     pub(super) fn waiting_for_uploads(&mut self) -> bool {
         self.behind && !self.uploader.idle() && self.producer.journal_bytes() < JOURNAL_LIMIT
     }
@@ -154,6 +166,8 @@ impl GraphInstance {
     /// compaction's files for the next checkpoints to upload. (RocksDB
     /// compacts on its own threads; this one runs on the poll thread,
     /// between two epochs, with nothing in the open transaction.)
+    ///
+    /// Runs on the instance's thread: after a commit (failpoints builds only).
     #[cfg(feature = "failpoints")]
     pub(super) fn compact_on_request(&mut self) {
         let requested = fail::eval("group-compact-after-commit", |path| {
@@ -193,6 +207,8 @@ impl GraphInstance {
     /// the task's staging folder: a snapshot that includes them finds them
     /// stored or on their way. Best effort: a failure is logged, and the
     /// snapshot queues what is missing.
+    ///
+    /// Runs on the instance's thread: the loop, every `EAGER_UPLOAD_INTERVAL`.
     pub(super) fn upload_new_files(&mut self) {
         self.last_eager_upload = Instant::now();
         let prefixes: Vec<((usize, u32), String)> = self
@@ -267,6 +283,8 @@ impl GraphInstance {
 
     /// Ends the task's epoch; snapshots it if it changed and queues the
     /// files storage lacks for upload. None: no offset to commit.
+    ///
+    /// Runs on the instance's thread: the epoch's end (`prepare`), per task.
     pub(super) fn stage_task(&mut self, task: &mut GraphTask) -> Result<Option<TaskEpochEnd>> {
         task.chain.end_epoch()?;
         let Some(next) = task.next else {
@@ -348,6 +366,8 @@ impl GraphInstance {
     /// held than [`JOURNAL_LIMIT`] it waits on until they are (no more
     /// input is read meanwhile), and `forced` up to `checkpoint.timeout` in
     /// all, renewing the transaction whenever it nears its timeout.
+    ///
+    /// Runs on the instance's thread: the epoch's end (`prepare`).
     pub(super) fn wait_for_uploads(&mut self, keys: &[String], forced: bool) -> Result<bool> {
         let started = Instant::now();
         let age = self.commit.transaction_age().unwrap_or_default();
@@ -396,6 +416,9 @@ impl GraphInstance {
 
     /// Writes the manifest of a task whose files are all on storage;
     /// returns its offset and pointer.
+    ///
+    /// Runs on the instance's thread: the epoch's end (`prepare`), per staged
+    /// task.
     pub(super) fn finish_task(&mut self, staged: Staged) -> Result<(i64, String)> {
         let mut task = self.tasks.remove(&staged.key).expect("a staged task");
         let result = self.write_task_manifest(&mut task, staged);
@@ -403,6 +426,7 @@ impl GraphInstance {
         result
     }
 
+    /// Runs on the instance's thread: the epoch's end, from `finish_task`.
     pub(super) fn write_task_manifest(
         &mut self,
         task: &mut GraphTask,
@@ -470,6 +494,8 @@ impl GraphInstance {
     /// A round of storage collection and repartition trimming for the
     /// tasks whose offsets the last commit carried (`collectable`), on the
     /// housekeeper's thread; the stop path's final round is waited for.
+    ///
+    /// Runs on the instance's thread: after a commit, and the stop.
     pub(super) fn housekeeping(&mut self, stopping: bool) {
         self.last_housekeeping = Instant::now();
         let mut round = housekeeper::Round {

@@ -20,6 +20,8 @@ use super::{source_spec, wire, GraphInstance};
 
 impl GraphInstance {
     /// One record from the consumer.
+    ///
+    /// Runs on the instance's thread: the loop, for each polled record.
     pub(super) fn on_message(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
         match self.stage_of_topic.get(m.topic()).copied() {
             Some(stage) => self.on_repartition(stage, m),
@@ -27,6 +29,7 @@ impl GraphInstance {
         }
     }
 
+    /// Runs on the instance's thread: the loop, from `on_message`.
     pub(super) fn on_repartition(&mut self, stage: usize, m: &BorrowedMessage<'_>) -> Result<()> {
         let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
         let max_p = self.config.job.max_parallelism;
@@ -113,6 +116,7 @@ impl GraphInstance {
         Ok(())
     }
 
+    /// Runs on the instance's thread: the loop, from `on_message`.
     pub(super) fn on_input(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
         let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
         let tp = (topic.to_string(), partition);
@@ -186,6 +190,8 @@ impl GraphInstance {
     /// Polls the input partitions' watermarks; a change makes the epoch
     /// worth committing (an idle partition's news must reach the stages
     /// even when nothing is read).
+    ///
+    /// Runs on the instance's thread: the loop, every `WATERMARK_INTERVAL`.
     pub(super) fn poll_source_marks(&mut self) {
         let now = crate::runtime::now_ms();
         self.now_ms = now;
@@ -201,6 +207,8 @@ impl GraphInstance {
     }
 
     /// Every input partition's watermark to the stages its source feeds.
+    ///
+    /// Runs on the instance's thread: the epoch's end (`prepare`).
     pub(super) fn send_source_marks(&mut self) -> Result<()> {
         let now = crate::runtime::now_ms();
         for ((topic, partition), input) in self.inputs.iter_mut() {
@@ -226,6 +234,9 @@ impl GraphInstance {
     }
 
     /// The rows read for `source` into its chain.
+    ///
+    /// Runs on the instance's thread: the loop, when a source's batch is full
+    /// or flushed.
     pub(super) fn push_source(&mut self, source: usize) -> Result<()> {
         let batch = std::mem::replace(&mut self.source_batches[source], Vec::with_capacity(BATCH));
         if batch.is_empty() {
@@ -235,6 +246,9 @@ impl GraphInstance {
     }
 
     /// Every row read into its chain.
+    ///
+    /// Runs on the instance's thread: the epoch's end, and the loop when it
+    /// flushes.
     pub(super) fn push_batches(&mut self) -> Result<()> {
         for source in 0..self.source_chains.len() {
             self.push_source(source)?;
@@ -245,6 +259,7 @@ impl GraphInstance {
         Ok(())
     }
 
+    /// Runs on the instance's thread: the loop, when a poll returns nothing.
     pub(super) fn flush(&mut self) -> Result<()> {
         self.push_batches()?;
         for c in &mut self.source_chains {

@@ -34,6 +34,9 @@ use super::{source_spec, wire, GraphInstance, STAGING};
 impl GraphInstance {
     /// The chain of `entry` for task (or source) `subtask`: its nodes, hash
     /// edges out of it as repartition topics, `stores` for its keyed nodes.
+    ///
+    /// Runs on the instance's thread: the loop: from `restore_task`, and for
+    /// the source chains.
     pub(super) fn build_chain(
         &self,
         entry: &Entry,
@@ -102,6 +105,8 @@ impl GraphInstance {
     /// differ, the strictest wins (fail, then dead-letter, then skip): a
     /// source that asked to stop on a bad record never has its rows
     /// dropped for another source's policy.
+    ///
+    /// Runs on the instance's thread: the loop, from `build_chain`.
     pub(super) fn repartition_too_large(
         &self,
         node: NodeId,
@@ -151,6 +156,9 @@ impl GraphInstance {
     }
 
     /// The sources' chains and dead-letter outputs, new (nothing gathered).
+    ///
+    /// Runs on the instance's thread: the loop: once an attempt starts, and in
+    /// a rewind.
     pub(super) fn build_source_chains(&mut self) {
         let mut chains = Vec::new();
         let mut dead = Vec::new();
@@ -175,6 +183,9 @@ impl GraphInstance {
     }
 
     /// The folder of task `id` of `stage` below `state.dir`.
+    ///
+    /// Runs on the instance's thread: the loop (restores) and the assignment
+    /// callback.
     pub(super) fn task_dir(&self, stage: usize, id: u32) -> PathBuf {
         self.config
             .job_state_dir()
@@ -185,6 +196,9 @@ impl GraphInstance {
 
     /// Whether task `id` of `stage` ever committed, by its marker in
     /// storage (`manifest::committed_marker`): its key, if so.
+    ///
+    /// Runs on the instance's thread: the assignment callback (from
+    /// `refuse_lost_input_offsets`) and the loop (from `restore_task`).
     pub(super) fn committed_marker(&self, stage: usize, id: u32) -> Result<Option<String>> {
         let key = manifest::committed_marker(self.head_uid(stage), id);
         Ok(self.storage.get(&key)?.map(|_| key))
@@ -193,6 +207,9 @@ impl GraphInstance {
     /// Opens task `id` of `stage`: exactly the checkpoint its committed
     /// offset names; empty when the group has no offset for it and storage
     /// no checkpoint of it (a new job), or from `weir reset`'s offset.
+    ///
+    /// Runs on the instance's thread: the loop, from `activate`; never inside a
+    /// callback.
     pub(super) fn restore_task(
         &mut self,
         stage: usize,
