@@ -58,6 +58,52 @@ impl WatermarkValve {
         }
     }
 
+    /// A valve whose channels hold the `(watermark, idle)` states of
+    /// `inputs`, as a checkpoint kept them, with the output they give: the
+    /// minimum over the active channels, or, when every one is idle, the
+    /// highest watermark (the flush the last one's going idle made).
+    pub fn restored(inputs: &[(i64, bool)]) -> Self {
+        let mut v = Self::new(inputs.len());
+        for (c, &(watermark, idle)) in v.channels.iter_mut().zip(inputs) {
+            c.watermark = watermark;
+            c.idle = idle;
+        }
+        let active_min = v
+            .channels
+            .iter()
+            .filter(|c| !c.idle)
+            .map(|c| c.watermark)
+            .min();
+        let all_max = v.channels.iter().map(|c| c.watermark).max();
+        v.last_output = active_min.or(all_max).unwrap_or(i64::MIN);
+        v.idle_output = v.channels.iter().all(|c| c.idle);
+        let last_output = v.last_output;
+        for c in &mut v.channels {
+            c.aligned = !c.idle && c.watermark >= last_output;
+        }
+        v
+    }
+
+    /// An input that was not there before (a writer first heard of): a
+    /// channel at `i64::MIN`, active, which counts toward the minimum once
+    /// it has caught up with the output, as a channel back from idleness
+    /// does. Returns its index and the output changes (`Active` if every
+    /// other channel was idle).
+    pub fn add_input(&mut self) -> (usize, Vec<ValveOutput>) {
+        self.channels.push(ChannelState {
+            watermark: i64::MIN,
+            idle: false,
+            aligned: self.last_output == i64::MIN,
+            ended: false,
+        });
+        (self.channels.len() - 1, self.settle())
+    }
+
+    /// The highest watermark `input` delivered and whether it is idle.
+    pub fn input(&self, input: usize) -> Option<(i64, bool)> {
+        self.channels.get(input).map(|c| (c.watermark, c.idle))
+    }
+
     /// A watermark arrived on `input`: returns the new output watermark if
     /// it advanced.
     ///
@@ -201,6 +247,35 @@ mod tests {
         assert_eq!(v.on_watermark(1, 1), Some(1));
         assert_eq!(v.on_watermark(1, 2), Some(2));
         assert_eq!(v.on_watermark(1, 1000), Some(300));
+    }
+
+    #[test]
+    fn restored_channels_give_the_output_they_gave_live() {
+        let v = WatermarkValve::restored(&[(7, false), (9, false), (3, true)]);
+        assert_eq!((v.current(), v.is_idle()), (7, false));
+        assert_eq!(v.input(2), Some((3, true)));
+        // Every one idle: the highest, as the flush when the last went idle.
+        let v = WatermarkValve::restored(&[(7, true), (9, true)]);
+        assert_eq!((v.current(), v.is_idle()), (9, true));
+        let v = WatermarkValve::restored(&[]);
+        assert_eq!((v.current(), v.is_idle()), (i64::MIN, true));
+    }
+
+    #[test]
+    fn an_added_input_joins_once_caught_up() {
+        let mut v = WatermarkValve::new(1);
+        assert_eq!(v.on_watermark(0, 20), Some(20));
+        let (i, out) = v.add_input();
+        assert_eq!((i, out), (1, vec![]));
+        // Behind the output: it does not pull it back, nor hold it.
+        assert_eq!(v.on_watermark(1, 5), None);
+        assert_eq!(v.on_watermark(0, 30), Some(30));
+        assert_eq!(v.on_watermark(1, 40), None);
+        assert_eq!(v.on_watermark(0, 50), Some(40));
+        // Added while every other input is idle: the valve is active again.
+        assert_eq!(v.on_idle(0, true), vec![]);
+        assert_eq!(v.on_idle(1, true), vec![Watermark(50), Idle]);
+        assert_eq!(v.add_input(), (2, vec![Active]));
     }
 
     #[test]
@@ -356,6 +431,7 @@ mod tests {
         Wm(usize, i64),
         Idle(usize, bool),
         End(usize),
+        Add,
     }
 
     proptest! {
@@ -364,9 +440,10 @@ mod tests {
         /// channel is never behind the output, and Idle/Active alternate.
         #[test]
         fn invariants(ops in proptest::collection::vec(prop_oneof![
-            4 => (0..3usize, -50..50i64).prop_map(|(i, w)| Op::Wm(i, w)),
-            2 => (0..3usize, any::<bool>()).prop_map(|(i, b)| Op::Idle(i, b)),
+            4 => (0..4usize, -50..50i64).prop_map(|(i, w)| Op::Wm(i, w)),
+            2 => (0..4usize, any::<bool>()).prop_map(|(i, b)| Op::Idle(i, b)),
             1 => (0..3usize).prop_map(Op::End),
+            1 => Just(Op::Add),
         ], 0..80)) {
             let mut v = WatermarkValve::new(3);
             let mut last = i64::MIN;
@@ -376,6 +453,7 @@ mod tests {
                     Op::Wm(i, w) => v.on_watermark(i, w).map(Watermark).into_iter().collect(),
                     Op::Idle(i, b) => v.on_idle(i, b),
                     Op::End(i) => v.on_end(i),
+                    Op::Add => v.add_input().1,
                 };
                 for o in outs {
                     match o {

@@ -15,6 +15,7 @@ use crate::element::Element;
 use crate::error::{Refusal, Result, WeirError};
 use crate::runtime::source::bad_record;
 use crate::runtime::{DeadLetter, BATCH};
+use crate::time::valve::ValveOutput;
 
 use super::{source_spec, wire, GraphInstance};
 
@@ -101,12 +102,12 @@ impl GraphInstance {
                 idle,
             } => {
                 task.push_batch()?;
-                let advance = task.marks.on_mark(&writer, watermark, idle);
-                if let Some(idle) = advance.idle {
-                    task.chain.broadcast(Element::Idle(idle))?;
-                }
-                if let Some(wm) = advance.watermark {
-                    task.chain.advance_watermark(wm)?;
+                for out in task.marks.on_mark(&writer, watermark, idle) {
+                    match out {
+                        ValveOutput::Watermark(wm) => task.chain.advance_watermark(wm)?,
+                        ValveOutput::Idle => task.chain.broadcast(Element::Idle(true))?,
+                        ValveOutput::Active => task.chain.broadcast(Element::Idle(false))?,
+                    }
                 }
             }
         }
