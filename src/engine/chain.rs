@@ -22,6 +22,7 @@ use crate::runtime::output::Output;
 use crate::runtime::query::{KeyState, QueryFailure, StateQuery, WindowState};
 use crate::runtime::{DeadLetter, BATCH};
 use crate::state::key_groups::{key_group, subtask_for_key_group};
+use crate::time::valve::ValveOutput;
 
 /// Rows an operator's output holds past a full batch: what one more input
 /// record may emit (a line's words) before the batch goes on.
@@ -439,6 +440,20 @@ impl Chain {
             .with_label_values(&[self.slots[0].uid.as_str(), &self.subtask.to_string()])
             .set(watermark);
         self.on_watermark(watermark)
+    }
+
+    /// What the task's watermark valve output, applied in order: a new
+    /// watermark advances the chain, a change of idleness goes downstream.
+    /// Both runners' tasks take their valve's output here.
+    pub fn apply_valve(&mut self, outputs: Vec<ValveOutput>) -> Result<()> {
+        for out in outputs {
+            match out {
+                ValveOutput::Watermark(w) => self.advance_watermark(w)?,
+                ValveOutput::Idle => self.broadcast(Element::Idle(true))?,
+                ValveOutput::Active => self.broadcast(Element::Idle(false))?,
+            }
+        }
+        Ok(())
     }
 
     /// The task moved to another instance, which reports it from now on:

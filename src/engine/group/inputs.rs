@@ -11,11 +11,9 @@ use tracing::warn;
 use super::plan::partition_writer;
 use crate::dataflow::graph::RecordError;
 use crate::dataflow::{Record, RecordKey};
-use crate::element::Element;
 use crate::error::{Refusal, Result, WeirError};
 use crate::runtime::source::bad_record;
 use crate::runtime::{DeadLetter, BATCH};
-use crate::time::valve::ValveOutput;
 
 use super::{source_spec, wire, GraphInstance};
 
@@ -102,13 +100,8 @@ impl GraphInstance {
                 idle,
             } => {
                 task.push_batch()?;
-                for out in task.marks.on_mark(&writer, watermark, idle) {
-                    match out {
-                        ValveOutput::Watermark(wm) => task.chain.advance_watermark(wm)?,
-                        ValveOutput::Idle => task.chain.broadcast(Element::Idle(true))?,
-                        ValveOutput::Active => task.chain.broadcast(Element::Idle(false))?,
-                    }
-                }
+                let outputs = task.marks.on_mark(&writer, watermark, idle);
+                task.chain.apply_valve(outputs)?;
             }
         }
         task.next = Some(offset + 1);

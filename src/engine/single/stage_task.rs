@@ -19,7 +19,7 @@ use crate::runtime::alignment::BarrierAligner;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::query::StateQuery;
 use crate::runtime::Ack;
-use crate::time::valve::{ValveOutput, WatermarkValve};
+use crate::time::valve::WatermarkValve;
 
 /// One input channel and the head's input port it feeds.
 pub struct Input {
@@ -106,13 +106,7 @@ impl StageTask {
                     }
                 }
                 Element::Idle(idle) => {
-                    for out in valve.on_idle(input, idle) {
-                        match out {
-                            ValveOutput::Watermark(w) => self.chain.advance_watermark(w)?,
-                            ValveOutput::Idle => self.chain.broadcast(Element::Idle(true))?,
-                            ValveOutput::Active => self.chain.broadcast(Element::Idle(false))?,
-                        }
-                    }
+                    self.chain.apply_valve(valve.on_idle(input, idle))?;
                 }
                 Element::Barrier(b) => {
                     alignment_started.get_or_insert_with(Instant::now);
