@@ -101,6 +101,12 @@ pub enum WeirError {
     #[error("weir reset refused: {0}")]
     ResetRefused(String),
 
+    /// `weir savepoint`, or `--restore-from` a savepoint in group mode,
+    /// cannot go on (instances still running, a job that already has
+    /// task checkpoints, repartition topics that would not drain).
+    #[error("savepoint refused: {0}")]
+    SavepointRefused(String),
+
     /// librdkafka reports the producer fenced. With Kafka 4 that is also
     /// how a transaction the broker aborted after `transaction.timeout.ms`
     /// shows, so this alone is restartable: before the restart, the job
@@ -391,6 +397,7 @@ impl WeirError {
                 | Self::Recovery(_)
                 | Self::Refused(_)
                 | Self::ResetRefused(_)
+                | Self::SavepointRefused(_)
                 | Self::Fenced { .. }
                 | Self::GroupFenced { .. }
                 | Self::Stuck { .. }

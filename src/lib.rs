@@ -91,6 +91,22 @@ pub fn reset(graph: &dataflow::Graph, config: &Config) -> std::process::ExitCode
     }
 }
 
+/// `weir savepoint` for `graph` (`engine::group::savepoint::take`),
+/// printing the savepoint's folder. Returns the process's exit code: 0, 1
+/// when refused or failed.
+pub fn savepoint(graph: dataflow::Graph, config: Config) -> std::process::ExitCode {
+    match engine::group::savepoint::take(std::sync::Arc::new(graph), std::sync::Arc::new(config)) {
+        Ok(folder) => {
+            println!("{}", folder.display());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.report());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The `main` of a job built in Rust, run as `<binary> run --config
 /// weir.toml` (or `<binary> reset --config weir.toml`) like the `weir`
 /// binary: builds the graph (a problem in it exits 2 with every problem
@@ -99,7 +115,7 @@ pub fn main_with(build: impl FnOnce() -> Result<dataflow::Graph>) -> std::proces
     let args: Vec<String> = std::env::args().collect();
     let me = args.first().map_or("job", String::as_str);
     let usage = || {
-        eprintln!("usage: {me} run|reset --config <weir.toml>");
+        eprintln!("usage: {me} run|reset|savepoint --config <weir.toml>");
         std::process::ExitCode::from(2)
     };
     let Some(config) = args
@@ -113,7 +129,7 @@ pub fn main_with(build: impl FnOnce() -> Result<dataflow::Graph>) -> std::proces
         .get(1)
         .filter(|a| !a.starts_with("--"))
         .map_or("run", String::as_str);
-    if command != "run" && command != "reset" {
+    if !["run", "reset", "savepoint"].contains(&command) {
         return usage();
     }
     let graph = match build() {
@@ -129,6 +145,9 @@ pub fn main_with(build: impl FnOnce() -> Result<dataflow::Graph>) -> std::proces
     match Config::load_for_graph(std::path::Path::new(config)) {
         Ok(c) => {
             service::init_logging(cli::LogFormat::Text, c.log.level.as_deref());
+            if command == "savepoint" {
+                return savepoint(graph, c);
+            }
             reset(&graph, &c)
         }
         Err(e) => {

@@ -148,6 +148,20 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Savepoint { config } => {
+            let config = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            weir::service::init_logging(cli.log_format, config.log.level.as_deref());
+            match weir::pipelines::graph(&config) {
+                Ok(graph) => weir::savepoint(graph, config),
+                Err(e) => {
+                    eprintln!("error: {}", e.report());
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Run {
             config,
             restore_from,

@@ -41,13 +41,6 @@ pub fn serve(
         + Send
         + 'static,
 ) -> ExitCode {
-    if config.is_group() && restore_from.is_some() {
-        eprintln!(
-            "error: --restore-from does not apply with scale.mode = \"group\": each task restores \
-             the checkpoint its committed offset names"
-        );
-        return ExitCode::from(2);
-    }
     let (shared, savepoint_requests) = JobShared::new();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

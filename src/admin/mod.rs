@@ -252,8 +252,9 @@ async fn savepoint(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> 
     if state.group_mode {
         return json_error(
             StatusCode::NOT_IMPLEMENTED,
-            "savepoints are not available with scale.mode = \"group\": each task's committed \
-             checkpoint is in checkpoint.dir"
+            "a running group-mode job takes no savepoints (scale.mode = \"group\"): stop \
+             every instance, then `weir savepoint --config <file>` drains the job and writes \
+             one (docs/scale-out.md)"
                 .into(),
         );
     }

@@ -206,7 +206,9 @@ fn newer_than(valid: &[(&CheckpointMetadata, bool)], id: u64) -> Vec<u64> {
         .collect()
 }
 
-fn check_topology(m: &CheckpointMetadata, current: &Topology, discard: Vec<u64>) -> Decision {
+/// Whether checkpoint `m` fits the job's `current` topology: `Restore`
+/// with `discard`, or `Refuse` saying why not.
+pub fn check_topology(m: &CheckpointMetadata, current: &Topology, discard: Vec<u64>) -> Decision {
     if m.topology.max_parallelism != current.max_parallelism {
         return Decision::Refuse(format!(
             "checkpoint {} was taken with job.max_parallelism = {}, the job now has {}; \

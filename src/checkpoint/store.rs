@@ -129,6 +129,29 @@ impl CheckpointStore {
         Ok(())
     }
 
+    /// Makes the checkpoint or savepoint folder `from` this job's completed
+    /// checkpoint `meta.checkpoint_id` (a `--restore-from` folder, kept so
+    /// that a crash before the next checkpoint restores it again): copied
+    /// by hard links under a name the scan ignores, given `meta` and the
+    /// committed marker, made durable, then renamed into place.
+    pub fn adopt(&self, from: &Path, meta: &CheckpointMetadata) -> Result<()> {
+        let id = meta.checkpoint_id;
+        let tmp = self.root.join(format!("adopting-{id}"));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(|e| WeirError::io(&tmp, e))?;
+        }
+        link_or_copy_dir(from, &tmp)?;
+        let path = tmp.join(METADATA);
+        let bytes = serde_json::to_vec_pretty(meta).expect("metadata serializes");
+        fs::write(&path, bytes).map_err(|e| WeirError::io(&path, e))?;
+        let marker = tmp.join(COMMITTED);
+        fs::write(&marker, b"").map_err(|e| WeirError::io(&marker, e))?;
+        sync_tree(&tmp)?;
+        let to = self.folder(id);
+        fs::rename(&tmp, &to).map_err(|e| WeirError::io(&to, e))?;
+        sync_dir(&self.root)
+    }
+
     /// Records that checkpoint `id`'s transaction committed (informative:
     /// the group's offsets are the truth; see `recovery`).
     pub fn mark_committed(&self, id: u64) -> Result<()> {

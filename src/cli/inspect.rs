@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::group_checkpoint::{self, GroupCheckpoint};
 use super::OutputFormat;
 use crate::checkpoint::metadata::CheckpointMetadata;
 use crate::checkpoint::reader::{CheckpointReader, SubtaskSummary};
@@ -14,6 +13,7 @@ use crate::checkpoint::store::COMMITTED;
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 use crate::dataflow::json::format_timestamp as rfc3339_millis;
+use crate::engine::group::committed::{self, GroupCheckpoint};
 use crate::error::{Result, WeirError};
 
 /// A checkpoint to read: its folder and, for a group-mode job, the
@@ -37,7 +37,7 @@ impl Resolved {
 /// savepoint), a checkpoint id, or `latest` (the newest completed one) of
 /// the job `config` describes. For a group-mode job, `latest` is what its
 /// consumer group has committed, downloaded from shared storage
-/// ([`group_checkpoint`]); with `operator`, only that node's stage.
+/// (`engine::group::committed`); with `operator`, only that node's stage.
 pub fn resolve(
     checkpoint: &str,
     config: Option<&Config>,
@@ -65,7 +65,7 @@ pub fn resolve(
                 config.job.name
             )));
         }
-        let group = group_checkpoint::latest(config, operator)?;
+        let group = committed::latest(config, operator)?;
         return Ok(Resolved {
             folder: group.folder().to_path_buf(),
             group: Some(group),

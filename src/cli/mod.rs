@@ -2,7 +2,6 @@
 //! list|show`, `state get|scan`.
 
 pub mod graph_state;
-pub mod group_checkpoint;
 pub mod inspect;
 
 use std::path::{Path, PathBuf};
@@ -48,6 +47,15 @@ pub enum Command {
     /// the end of its repartition partition, then delete the tasks'
     /// checkpoints. Refused while an instance runs (docs/scale-out.md).
     Reset {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Write a savepoint of the stopped job, restorable in either mode with
+    /// `run --restore-from`: in group mode, drain the repartition topics
+    /// (sources paused) and lay the committed task checkpoints out as a
+    /// checkpoint folder; in single mode, copy the last completed
+    /// checkpoint. Prints the folder (docs/scale-out.md).
+    Savepoint {
         #[arg(long)]
         config: PathBuf,
     },

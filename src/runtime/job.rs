@@ -195,14 +195,27 @@ pub(crate) fn recover(
         );
         store.delete(id)?;
     }
-    let next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
+    let mut next_id = next_id.max(checkpoint.as_ref().map_or(0, |c| c.checkpoint_id) + 1);
+    // A `--restore-from` folder becomes the job's newest completed
+    // checkpoint (hard links), as Flink adds a savepoint to its checkpoint
+    // store: a crash before the first checkpoint of this run restores it
+    // again, not an older checkpoint or empty state.
+    let checkpoint = match (&restore_from, checkpoint) {
+        (Some(from), Some(mut c)) => {
+            c.checkpoint_id = next_id;
+            store.adopt(from, &c)?;
+            let id = next_id;
+            next_id += 1;
+            info!(from = %from.display(), checkpoint_id = id, "--restore-from: the folder is kept as the job's newest checkpoint");
+            Some(c)
+        }
+        (_, c) => c,
+    };
     let (mut verification, mut verify_ms) = (None, 0);
     let checkpoint = match checkpoint {
         None => None,
         Some(c) => {
-            let folder = restore_from
-                .clone()
-                .unwrap_or_else(|| store.folder(c.checkpoint_id));
+            let folder = store.folder(c.checkpoint_id);
             // Never restore state that changed after it was checkpointed,
             // and never fall back to empty state instead. With a
             // transaction nothing is visible before the first commit, so

@@ -177,8 +177,21 @@ pub fn feed_with_kills_by(
     rng: &mut Rng,
     send: impl Fn(usize),
 ) -> WeirProcess {
+    let weir = WeirProcess::start(job.binary.as_path(), job.config, job.env);
+    feed_with_kills_after(job, weir, chunks, kills, rng, send)
+}
+
+/// As [`feed_with_kills_by`], with the job's first process already
+/// started (with `--restore-from`, say); restarts start it plainly.
+pub fn feed_with_kills_after(
+    job: &Job,
+    mut weir: WeirProcess,
+    chunks: usize,
+    kills: usize,
+    rng: &mut Rng,
+    send: impl Fn(usize),
+) -> WeirProcess {
     let (binary, config, env) = (job.binary.as_path(), job.config, job.env);
-    let mut weir = WeirProcess::start(binary, config, env);
     assert!(
         weir.wait_for_log("job running", 1, Duration::from_secs(60)),
         "never ran: {}",

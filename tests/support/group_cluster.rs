@@ -54,6 +54,11 @@ impl Cluster {
     }
 
     pub fn start(&mut self, i: usize) {
+        self.start_with(i, &[]);
+    }
+
+    /// As [`Cluster::start`], with `args` after `--config` (`--restore-from`).
+    pub fn start_with(&mut self, i: usize, args: &[&str]) {
         let extra = format!(
             "\n[scale]\nmode = \"group\"\ntasks = {TASKS}\ninstance = \"i{i}\"\n\n\
              [kafka.properties]\n\"transaction.timeout.ms\" = \"30000\"\n{}",
@@ -72,7 +77,7 @@ impl Cluster {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         env.push(("RUST_LOG", "info"));
-        let w = WeirProcess::start(&self.binary, &config, &env);
+        let w = WeirProcess::start_with(&self.binary, &config, args, &env);
         self.running.insert(i, w);
     }
 

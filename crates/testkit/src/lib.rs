@@ -749,6 +749,12 @@ impl WeirProcess {
     /// Starts `binary run --config config`, appending stdout and stderr to
     /// `<config dir>/weir.log`; `env` adds variables (e.g. `FAILPOINTS`).
     pub fn start(binary: &Path, config: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_with(binary, config, &[], env)
+    }
+
+    /// As [`WeirProcess::start`], with `args` after `--config <config>`
+    /// (`--restore-from <folder>`).
+    pub fn start_with(binary: &Path, config: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let log = config.with_file_name("weir.log");
         let out = fs::OpenOptions::new()
             .create(true)
@@ -758,6 +764,7 @@ impl WeirProcess {
         let mut cmd = Command::new(binary);
         cmd.args(["run", "--config"])
             .arg(config)
+            .args(args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

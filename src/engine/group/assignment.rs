@@ -359,6 +359,10 @@ impl GraphInstance {
                             sent: None,
                         },
                     );
+                    if self.drain {
+                        // Owned and committed at its position, never read.
+                        continue;
+                    }
                 }
             }
             tpl.add_partition(&topic, partition);

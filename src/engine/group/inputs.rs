@@ -189,6 +189,12 @@ impl GraphInstance {
     pub(super) fn poll_source_marks(&mut self) {
         let now = crate::runtime::now_ms();
         self.now_ms = now;
+        if self.drain {
+            // Paused sources have no news; their marks would keep the
+            // drain from ever going quiet (see `send_source_marks`).
+            self.last_marks = Instant::now();
+            return;
+        }
         for input in self.inputs.values_mut() {
             if let Some(w) = &mut input.marks {
                 w.poll(now);
@@ -204,6 +210,12 @@ impl GraphInstance {
     ///
     /// Runs on the instance's thread: the epoch's end (`prepare`).
     pub(super) fn send_source_marks(&mut self) -> Result<()> {
+        if self.drain {
+            // Every epoch sends every input's mark, news or not: in a drain
+            // (sources paused) each would be read, committed and sent
+            // again, forever.
+            return Ok(());
+        }
         let now = crate::runtime::now_ms();
         for ((topic, partition), input) in self.inputs.iter_mut() {
             let Some(w) = &mut input.marks else {

@@ -27,8 +27,12 @@
 //! - [`exchange`]: a hash edge as a repartition topic.
 //! - [`marks`]: a task's watermark over its writers.
 //! - [`reset`]: `weir reset`, starting the job over with empty state.
+//! - [`committed`]: the group's committed checkpoint as a checkpoint folder.
+//! - [`savepoint`]: `weir savepoint` (drain, then that folder, kept), and
+//!   `--restore-from` a savepoint of either mode.
 
 mod assignment;
+pub mod committed;
 mod epoch;
 pub mod exchange;
 mod fetcher;
@@ -39,6 +43,7 @@ pub mod plan;
 pub(crate) mod poll;
 pub mod reset;
 mod restore;
+pub mod savepoint;
 mod task;
 mod uploader;
 pub mod wire;
@@ -193,6 +198,10 @@ pub struct GraphInstance {
     failed: Option<WeirError>,
     abandoned: bool,
     dirty: bool,
+    /// `weir savepoint`'s run: the sources stay paused, and the loop stops
+    /// once what the repartition topics held is processed and committed
+    /// (`GraphInstance::drained`).
+    drain: bool,
     last_commit: Instant,
     last_housekeeping: Instant,
     last_marks: Instant,
@@ -210,8 +219,23 @@ pub struct GraphInstance {
 }
 
 /// Runs `graph` as one instance of its group until a stop request, a fatal
-/// error or the restart budget.
-pub fn run(graph: Arc<Graph>, config: Arc<Config>, shared: JobShared) -> Result<()> {
+/// error or the restart budget. With `restore_from`, a savepoint of either
+/// mode, the job's tasks are first seeded from it (`savepoint::seed`).
+pub fn run(
+    graph: Arc<Graph>,
+    config: Arc<Config>,
+    shared: JobShared,
+    restore_from: Option<PathBuf>,
+) -> Result<()> {
+    if let Some(folder) = &restore_from {
+        savepoint::seed(&graph, &config, folder)?;
+    }
+    run_with(graph, config, shared, false)
+}
+
+/// Runs `graph` as [`run`] does; with `drain`, as `weir savepoint`'s
+/// drain (`GraphInstance::drained`).
+fn run_with(graph: Arc<Graph>, config: Arc<Config>, shared: JobShared, drain: bool) -> Result<()> {
     let plan = Arc::new(
         GroupPlan::new(&graph, &config.job.name).map_err(|problems| WeirError::Graph {
             job: graph.name.clone(),
@@ -225,7 +249,7 @@ pub fn run(graph: Arc<Graph>, config: Arc<Config>, shared: JobShared) -> Result<
     // not the end at every retry.
     let starts = Arc::new(Mutex::new(BTreeMap::new()));
     crate::runtime::job::run_attempts(config, shared, None, |config, shared, _, progressed| {
-        run_attempt(&graph, &plan, config, shared, progressed, &starts)
+        run_attempt(&graph, &plan, config, shared, progressed, &starts, drain)
     })
 }
 
@@ -318,6 +342,7 @@ fn run_attempt(
     shared: &JobShared,
     progressed: &Arc<AtomicBool>,
     starts: &Starts,
+    drain: bool,
 ) -> Result<()> {
     let cancel = CancellationToken::new();
     // Fences this instance's previous incarnation and aborts its open
@@ -433,6 +458,7 @@ fn run_attempt(
         failed: None,
         abandoned: false,
         dirty: false,
+        drain,
         last_commit: Instant::now(),
         last_housekeeping: Instant::now(),
         last_marks: Instant::now(),

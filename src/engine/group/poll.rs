@@ -425,8 +425,17 @@ fn poll_loop(
             inst.commit(consumer, false)?;
             progressed.store(true, Ordering::Relaxed);
         }
+        if inst.drained() {
+            info!("drained: the repartition topics' records are processed and committed");
+            shared.stop.store(true, Ordering::Relaxed);
+        }
     }
 }
+
+/// How long a drain waits, after its last commit, for a record to read
+/// before it counts the repartition topics as drained: longer than a
+/// fetch of what that commit made visible takes.
+const DRAIN_QUIET: Duration = Duration::from_secs(3);
 
 /// What the rebalance callbacks and the loop above ask of the instance
 /// besides its partitions' work. Every method runs on the instance's
@@ -474,6 +483,20 @@ impl GraphInstance {
             return !self.waiting_for_uploads() || self.renewal_due();
         }
         self.last_commit.elapsed() >= self.config.checkpoint.interval
+    }
+
+    /// Loop, every turn: whether a drain (`weir savepoint`) is done: every
+    /// partition is restored, everything read is committed, and nothing
+    /// was read for [`DRAIN_QUIET`] since. Its sources are paused, so only
+    /// the tasks' own writes could still come; `savepoint::take` checks
+    /// the topics after the instance has left.
+    fn drained(&self) -> bool {
+        self.drain
+            && self.pending.is_empty()
+            && (!self.tasks.is_empty() || !self.inputs.is_empty())
+            && !self.dirty
+            && !self.behind
+            && self.last_commit.elapsed() >= DRAIN_QUIET
     }
 
     /// Loop, on a stop request: the final commit, one epoch even with

@@ -161,7 +161,7 @@ pub fn reset(graph: &Graph, config: &Config) -> Result<ResetReport> {
 /// listed with DescribeConsumerGroups, which answers for both group
 /// protocols (the classic DescribeGroups answers a KIP-848 group with no
 /// members).
-fn refuse_active_members(consumer: &BaseConsumer, group: &str) -> Result<()> {
+pub(super) fn refuse_active_members(consumer: &BaseConsumer, group: &str) -> Result<()> {
     let members = crate::kafka::members::group_members(consumer.client(), group, REQUEST_TIMEOUT)?;
     if !members.is_empty() {
         let names: Vec<String> = members
@@ -178,7 +178,11 @@ fn refuse_active_members(consumer: &BaseConsumer, group: &str) -> Result<()> {
     Ok(())
 }
 
-fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64)> {
+pub(super) fn watermarks(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64)> {
     consumer
         .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
         .map_err(|e| WeirError::kafka(format!("watermarks of {topic}/{partition}"), e))

@@ -61,7 +61,7 @@ pub fn run(
         });
     }
     if config.is_group() {
-        return crate::engine::group::run(graph, config, shared);
+        return crate::engine::group::run(graph, config, shared, restore_from);
     }
     info!(job = %graph.name, graph = %graph.describe(), "job graph");
     run_attempts(

@@ -1,4 +1,6 @@
-//! `weir checkpoints show` and `weir state get|scan` of a group-mode job.
+//! A group-mode job's committed checkpoint as a checkpoint folder: what
+//! `weir checkpoints show` and `weir state get|scan` read, and what
+//! `weir savepoint` keeps (`super::savepoint`).
 //!
 //! A group-mode job has no checkpoint folder: each task's checkpoint is a
 //! manifest in shared storage (`crate::scale::manifest`), and the one that
@@ -12,9 +14,11 @@
 //! `_metadata` built from the manifests (each keyed node's kind, key
 //! columns and tables, as the manifest records them), so that the readers
 //! of single-mode checkpoints (`checkpoint::reader`, `cli::graph_state`)
-//! decode them with the operators' own codecs. The folder is removed when
-//! the read is done. Nothing in Kafka or in storage is modified: the
-//! group's offsets are only read, and no member joins the group.
+//! decode them with the operators' own codecs, and single mode restores
+//! them (`--restore-from`). A read's folder is removed when the read is
+//! done; a savepoint's is kept. Nothing in Kafka or in storage is
+//! modified: the group's offsets are only read, and no member joins the
+//! group.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -34,6 +38,21 @@ use crate::scale::manifest::{self, TaskManifest, EMPTY_START, MARKERS};
 use crate::scale::storage::SharedStorage;
 use crate::scale::{checkpoints, repartition};
 
+/// Where the committed checkpoint is laid out.
+pub enum Target {
+    /// A private temporary folder, removed when the read is dropped.
+    Temporary,
+    /// A savepoint folder, kept; `graph_sources` are the job graph's input
+    /// partitions, whose committed offsets it records.
+    Savepoint {
+        folder: PathBuf,
+        graph_sources: Vec<(String, i32)>,
+        /// The job graph's whole topology (sources and sinks too), which a
+        /// restore checks against its own.
+        topology: Topology,
+    },
+}
+
 /// One task's committed checkpoint, as `weir checkpoints show` lists it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskCheckpoint {
@@ -51,10 +70,11 @@ pub struct TaskCheckpoint {
     pub size_bytes: u64,
 }
 
-/// The group's committed checkpoint, downloaded into a temporary folder
-/// laid out as a single-mode checkpoint (removed on drop).
+/// The group's committed checkpoint, downloaded into a folder laid out as
+/// a single-mode checkpoint (removed on drop unless it is a savepoint).
 pub struct GroupCheckpoint {
     folder: PathBuf,
+    keep: bool,
     pub group: String,
     pub storage: String,
     pub tasks: Vec<TaskCheckpoint>,
@@ -65,7 +85,9 @@ pub struct GroupCheckpoint {
 
 impl Drop for GroupCheckpoint {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.folder);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.folder);
+        }
     }
 }
 
@@ -88,6 +110,11 @@ impl GroupCheckpoint {
 /// the module's documentation); with `operator`, only the tasks of the
 /// stage that holds that keyed node are downloaded.
 pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint> {
+    read(config, operator, Target::Temporary)
+}
+
+/// Reads the committed checkpoint as [`latest`] does, into `target`.
+pub fn read(config: &Config, operator: Option<&str>, target: Target) -> Result<GroupCheckpoint> {
     let storage = SharedStorage::open(config)?;
     let stages = committed_stages(&storage)?;
     if stages.is_empty() {
@@ -105,22 +132,37 @@ pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint
         .create()
         .map_err(|e| WeirError::kafka("create consumer", e))?;
 
-    let folder = std::env::temp_dir().join(format!(
-        "weir-group-read-{}-{}",
-        std::process::id(),
-        crate::observe::now_ms()
-    ));
+    let (folder, keep, graph_sources, graph_topology) = match target {
+        Target::Temporary => (
+            std::env::temp_dir().join(format!(
+                "weir-group-read-{}-{}",
+                std::process::id(),
+                crate::observe::now_ms()
+            )),
+            false,
+            Vec::new(),
+            None,
+        ),
+        Target::Savepoint {
+            folder,
+            graph_sources,
+            topology,
+        } => (folder, true, graph_sources, Some(topology)),
+    };
     crate::checkpoint::store::create_private_dir(&folder)?;
     let mut out = GroupCheckpoint {
         folder,
+        keep,
         group: group.clone(),
         storage: storage.location.clone(),
         tasks: Vec::new(),
         empty: Vec::new(),
     };
-    // A TOML pipeline's configuration names its input topics (a job
-    // graph's does not: no input offsets are shown for it).
-    let inputs = if config.source.topics.is_empty() {
+    // A TOML pipeline's configuration names its input topics; a job
+    // graph's are given with its savepoint (a read shows none for it).
+    let inputs = if !graph_sources.is_empty() {
+        graph_sources
+    } else if config.source.topics.is_empty() {
         Vec::new()
     } else {
         kafka::topic_partitions(&consumer, &config.source.topics)?
@@ -226,7 +268,7 @@ pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint
         checkpoint_id: 0,
         trigger_time_ms: 0,
         prepared_time_ms: out.tasks.iter().map(|t| t.created_ms).max().unwrap_or(0),
-        topology: Topology {
+        topology: graph_topology.unwrap_or_else(|| Topology {
             max_parallelism,
             operators: operators
                 .into_values()
@@ -235,7 +277,7 @@ pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint
                     ..o
                 })
                 .collect(),
-        },
+        }),
         source_offsets,
         state: handles,
     };
