@@ -3,7 +3,7 @@
 //! Data and control are two planes: these elements travel in order on the
 //! bounded data channels, so a barrier never overtakes a record and is never
 //! overtaken; triggers, acks and commit notices travel on the
-//! Coordinator's own channels (`runtime::coordinator`).
+//! Coordinator's own channels (`engine::single::coordinator`).
 
 /// A checkpoint barrier: small and `Copy`, so that "stop with a final
 /// checkpoint" is the ordinary checkpoint path with `then_stop` set.

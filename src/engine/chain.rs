@@ -4,6 +4,7 @@
 //! their nodes through a chain, so watermarks, timers and the snapshot
 //! sequence are written once.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
@@ -11,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::group::exchange::RepartitionOut;
 use super::sink::SinkWriter;
-use crate::checkpoint::{CheckpointStore, StateHandle};
+use crate::checkpoint::{CheckpointStore, SnapshotFile, StateHandle};
 use crate::dataflow::codec::encode_key;
 use crate::dataflow::operator::Queried;
 use crate::dataflow::{Collector, Context, Operator, Record, RecordKey};
@@ -22,7 +23,53 @@ use crate::runtime::output::Output;
 use crate::runtime::query::{KeyState, QueryFailure, StateQuery, WindowState};
 use crate::runtime::{DeadLetter, BATCH};
 use crate::state::key_groups::{key_group, subtask_for_key_group};
+use crate::state::Snapshot;
 use crate::time::valve::ValveOutput;
+
+/// One task's state as a snapshot, whichever runner took it
+/// ([`Chain::snapshot_state`]): each keyed node's RocksDB files, for the
+/// task's key groups. Both checkpoint formats point at this one layout:
+/// single mode's `_metadata` as a [`StateHandle`] per node, group mode's
+/// task manifest as the files named `<uid>/<file>` (and
+/// `engine::group::committed` turns a manifest back into handles).
+#[derive(Debug)]
+pub struct TaskSnapshot {
+    pub key_groups: (u32, u32),
+    /// Each keyed node's uid and its snapshot's files.
+    pub nodes: Vec<(String, Snapshot)>,
+}
+
+impl TaskSnapshot {
+    /// As single mode's `_metadata` records it: a handle per node, its
+    /// folder `path(uid)` relative to the checkpoint folder.
+    pub fn handles(self, subtask: u32, path: impl Fn(&str) -> String) -> Vec<StateHandle> {
+        self.nodes
+            .into_iter()
+            .map(|(uid, s)| StateHandle {
+                path: path(&uid),
+                uid,
+                subtask,
+                key_groups: self.key_groups,
+                size_bytes: s.size_bytes,
+                files: s.files,
+            })
+            .collect()
+    }
+
+    /// As group mode's manifest lists them: every file, named
+    /// `<uid>/<file>` below the task's snapshot folder.
+    pub fn files(self) -> Vec<SnapshotFile> {
+        self.nodes
+            .into_iter()
+            .flat_map(|(uid, s)| {
+                s.files.into_iter().map(move |f| SnapshotFile {
+                    name: format!("{uid}/{}", f.name),
+                    ..f
+                })
+            })
+            .collect()
+    }
+}
 
 /// Rows an operator's output holds past a full batch: what one more input
 /// record may emit (a line's words) before the batch goes on.
@@ -496,18 +543,31 @@ impl Chain {
         }
     }
 
-    /// Before a snapshot: each keyed operator saves the watermark its key
-    /// groups in `range` reached ([`Context::save_watermarks`]).
-    pub fn save_watermarks(&mut self, range: (u32, u32)) -> Result<()> {
+    /// The task's state as one snapshot, the one way both runners take
+    /// it: each keyed operator saves the watermark its key groups reached
+    /// ([`Context::save_watermarks`]), then its store snapshots into
+    /// `folder(uid)`. The caller chooses the folders and points at the
+    /// result its own way ([`TaskSnapshot`]).
+    pub fn snapshot_state(
+        &mut self,
+        key_groups: (u32, u32),
+        folder: impl Fn(&str) -> Result<PathBuf>,
+    ) -> Result<TaskSnapshot> {
+        let mut nodes = Vec::new();
         for slot in &mut self.slots {
-            if let SlotBody::Operator {
-                ctx, keyed: true, ..
-            } = &mut slot.body
-            {
-                ctx.save_watermarks(range)?;
+            let SlotBody::Operator { ctx, keyed, .. } = &mut slot.body else {
+                continue;
+            };
+            if *keyed {
+                ctx.save_watermarks(key_groups)?;
             }
+            let Some(store) = ctx.store_mut() else {
+                continue;
+            };
+            let target = folder(&slot.uid)?;
+            nodes.push((slot.uid.clone(), store.snapshot(&target)?));
         }
-        Ok(())
+        Ok(TaskSnapshot { key_groups, nodes })
     }
 
     /// Group mode, at the end of an epoch: operators emit what belongs to
@@ -624,39 +684,23 @@ impl Chain {
         self.broadcast(Element::Barrier(b))?;
         let forwarded = started.elapsed();
         let id = b.checkpoint_id;
-        let mut handles = Vec::new();
-        let mut declined = None;
-        for slot in &mut self.slots {
-            let uid = slot.uid.clone();
-            let SlotBody::Operator { ctx, keyed, .. } = &mut slot.body else {
-                continue;
-            };
-            if *keyed {
-                ctx.save_watermarks(key_groups)?;
+        let subtask = self.subtask;
+        // A snapshot that cannot be written fails this checkpoint: the
+        // Coordinator counts it against `checkpoint.tolerable_failures`.
+        let taken = self.snapshot_state(key_groups, |uid| store.snapshot_target(id, uid, subtask));
+        let (handles, declined) = match taken {
+            Ok(snapshot) => (
+                snapshot.handles(subtask, |uid| CheckpointStore::state_path(uid, subtask)),
+                None,
+            ),
+            Err(e) => {
+                tracing::warn!(task = %self.task, checkpoint_id = id, error = %e.report(), "snapshot failed");
+                (
+                    Vec::new(),
+                    Some(format!("subtask {subtask}: {}", e.report())),
+                )
             }
-            let Some(state) = ctx.store_mut() else {
-                continue;
-            };
-            // A snapshot that cannot be written fails this checkpoint: the
-            // Coordinator counts it against `checkpoint.tolerable_failures`.
-            match store
-                .snapshot_target(id, &uid, self.subtask)
-                .and_then(|target| state.snapshot(&target))
-            {
-                Ok(s) => handles.push(StateHandle {
-                    uid: uid.clone(),
-                    subtask: self.subtask,
-                    key_groups,
-                    path: CheckpointStore::state_path(&uid, self.subtask),
-                    size_bytes: s.size_bytes,
-                    files: s.files,
-                }),
-                Err(e) => {
-                    tracing::warn!(uid = %uid, subtask = self.subtask, checkpoint_id = id, error = %e.report(), "snapshot failed");
-                    declined = Some(format!("{uid} subtask {}: {}", self.subtask, e.report()));
-                }
-            }
-        }
+        };
         self.hold_write_backs(false);
         let snapshotted = started.elapsed();
         for s in &mut self.slots {

@@ -2,15 +2,18 @@
 //! both share: a task's operators as a [`chain`] and the Kafka [`sink`].
 //!
 //! - [`single`]: single mode, a thread per task, channels between stages,
-//!   checkpoints by barriers (`runtime::coordinator`).
+//!   checkpoints by barriers (`single::coordinator`).
 //! - [`group`]: group mode, tasks on each instance's poll thread,
 //!   repartition topics between stages, checkpoints by epochs
 //!   (`scale::epoch`).
+//! - [`core`]: the task both runners drive (`TaskCore`: process,
+//!   advance the watermark, snapshot, restore) and its watermark marks.
 //! - [`chain`]: a task's operators, chained, and its outgoing exchanges.
 //! - [`decode`]: a Kafka record into a source's row, for both modes.
 //! - [`sink`]: the Kafka sink operator.
 
 pub mod chain;
+pub mod core;
 pub mod decode;
 pub mod group;
 pub mod single;

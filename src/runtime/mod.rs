@@ -1,19 +1,18 @@
-//! What every job's run shares, whichever its graph: the Coordinator and
-//! the commit point (one Kafka transaction per checkpoint), the epoch gate
-//! and the output sinks write through, barrier alignment, interactive
-//! queries, the restart loop and recovery (`job`), and helpers for source
-//! tasks (`source`). `crate::engine` builds an attempt's tasks from a job
-//! graph on these.
+//! What both runners share: the commit point (one Kafka transaction per
+//! checkpoint or epoch), the epoch gate and the output sinks write
+//! through, interactive queries, the restart loop and recovery (`job`),
+//! task ownership, and helpers for source positions (`source`). Single
+//! mode's own machinery, the Coordinator and barrier alignment, is in
+//! `crate::engine::single`. `crate::engine` builds an attempt's tasks from
+//! a job graph on these.
 //!
 //! Every task is its own OS thread (RocksDB and librdkafka calls block; a
 //! dedicated thread keeps them off any async reactor, as tokio advises)
 //! connected by bounded crossbeam channels, so backpressure reaches the
 //! Kafka consumer instead of memory.
 
-pub mod alignment;
 pub mod assignment;
 pub mod commit;
-pub mod coordinator;
 pub mod gate;
 pub mod job;
 pub mod output;

@@ -34,7 +34,8 @@ impl GraphInstance {
         let mut o = self.ownership.lock().expect("ownership lock");
         o.instance = self.config.instance().to_string();
         o.inputs = self
-            .inputs
+            .sources
+            .partitions
             .keys()
             .map(|(t, p)| format!("{t}/{p}"))
             .collect();
@@ -77,23 +78,23 @@ impl GraphInstance {
                 partition = e.partition(),
                 "partition revoked"
             );
-            self.pending.retain(|p| *p != tp);
-            self.placed.remove(&tp);
+            self.assignment.pending.retain(|p| *p != tp);
+            self.assignment.placed.remove(&tp);
             if let Some(stage) = self.stage_of_topic.get(&tp.0) {
-                self.fetching.remove(&(*stage, tp.1 as u32));
+                self.restore.fetching.remove(&(*stage, tp.1 as u32));
             }
             forget_lag(&self.metrics, &tp);
             match self.stage_of_topic.get(&tp.0) {
                 Some(stage) => {
                     if let Some(task) = self.tasks.remove(&(*stage, tp.1 as u32)) {
-                        task.chain.forget_gauges();
+                        task.core.chain.forget_gauges();
                         // Its queued uploads are another owner's business
                         // now; the links would keep their files on disk.
                         let _ = fs::remove_dir_all(task.dir.join(STAGING));
                     }
                 }
                 None => {
-                    self.inputs.remove(&tp);
+                    self.sources.partitions.remove(&tp);
                 }
             }
         }
@@ -111,13 +112,13 @@ impl GraphInstance {
         let Some(member) = kafka::members::own_member_id(consumer.client()) else {
             return;
         };
-        if self.announced.as_deref() == Some(member.as_str()) {
+        if self.assignment.announced.as_deref() == Some(member.as_str()) {
             return;
         }
         let presence = manifest::Presence {
             instance: self.config.instance().to_string(),
             member: member.clone(),
-            writer: format!("{}-{}", self.writer, self.incarnations),
+            writer: format!("{}-{}", self.epoch.writer, self.epoch.incarnations),
             written_ms: crate::runtime::now_ms(),
             wire_format: wire::FORMAT,
             manifest_format: manifest::FORMAT,
@@ -129,7 +130,7 @@ impl GraphInstance {
         {
             Ok(()) => {
                 info!(member = %member, "announced this instance's group member id");
-                self.announced = Some(member);
+                self.assignment.announced = Some(member);
             }
             Err(e) => {
                 warn!(error = %e.report(), "cannot announce this instance's group member id; tried again at the next commit")
@@ -247,7 +248,7 @@ impl GraphInstance {
         for (tp, placed) in self.positions(consumer, &partitions)? {
             tpl.set_partition_offset(&tp.0, tp.1, Offset::Offset(placed.position))
                 .map_err(|e| WeirError::kafka(format!("position {}/{}", tp.0, tp.1), e))?;
-            self.placed.insert(tp, placed);
+            self.assignment.placed.insert(tp, placed);
         }
         Ok(())
     }
@@ -264,7 +265,7 @@ impl GraphInstance {
         // checkpoint was declined instead, its output waits in a suspended
         // transaction while the restores run, so that they cannot outlast
         // the transaction's timeout, and is sent again into a new one after.
-        let suspend = self.dirty;
+        let suspend = self.epoch.dirty;
         if suspend {
             self.producer.suspend_transaction()?;
         }
@@ -276,11 +277,11 @@ impl GraphInstance {
     }
 
     fn restore_pending(&mut self, consumer: &Consumer_) -> Result<Vec<(String, i32)>> {
-        let pending = std::mem::take(&mut self.pending);
+        let pending = std::mem::take(&mut self.assignment.pending);
         let started = Instant::now();
         let rewound: Vec<(String, i32)> = pending
             .iter()
-            .filter(|tp| !self.placed.contains_key(*tp))
+            .filter(|tp| !self.assignment.placed.contains_key(*tp))
             .cloned()
             .collect();
         if !rewound.is_empty() {
@@ -326,6 +327,7 @@ impl GraphInstance {
                         }
                     };
                     let placed = self
+                        .assignment
                         .placed
                         .remove(&tp)
                         .expect("a pending partition is placed");
@@ -335,6 +337,7 @@ impl GraphInstance {
                 }
                 None => {
                     let placed = self
+                        .assignment
                         .placed
                         .remove(&tp)
                         .expect("a pending partition is placed");
@@ -348,9 +351,9 @@ impl GraphInstance {
                     });
                     if placed.committed != Some(placed.position) {
                         // The next epoch commits it, even without a record.
-                        self.dirty = true;
+                        self.epoch.dirty = true;
                     }
-                    self.inputs.insert(
+                    self.sources.partitions.insert(
                         (topic.clone(), partition),
                         InputPartition {
                             source,
@@ -359,7 +362,7 @@ impl GraphInstance {
                             sent: None,
                         },
                     );
-                    if self.drain {
+                    if self.epoch.drain {
                         // Owned and committed at its position, never read.
                         continue;
                     }
@@ -367,7 +370,7 @@ impl GraphInstance {
             }
             tpl.add_partition(&topic, partition);
         }
-        self.pending = waiting;
+        self.assignment.pending = waiting;
         if tpl.count() == 0 {
             return Ok(rewound);
         }
@@ -389,7 +392,7 @@ impl GraphInstance {
         id: u32,
         tp: &(String, i32),
     ) -> Result<Option<Option<PathBuf>>> {
-        let placed = &self.placed[tp];
+        let placed = &self.assignment.placed[tp];
         let label = format!("stage {:?} task {id}", self.head_uid(stage));
         let partition = format!("{}/{}", tp.0, tp.1);
         let RestorePoint::Manifest { key, .. } =
@@ -397,21 +400,21 @@ impl GraphInstance {
         else {
             return Ok(Some(None));
         };
-        if let Some(folder) = self.fetched.remove(&key) {
-            self.fetching.remove(&(stage, id));
+        if let Some(folder) = self.restore.fetched.remove(&key) {
+            self.restore.fetching.remove(&(stage, id));
             return Ok(Some(Some(folder)));
         }
-        if self.fetching.get(&(stage, id)) == Some(&key) {
+        if self.restore.fetching.get(&(stage, id)) == Some(&key) {
             return Ok(None);
         }
-        self.fetcher.fetch(fetcher::Fetch {
+        self.restore.fetcher.fetch(fetcher::Fetch {
             stage,
             task: id,
             label,
             snapshots: self.task_dir(stage, id).join("snapshots"),
             key: key.clone(),
         });
-        self.fetching.insert((stage, id), key);
+        self.restore.fetching.insert((stage, id), key);
         Ok(None)
     }
 
@@ -421,12 +424,12 @@ impl GraphInstance {
     ///
     /// Runs on the instance's thread: the loop, from `activatable`.
     pub(super) fn take_fetched(&mut self) -> Result<()> {
-        for f in self.fetcher.finished() {
-            if self.fetching.get(&(f.stage, f.task)) != Some(&f.key) {
+        for f in self.restore.fetcher.finished() {
+            if self.restore.fetching.get(&(f.stage, f.task)) != Some(&f.key) {
                 continue;
             }
             let folder = f.result?;
-            self.fetched.insert(f.key, folder);
+            self.restore.fetched.insert(f.key, folder);
         }
         Ok(())
     }
@@ -439,13 +442,15 @@ impl GraphInstance {
     pub(super) fn activatable(&mut self) -> Result<bool> {
         self.take_fetched()?;
         Ok(self
+            .assignment
             .pending
             .iter()
             .any(|(topic, p)| match self.stage_of_topic.get(topic) {
                 Some(stage) => self
+                    .restore
                     .fetching
                     .get(&(*stage, *p as u32))
-                    .is_none_or(|key| self.fetched.contains_key(key)),
+                    .is_none_or(|key| self.restore.fetched.contains_key(key)),
                 None => true,
             }))
     }
@@ -467,7 +472,13 @@ impl GraphInstance {
         first: i64,
     ) -> Result<i64> {
         let key = (topic.to_string(), partition);
-        if let Some(o) = self.starts.lock().expect("starts lock").get(&key) {
+        if let Some(o) = self
+            .assignment
+            .starts
+            .lock()
+            .expect("starts lock")
+            .get(&key)
+        {
             return Ok(*o);
         }
         let o = match start {
@@ -478,7 +489,11 @@ impl GraphInstance {
             }
         };
         info!(topic, partition, offset = o, start = ?start, "input partition without a committed offset starts here");
-        self.starts.lock().expect("starts lock").insert(key, o);
+        self.assignment
+            .starts
+            .lock()
+            .expect("starts lock")
+            .insert(key, o);
         Ok(o)
     }
 

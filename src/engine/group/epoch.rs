@@ -10,7 +10,6 @@ use std::time::Instant;
 use rdkafka::consumer::Consumer;
 use tracing::{debug, error, info, warn};
 
-use crate::checkpoint::SnapshotFile;
 use crate::engine::chain::SlotBody;
 use crate::error::{Result, WeirError};
 use crate::runtime::commit::{CommitOffsets, CommitPoint};
@@ -36,8 +35,8 @@ impl GraphInstance {
         self.announce(consumer);
         // Housekeeping after this call covers only what it commits:
         // nothing, if it commits nothing (a stop with an empty epoch).
-        self.collectable.clear();
-        if !self.dirty {
+        self.epoch.collectable.clear();
+        if !self.epoch.dirty {
             return Ok(());
         }
         if !forced && self.waiting_for_uploads() {
@@ -50,8 +49,8 @@ impl GraphInstance {
         self.commit.set_group(consumer.group_metadata());
         let commit = self.commit.clone();
         let instance = self.config.instance().to_string();
-        self.forcing = forced;
-        let budget = self.budget;
+        self.epoch.forcing = forced;
+        let budget = self.epoch.budget;
         let (outcome, offsets) = run_epoch(self, consumer, &*commit, &instance, &budget)?;
         match outcome {
             Committed::Declined { renewed } => {
@@ -72,7 +71,7 @@ impl GraphInstance {
                         ),
                     });
                 }
-                self.behind = true;
+                self.epoch.behind = true;
             }
             Committed::Refused(_) => {
                 self.metrics.transactions_aborted.inc();
@@ -98,18 +97,20 @@ impl GraphInstance {
                     .commits_refused_in_a_row = 0;
                 self.metrics.transactions_committed.inc();
                 self.metrics.checkpoint_completed(
-                    self.epoch.load(std::sync::atomic::Ordering::Relaxed),
+                    self.epoch
+                        .committed
+                        .load(std::sync::atomic::Ordering::Relaxed),
                     started.elapsed().as_secs_f64(),
-                    self.uploaded_bytes,
+                    self.epoch.uploaded_bytes,
                 );
                 debug!(
                     partitions = offsets.len(),
-                    uploaded_bytes = self.uploaded_bytes,
+                    uploaded_bytes = self.epoch.uploaded_bytes,
                     took_ms = started.elapsed().as_millis() as u64,
                     "epoch committed"
                 );
-                self.uploaded_bytes = 0;
-                if self.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
+                self.epoch.uploaded_bytes = 0;
+                if self.epoch.last_housekeeping.elapsed() >= HOUSEKEEPING_INTERVAL {
                     self.housekeeping(false);
                 }
             }
@@ -125,7 +126,7 @@ impl GraphInstance {
     pub(super) fn renewal_due(&self) -> bool {
         self.commit
             .transaction_age()
-            .is_some_and(|age| self.budget.must_renew(age))
+            .is_some_and(|age| self.epoch.budget.must_renew(age))
     }
 
     /// Aborts the open transaction and begins another with the same
@@ -158,7 +159,9 @@ impl GraphInstance {
     ///
     /// Runs on the instance's thread: the loop (`due`) and `commit`.
     pub(super) fn waiting_for_uploads(&mut self) -> bool {
-        self.behind && !self.uploader.idle() && self.producer.journal_bytes() < JOURNAL_LIMIT
+        self.epoch.behind
+            && !self.epoch.uploader.idle()
+            && self.producer.journal_bytes() < JOURNAL_LIMIT
     }
 
     /// Tests: every store compacted whole right after a commit, once, when
@@ -178,7 +181,7 @@ impl GraphInstance {
             return;
         }
         for task in self.tasks.values_mut() {
-            for slot in &mut task.chain.slots {
+            for slot in &mut task.core.chain.slots {
                 let SlotBody::Operator { ctx, .. } = &mut slot.body else {
                     continue;
                 };
@@ -210,7 +213,7 @@ impl GraphInstance {
     ///
     /// Runs on the instance's thread: the loop, every `EAGER_UPLOAD_INTERVAL`.
     pub(super) fn upload_new_files(&mut self) {
-        self.last_eager_upload = Instant::now();
+        self.epoch.last_eager_upload = Instant::now();
         let prefixes: Vec<((usize, u32), String)> = self
             .tasks
             .iter()
@@ -221,7 +224,7 @@ impl GraphInstance {
             let task = self.tasks.get_mut(&key).expect("listed");
             let staging = task.dir.join(STAGING);
             let (mut queued, mut queued_bytes) = (0usize, 0u64);
-            for slot in &mut task.chain.slots {
+            for slot in &mut task.core.chain.slots {
                 let SlotBody::Operator { ctx, .. } = &mut slot.body else {
                     continue;
                 };
@@ -256,7 +259,7 @@ impl GraphInstance {
                     match linked {
                         Ok(()) => {
                             let k = manifest::file_key(&prefix, &task.writer, 0, &name);
-                            self.uploader.submit(&k, link);
+                            self.epoch.uploader.submit(&k, link);
                             task.uploading.insert(name, (k, size));
                             queued += 1;
                             queued_bytes += size;
@@ -286,7 +289,7 @@ impl GraphInstance {
     ///
     /// Runs on the instance's thread: the epoch's end (`prepare`), per task.
     pub(super) fn stage_task(&mut self, task: &mut GraphTask) -> Result<Option<TaskEpochEnd>> {
-        task.chain.end_epoch()?;
+        task.core.chain.end_epoch()?;
         let Some(next) = task.next else {
             return Ok(None);
         };
@@ -295,34 +298,15 @@ impl GraphInstance {
                 return Ok(Some(TaskEpochEnd::Unchanged(next, p.clone())));
             }
         }
-        task.harvest(&mut self.uploader, &mut self.uploaded_bytes);
-        self.seq += 1;
-        let seq = self.seq;
+        task.harvest(&mut self.epoch.uploader, &mut self.epoch.uploaded_bytes);
+        self.epoch.seq += 1;
+        let seq = self.epoch.seq;
         let target = task
             .dir
             .join("snapshots")
             .join(format!("{}-{seq:08}", task.writer));
         fs::create_dir_all(&target).map_err(|e| WeirError::io(&target, e))?;
-        let range = range_for_subtask(
-            task.id,
-            self.config.scale.tasks,
-            self.config.job.max_parallelism,
-        );
-        task.chain.save_watermarks(range)?;
-        let mut files = Vec::new();
-        for slot in &mut task.chain.slots {
-            let SlotBody::Operator { ctx, .. } = &mut slot.body else {
-                continue;
-            };
-            let Some(store) = ctx.store_mut() else {
-                continue;
-            };
-            let snapshot = store.snapshot(&target.join(&slot.uid))?;
-            files.extend(snapshot.files.into_iter().map(|f| SnapshotFile {
-                name: format!("{}/{}", slot.uid, f.name),
-                ..f
-            }));
-        }
+        let files = task.core.snapshot(|uid| Ok(target.join(uid)))?.files();
         let prefix = manifest::stage_task_prefix(self.head_uid(task.stage), task.id);
         let mut staged = Vec::with_capacity(files.len());
         for f in files {
@@ -341,7 +325,7 @@ impl GraphInstance {
                 Some(key) => key,
                 None => {
                     let key = manifest::file_key(&prefix, &task.writer, seq, &f.name);
-                    self.uploader.submit(&key, target.join(&f.name));
+                    self.epoch.uploader.submit(&key, target.join(&f.name));
                     if sst {
                         task.uploading
                             .insert(f.name.clone(), (key.clone(), f.size_bytes));
@@ -372,8 +356,9 @@ impl GraphInstance {
         let started = Instant::now();
         let age = self.commit.transaction_age().unwrap_or_default();
         if self
+            .epoch
             .uploader
-            .wait(keys, started + self.budget.ack_deadline(age))
+            .wait(keys, started + self.epoch.budget.ack_deadline(age))
         {
             return Ok(true);
         }
@@ -395,14 +380,15 @@ impl GraphInstance {
         loop {
             let age = self.commit.transaction_age().unwrap_or_default();
             let renewal = self
+                .epoch
                 .budget
                 .transaction_timeout
-                .saturating_sub(age + 2 * self.budget.margin());
+                .saturating_sub(age + 2 * self.epoch.budget.margin());
             let mut until = Instant::now() + renewal;
             if forced {
                 until = until.min(started + timeout);
             }
-            if self.uploader.wait(keys, until) {
+            if self.epoch.uploader.wait(keys, until) {
                 return Ok(true);
             }
             if forced && started.elapsed() >= timeout {
@@ -432,16 +418,16 @@ impl GraphInstance {
         task: &mut GraphTask,
         staged: Staged,
     ) -> Result<(i64, String)> {
-        task.harvest(&mut self.uploader, &mut self.uploaded_bytes);
+        task.harvest(&mut self.epoch.uploader, &mut self.epoch.uploaded_bytes);
         let mut files = Vec::with_capacity(staged.files.len());
         for (name, key) in staged.files {
             if let Some(m) = task.uploaded.get(&name).filter(|m| m.key == key) {
                 files.push(m.clone());
                 continue;
             }
-            match self.uploader.take(&key) {
+            match self.epoch.uploader.take(&key) {
                 Some(Ok((size_bytes, crc32))) => {
-                    self.uploaded_bytes += size_bytes;
+                    self.epoch.uploaded_bytes += size_bytes;
                     files.push(ManifestFile {
                         name,
                         key,
@@ -480,7 +466,7 @@ impl GraphInstance {
             graph: Some(GraphTaskState {
                 stage: head,
                 tables: self.stage_tables[task.stage].clone(),
-                watermarks: task.marks.snapshot(),
+                watermarks: task.core.marks.snapshot(),
                 operators: self.stage_operators[task.stage].clone(),
             }),
         };
@@ -497,12 +483,12 @@ impl GraphInstance {
     ///
     /// Runs on the instance's thread: after a commit, and the stop.
     pub(super) fn housekeeping(&mut self, stopping: bool) {
-        self.last_housekeeping = Instant::now();
+        self.epoch.last_housekeeping = Instant::now();
         let mut round = housekeeper::Round {
             stopping,
             ..Default::default()
         };
-        for key in std::mem::take(&mut self.collectable) {
+        for key in std::mem::take(&mut self.epoch.collectable) {
             let Some(task) = self.tasks.get(&key) else {
                 continue;
             };
@@ -523,9 +509,9 @@ impl GraphInstance {
                 .push((id as i32, next));
         }
         if stopping {
-            self.housekeeper.finish(round);
+            self.epoch.housekeeper.finish(round);
         } else if !round.collect.is_empty() {
-            self.housekeeper.offer(round);
+            self.epoch.housekeeper.offer(round);
         }
     }
 }
@@ -538,14 +524,14 @@ impl EpochWork for GraphInstance {
     fn prepare(&mut self) -> Result<Option<CommitOffsets>> {
         self.push_batches()?;
         self.send_source_marks()?;
-        for c in &mut self.source_chains {
+        for c in &mut self.sources.chains {
             c.end_epoch()?;
         }
         for d in &mut self.dead_letters {
             d.flush_batch()?;
         }
         let mut offsets = CommitOffsets::default();
-        for ((t, p), input) in &self.inputs {
+        for ((t, p), input) in &self.sources.partitions {
             if let Some(o) = input.next {
                 offsets.insert(t, *p, o, String::new());
             }
@@ -569,11 +555,11 @@ impl EpochWork for GraphInstance {
             .iter()
             .flat_map(|s| s.files.iter().map(|(_, key)| key.clone()))
             .collect();
-        let forced = self.forcing;
+        let forced = self.epoch.forcing;
         if !self.wait_for_uploads(&waiting, forced)? {
             let late: Vec<&String> = waiting
                 .iter()
-                .filter(|k| self.uploader.is_in_flight(k))
+                .filter(|k| self.epoch.uploader.is_in_flight(k))
                 .collect();
             warn!(
                 files = late.len(),
@@ -595,18 +581,19 @@ impl EpochWork for GraphInstance {
 
     fn committed(&mut self, offsets: &CommitOffsets) {
         self.epoch
+            .committed
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.dirty = false;
-        self.behind = false;
+        self.epoch.dirty = false;
+        self.epoch.behind = false;
         for task in self.tasks.values_mut() {
-            task.harvest(&mut self.uploader, &mut self.uploaded_bytes);
+            task.harvest(&mut self.epoch.uploader, &mut self.epoch.uploaded_bytes);
             task.clean_staging();
         }
         // Files of declined checkpoints that this one did not need.
-        self.uploader.forget_finished();
-        self.last_commit = Instant::now();
+        self.epoch.uploader.forget_finished();
+        self.epoch.last_commit = Instant::now();
         let stage_of_topic = &self.stage_of_topic;
-        self.collectable = offsets
+        self.epoch.collectable = offsets
             .iter()
             .filter_map(|((t, p), _)| Some((*stage_of_topic.get(t)?, *p as u32)))
             .collect();
@@ -638,20 +625,21 @@ impl EpochWork for GraphInstance {
     fn rewind(&mut self) {
         // What the chains gathered belonged to the aborted epoch, and so
         // did what is uploading.
-        self.uploader.cancel();
-        self.behind = false;
+        self.epoch.uploader.cancel();
+        self.epoch.behind = false;
         self.build_source_chains();
         // Closes each RocksDB before its restore opens the same folder.
         let tasks = std::mem::take(&mut self.tasks);
         for (stage, id) in tasks.keys() {
-            self.pending
+            self.assignment
+                .pending
                 .push((self.plan.stages[*stage].topic.clone(), *id as i32));
         }
         drop(tasks);
-        let inputs = std::mem::take(&mut self.inputs);
-        self.pending.extend(inputs.into_keys());
-        self.dirty = false;
-        self.last_commit = Instant::now();
+        let inputs = std::mem::take(&mut self.sources.partitions);
+        self.assignment.pending.extend(inputs.into_keys());
+        self.epoch.dirty = false;
+        self.epoch.last_commit = Instant::now();
         self.publish_ownership();
     }
 }

@@ -99,14 +99,12 @@ impl GraphInstance {
                 watermark,
                 idle,
             } => {
-                task.push_batch()?;
-                let outputs = task.marks.on_mark(&writer, watermark, idle);
-                task.chain.apply_valve(outputs)?;
+                task.core.on_mark(&writer, watermark, idle)?;
             }
         }
         task.next = Some(offset + 1);
         task.changed = true;
-        self.dirty = true;
+        self.epoch.dirty = true;
         Ok(())
     }
 
@@ -114,7 +112,7 @@ impl GraphInstance {
     pub(super) fn on_input(&mut self, m: &BorrowedMessage<'_>) -> Result<()> {
         let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
         let tp = (topic.to_string(), partition);
-        let Some(input) = self.inputs.get_mut(&tp) else {
+        let Some(input) = self.sources.partitions.get_mut(&tp) else {
             return Ok(());
         };
         if input.next.is_some_and(|n| offset < n) {
@@ -122,12 +120,12 @@ impl GraphInstance {
             return Ok(());
         }
         input.next = Some(offset + 1);
-        self.dirty = true;
+        self.epoch.dirty = true;
         let source = input.source;
         let head = self.plan.sources[source].head;
         let node = &self.graph.nodes[head];
         let spec = source_spec(&self.graph, head);
-        self.records_in[source].inc();
+        self.sources.records_in[source].inc();
         match crate::engine::decode::decode(
             spec,
             &node.schema,
@@ -136,9 +134,9 @@ impl GraphInstance {
             Ok(None) => Ok(()),
             Ok(Some((row, timestamp))) => {
                 if let Some(w) = &mut input.marks {
-                    w.on_record(topic, partition, timestamp, self.now_ms);
+                    w.on_record(topic, partition, timestamp, self.sources.now_ms);
                 }
-                let batch = &mut self.source_batches[source];
+                let batch = &mut self.sources.batches[source];
                 batch.push(Record {
                     row,
                     timestamp,
@@ -188,36 +186,36 @@ impl GraphInstance {
     /// Runs on the instance's thread: the loop, every `WATERMARK_INTERVAL`.
     pub(super) fn poll_source_marks(&mut self) {
         let now = crate::runtime::now_ms();
-        self.now_ms = now;
-        if self.drain {
+        self.sources.now_ms = now;
+        if self.epoch.drain {
             // Paused sources have no news; their marks would keep the
             // drain from ever going quiet (see `send_source_marks`).
-            self.last_marks = Instant::now();
+            self.sources.last_marks = Instant::now();
             return;
         }
-        for input in self.inputs.values_mut() {
+        for input in self.sources.partitions.values_mut() {
             if let Some(w) = &mut input.marks {
                 w.poll(now);
                 if input.sent != Some((w.current(), w.is_idle())) {
-                    self.dirty = true;
+                    self.epoch.dirty = true;
                 }
             }
         }
-        self.last_marks = Instant::now();
+        self.sources.last_marks = Instant::now();
     }
 
     /// Every input partition's watermark to the stages its source feeds.
     ///
     /// Runs on the instance's thread: the epoch's end (`prepare`).
     pub(super) fn send_source_marks(&mut self) -> Result<()> {
-        if self.drain {
+        if self.epoch.drain {
             // Every epoch sends every input's mark, news or not: in a drain
             // (sources paused) each would be read, committed and sent
             // again, forever.
             return Ok(());
         }
         let now = crate::runtime::now_ms();
-        for ((topic, partition), input) in self.inputs.iter_mut() {
+        for ((topic, partition), input) in self.sources.partitions.iter_mut() {
             let Some(w) = &mut input.marks else {
                 continue;
             };
@@ -229,7 +227,7 @@ impl GraphInstance {
                     .with_label_values(&[topic.as_str(), &partition.to_string()])
                     .set(state.0);
             }
-            self.source_chains[input.source].send_mark(
+            self.sources.chains[input.source].send_mark(
                 &partition_writer(topic, *partition),
                 state.0,
                 state.1,
@@ -244,11 +242,11 @@ impl GraphInstance {
     /// Runs on the instance's thread: the loop, when a source's batch is full
     /// or flushed.
     pub(super) fn push_source(&mut self, source: usize) -> Result<()> {
-        let batch = std::mem::replace(&mut self.source_batches[source], Vec::with_capacity(BATCH));
+        let batch = std::mem::replace(&mut self.sources.batches[source], Vec::with_capacity(BATCH));
         if batch.is_empty() {
             return Ok(());
         }
-        self.source_chains[source].push(0, 0, batch)
+        self.sources.chains[source].push(0, 0, batch)
     }
 
     /// Every row read into its chain.
@@ -256,11 +254,11 @@ impl GraphInstance {
     /// Runs on the instance's thread: the epoch's end, and the loop when it
     /// flushes.
     pub(super) fn push_batches(&mut self) -> Result<()> {
-        for source in 0..self.source_chains.len() {
+        for source in 0..self.sources.chains.len() {
             self.push_source(source)?;
         }
         for t in self.tasks.values_mut() {
-            t.push_batch()?;
+            t.core.push_batch()?;
         }
         Ok(())
     }
@@ -268,14 +266,14 @@ impl GraphInstance {
     /// Runs on the instance's thread: the loop, when a poll returns nothing.
     pub(super) fn flush(&mut self) -> Result<()> {
         self.push_batches()?;
-        for c in &mut self.source_chains {
+        for c in &mut self.sources.chains {
             c.flush()?;
         }
         for d in &mut self.dead_letters {
             d.flush_batch()?;
         }
         for t in self.tasks.values_mut() {
-            t.chain.flush()?;
+            t.core.chain.flush()?;
         }
         Ok(())
     }

@@ -13,7 +13,7 @@
 //! - **tasks**: partition `t` of stage `s`'s repartition topic is task
 //!   `(s, t)`, with its chain (the stage's keyed head and what follows it),
 //!   one RocksDB per keyed node, and the watermarks of its writers
-//!   ([`marks`]). A task's watermark advance fires its timers and goes on,
+//!   (`engine::core::marks`). A task's watermark advance fires its timers and goes on,
 //!   as the task's own mark, into the topics it writes.
 //!
 //! Every epoch (`checkpoint.interval`) the instance snapshots each changed
@@ -25,7 +25,6 @@
 //! - [`plan`]: which nodes run in which chain, and the stages' topics.
 //! - [`wire`]: rows and watermarks on a repartition topic.
 //! - [`exchange`]: a hash edge as a repartition topic.
-//! - [`marks`]: a task's watermark over its writers.
 //! - [`reset`]: `weir reset`, starting the job over with empty state.
 //! - [`committed`]: the group's committed checkpoint as a checkpoint folder.
 //! - [`savepoint`]: `weir savepoint` (drain, then that folder, kept), and
@@ -38,7 +37,6 @@ pub mod exchange;
 mod fetcher;
 mod housekeeper;
 mod inputs;
-pub mod marks;
 pub mod plan;
 pub(crate) mod poll;
 pub mod reset;
@@ -127,7 +125,11 @@ struct Placed {
 }
 
 /// The instance's state, shared between the poll loop and the rebalance
-/// callbacks (which run inside `poll`, on the same thread).
+/// callbacks (which run inside `poll`, on the same thread), by concern:
+/// what the job is (the graph, its plan and what follows from them), its
+/// clients, the tasks it owns, and four groups of working state, each
+/// touched by the methods of one file ([`AssignmentState`], [`RestoreState`],
+/// [`EpochState`], [`SourceState`]).
 pub struct GraphInstance {
     graph: Arc<Graph>,
     plan: Arc<GroupPlan>,
@@ -140,11 +142,6 @@ pub struct GraphInstance {
     /// Per stage, its keyed nodes as its manifests describe them to
     /// readers (`GraphTaskState::operators`).
     stage_operators: Vec<Vec<OperatorInfo>>,
-    /// Per source, its `weir_records_in_total` counter.
-    records_in: Vec<prometheus::IntCounter>,
-    /// The wall clock the input partitions' idleness is judged by, read
-    /// with their watermarks (every `WATERMARK_INTERVAL`), not per record.
-    now_ms: u64,
     config: Arc<Config>,
     /// Reads the tasks' last committed pointers without waiting for open
     /// transactions (`fence_dead_owners`).
@@ -153,60 +150,15 @@ pub struct GraphInstance {
     producer: Arc<SinkProducer>,
     /// The producer's transaction as the epoch's commit point.
     commit: Arc<KafkaCommitPoint>,
-    /// Bytes uploaded since the last commit.
-    uploaded_bytes: u64,
     storage: SharedStorage,
-    /// Streams the tasks' snapshot files to storage off this thread.
-    uploader: uploader::Uploader,
-    /// The last epoch's checkpoint was declined (its files were not on
-    /// storage in time) and its output waits in the open transaction: no
-    /// new checkpoint starts until the uploader is idle.
-    behind: bool,
-    last_eager_upload: Instant,
-    /// The epoch being committed must commit now (a revocation, the stop).
-    forcing: bool,
-    budget: TransactionBudget,
-    writer: String,
-    seq: u64,
-    /// Epochs committed; the repartition exchanges read it too: each
-    /// writes its shape first in every epoch (`exchange::RepartitionOut`).
-    epoch: Arc<std::sync::atomic::AtomicU64>,
-    incarnations: u64,
-    /// The group member id last announced on shared storage.
-    announced: Option<String>,
-    inputs: BTreeMap<(String, i32), InputPartition>,
-    /// One chain per source (stateless: shared by its partitions), and the
-    /// rows read for it not yet pushed.
-    source_chains: Vec<Chain>,
-    source_batches: Vec<Vec<Record>>,
     dead_letters: Vec<Output>,
     tasks: BTreeMap<(usize, u32), GraphTask>,
-    pending: Vec<(String, i32)>,
-    /// Positions set when partitions were assigned, and what their
-    /// restore needs, until they are activated.
-    placed: HashMap<(String, i32), Placed>,
-    /// The tasks whose offsets the last commit carried: the only ones
-    /// storage collection may touch (`housekeeping`).
-    collectable: BTreeSet<(usize, u32)>,
-    housekeeper: housekeeper::Housekeeper,
-    /// Local copies of committed checkpoints made ready off the poll
-    /// thread; per task being fetched, the manifest it waits for, and the
-    /// manifests whose local copy is ready and checked.
-    fetcher: fetcher::Fetcher,
-    fetching: HashMap<(usize, u32), String>,
-    fetched: HashMap<String, PathBuf>,
+    /// An error a rebalance callback met (it cannot return one), for the
+    /// loop to end the attempt with; and whether the attempt was abandoned
+    /// (callbacks commit nothing more).
     failed: Option<WeirError>,
     abandoned: bool,
-    dirty: bool,
-    /// `weir savepoint`'s run: the sources stay paused, and the loop stops
-    /// once what the repartition topics held is processed and committed
-    /// (`GraphInstance::drained`).
-    drain: bool,
-    last_commit: Instant,
-    last_housekeeping: Instant,
-    last_marks: Instant,
     ownership: Arc<Mutex<Ownership>>,
-    starts: Starts,
     /// Interactive queries per keyed node: its stage, its slot in the
     /// stage's chain, its uid, and the one queue the instance answers.
     queries: Vec<(
@@ -216,6 +168,82 @@ pub struct GraphInstance {
         crossbeam_channel::Receiver<StateQuery>,
     )>,
     cancel: CancellationToken,
+    assignment: AssignmentState,
+    restore: RestoreState,
+    epoch: EpochState,
+    sources: SourceState,
+}
+
+/// What the assignment callback leaves for the loop (`assignment.rs`).
+struct AssignmentState {
+    /// Partitions assigned (or rewound) and not yet restored.
+    pending: Vec<(String, i32)>,
+    /// Positions set when partitions were assigned, and what their
+    /// restore needs, until they are activated.
+    placed: HashMap<(String, i32), Placed>,
+    starts: Starts,
+    /// The group member id last announced on shared storage.
+    announced: Option<String>,
+}
+
+/// Local copies of committed checkpoints made ready off the poll thread
+/// (`restore.rs`): per task being fetched, the manifest it waits for, and
+/// the manifests whose local copy is ready and checked.
+struct RestoreState {
+    fetcher: fetcher::Fetcher,
+    fetching: HashMap<(usize, u32), String>,
+    fetched: HashMap<String, PathBuf>,
+}
+
+/// The epoch and the checkpoint it ends with (`epoch.rs`), and the
+/// storage work that follows commits.
+struct EpochState {
+    /// Something was read or is due since the last commit.
+    dirty: bool,
+    /// `weir savepoint`'s run: the sources stay paused, and the loop stops
+    /// once what the repartition topics held is processed and committed
+    /// (`GraphInstance::drained`).
+    drain: bool,
+    /// The last epoch's checkpoint was declined (its files were not on
+    /// storage in time) and its output waits in the open transaction: no
+    /// new checkpoint starts until the uploader is idle.
+    behind: bool,
+    /// The epoch being committed must commit now (a revocation, the stop).
+    forcing: bool,
+    budget: TransactionBudget,
+    /// Names this process attempt's objects; its checkpoint sequence.
+    writer: String,
+    seq: u64,
+    /// Epochs committed; the repartition exchanges read it too: each
+    /// writes its shape first in every epoch (`exchange::RepartitionOut`).
+    committed: Arc<std::sync::atomic::AtomicU64>,
+    incarnations: u64,
+    last_commit: Instant,
+    /// Streams the tasks' snapshot files to storage off this thread;
+    /// bytes uploaded since the last commit.
+    uploader: uploader::Uploader,
+    uploaded_bytes: u64,
+    last_eager_upload: Instant,
+    /// The tasks whose offsets the last commit carried: the only ones
+    /// storage collection may touch (`housekeeping`).
+    collectable: BTreeSet<(usize, u32)>,
+    housekeeper: housekeeper::Housekeeper,
+    last_housekeeping: Instant,
+}
+
+/// The input partitions this instance reads (`inputs.rs`).
+struct SourceState {
+    partitions: BTreeMap<(String, i32), InputPartition>,
+    /// One chain per source (stateless: shared by its partitions), and the
+    /// rows read for it not yet pushed.
+    chains: Vec<Chain>,
+    batches: Vec<Vec<Record>>,
+    /// Per source, its `weir_records_in_total` counter.
+    records_in: Vec<prometheus::IntCounter>,
+    /// The wall clock the input partitions' idleness is judged by, read
+    /// with their watermarks (every `WATERMARK_INTERVAL`), not per record.
+    now_ms: u64,
+    last_marks: Instant,
 }
 
 /// Runs `graph` as one instance of its group until a stop request, a fatal
@@ -415,55 +443,17 @@ fn run_attempt(
             .iter()
             .map(|st| stage_operators(graph, st, config))
             .collect(),
-        records_in: plan
-            .sources
-            .iter()
-            .map(|e| {
-                shared
-                    .metrics
-                    .records_in
-                    .with_label_values(&[graph.nodes[e.head].uid.as_str()])
-            })
-            .collect(),
-        now_ms: crate::runtime::now_ms(),
         config: config.clone(),
         last_committed: kafka::create_last_committed_reader(config)?,
         metrics: shared.metrics.clone(),
         producer: producer.clone(),
         commit: commit.clone(),
-        uploaded_bytes: 0,
         storage: SharedStorage::open(config)?,
-        uploader: uploader::Uploader::start(config)?,
-        behind: false,
-        last_eager_upload: Instant::now(),
-        forcing: false,
-        budget: TransactionBudget::from_config(config),
-        writer,
-        seq: 0,
-        epoch: Arc::default(),
-        incarnations: 0,
-        announced: None,
-        inputs: BTreeMap::new(),
-        source_chains: Vec::new(),
-        source_batches: Vec::new(),
         dead_letters: Vec::new(),
         tasks: BTreeMap::new(),
-        pending: Vec::new(),
-        placed: HashMap::new(),
-        collectable: BTreeSet::new(),
-        housekeeper,
-        fetcher: fetcher::Fetcher::start(config)?,
-        fetching: HashMap::new(),
-        fetched: HashMap::new(),
         failed: None,
         abandoned: false,
-        dirty: false,
-        drain,
-        last_commit: Instant::now(),
-        last_housekeeping: Instant::now(),
-        last_marks: Instant::now(),
         ownership: shared.ownership.clone(),
-        starts: starts.clone(),
         queries: plan
             .stages
             .iter()
@@ -492,6 +482,52 @@ fn run_attempt(
             })
             .collect(),
         cancel: cancel.clone(),
+        assignment: AssignmentState {
+            pending: Vec::new(),
+            placed: HashMap::new(),
+            starts: starts.clone(),
+            announced: None,
+        },
+        restore: RestoreState {
+            fetcher: fetcher::Fetcher::start(config)?,
+            fetching: HashMap::new(),
+            fetched: HashMap::new(),
+        },
+        epoch: EpochState {
+            dirty: false,
+            drain,
+            behind: false,
+            forcing: false,
+            budget: TransactionBudget::from_config(config),
+            writer,
+            seq: 0,
+            committed: Arc::default(),
+            incarnations: 0,
+            last_commit: Instant::now(),
+            uploader: uploader::Uploader::start(config)?,
+            uploaded_bytes: 0,
+            last_eager_upload: Instant::now(),
+            collectable: BTreeSet::new(),
+            housekeeper,
+            last_housekeeping: Instant::now(),
+        },
+        sources: SourceState {
+            partitions: BTreeMap::new(),
+            chains: Vec::new(),
+            batches: Vec::new(),
+            records_in: plan
+                .sources
+                .iter()
+                .map(|e| {
+                    shared
+                        .metrics
+                        .records_in
+                        .with_label_values(&[graph.nodes[e.head].uid.as_str()])
+                })
+                .collect(),
+            now_ms: crate::runtime::now_ms(),
+            last_marks: Instant::now(),
+        },
     };
     instance.build_source_chains();
     instance.publish_ownership();

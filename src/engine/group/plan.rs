@@ -5,8 +5,12 @@
 //! from its one topic (each record names its port), so the two sides of
 //! a key are always in the same task.
 //!
-//! The other nodes (forward inputs only, never keyed) run in the chain of
-//! every entry they are reached from: a source's, or a stage's. A node
+//! The plan is the graph's own stages (`Graph::stages`, what single mode
+//! runs as tasks), read for an exchange that only hashes: single mode's
+//! channels also carry forward edges between stages (a union's inputs, a
+//! node after a fan-out), repartition topics do not, so a stage headed by
+//! a node with forward inputs only (never keyed) runs in the chain of
+//! every entry it is reached from: a source's, or a keyed stage's. A node
 //! reached from two entries (a union of two sources) runs in both; it is
 //! stateless, so that is the same as one copy that sees both.
 
@@ -80,17 +84,37 @@ impl GroupPlan {
         if !problems.is_empty() {
             return Err(problems);
         }
+        // The graph's stages, and the one each node runs in.
+        let graph_stages = graph.stages();
+        let mut stage_of = vec![0; graph.nodes.len()];
+        for (i, st) in graph_stages.iter().enumerate() {
+            for n in &st.nodes {
+                stage_of[*n] = i;
+            }
+        }
+        // An entry: the stage `head` heads, and every stage without a
+        // keyed input that a forward edge reaches from what it holds.
         let closure = |head: NodeId| {
-            let mut nodes = vec![head];
-            for n in head + 1..graph.nodes.len() {
-                if hash_in(n) {
-                    continue;
-                }
-                if graph.inputs(n).any(|e| nodes.contains(&e.from)) {
-                    nodes.push(n);
+            let mut nodes: BTreeSet<NodeId> =
+                graph_stages[stage_of[head]].nodes.iter().copied().collect();
+            let mut grown = true;
+            while grown {
+                grown = false;
+                for e in &graph.edges {
+                    let joins = e.exchange == Exchange::Forward
+                        && nodes.contains(&e.from)
+                        && !nodes.contains(&e.to)
+                        && !hash_in(e.to);
+                    if joins {
+                        nodes.extend(graph_stages[stage_of[e.to]].nodes.iter().copied());
+                        grown = true;
+                    }
                 }
             }
-            Entry { head, nodes }
+            Entry {
+                head,
+                nodes: nodes.into_iter().collect(),
+            }
         };
         let sources: Vec<Entry> = graph
             .nodes

@@ -339,7 +339,7 @@ fn poll_loop(
         // fetches again, which the below-position check would then skip:
         // lost updates. It is dropped; the seek re-reads it.
         let mut sought: Vec<(String, i32)> = Vec::new();
-        if !inst.pending.is_empty() && inst.activatable()? {
+        if !inst.assignment.pending.is_empty() && inst.activatable()? {
             // The open epoch commits first: the restores must not run
             // inside a transaction the broker times out after
             // `transaction.timeout.ms` (downloads run off this thread
@@ -353,7 +353,7 @@ fn poll_loop(
         // the group gave nothing is ready too).
         shared
             .ready
-            .store(inst.pending.is_empty(), Ordering::Relaxed);
+            .store(inst.assignment.pending.is_empty(), Ordering::Relaxed);
         match msg {
             None => inst.idle()?,
             Some(Err(e)) => {
@@ -452,7 +452,7 @@ impl GraphInstance {
     /// Rebalance callback: partitions were assigned (and paused); the loop
     /// restores them (`activate`).
     pub(super) fn assigned(&mut self, partitions: Vec<(String, i32)>) {
-        self.pending.extend(partitions);
+        self.assignment.pending.extend(partitions);
     }
 
     /// Loop: nothing was read, so what is gathered goes out.
@@ -466,23 +466,23 @@ impl GraphInstance {
     fn due(&mut self) -> bool {
         // One clock read per turn of the loop.
         let now = Instant::now();
-        if now.duration_since(self.last_marks) >= WATERMARK_INTERVAL {
+        if now.duration_since(self.sources.last_marks) >= WATERMARK_INTERVAL {
             self.poll_source_marks();
         }
-        if now.duration_since(self.last_eager_upload) >= EAGER_UPLOAD_INTERVAL {
+        if now.duration_since(self.epoch.last_eager_upload) >= EAGER_UPLOAD_INTERVAL {
             self.upload_new_files();
         }
-        if !self.dirty {
+        if !self.epoch.dirty {
             return false;
         }
-        if self.behind {
+        if self.epoch.behind {
             // A declined checkpoint's files are uploading: the next one
             // starts once they are on storage, or now when the output held
             // reached its bound (its wait then blocks until they are);
             // meanwhile the transaction is renewed before it times out.
             return !self.waiting_for_uploads() || self.renewal_due();
         }
-        self.last_commit.elapsed() >= self.config.checkpoint.interval
+        self.epoch.last_commit.elapsed() >= self.config.checkpoint.interval
     }
 
     /// Loop, every turn: whether a drain (`weir savepoint`) is done: every
@@ -491,19 +491,19 @@ impl GraphInstance {
     /// the tasks' own writes could still come; `savepoint::take` checks
     /// the topics after the instance has left.
     fn drained(&self) -> bool {
-        self.drain
-            && self.pending.is_empty()
-            && (!self.tasks.is_empty() || !self.inputs.is_empty())
-            && !self.dirty
-            && !self.behind
-            && self.last_commit.elapsed() >= DRAIN_QUIET
+        self.epoch.drain
+            && self.assignment.pending.is_empty()
+            && (!self.tasks.is_empty() || !self.sources.partitions.is_empty())
+            && !self.epoch.dirty
+            && !self.epoch.behind
+            && self.epoch.last_commit.elapsed() >= DRAIN_QUIET
     }
 
     /// Loop, on a stop request: the final commit, one epoch even with
     /// nothing new to commit when the instance owns partitions.
     fn commit_to_stop(&mut self, consumer: &Consumer_) -> Result<()> {
-        if !self.tasks.is_empty() || !self.inputs.is_empty() {
-            self.dirty = true;
+        if !self.tasks.is_empty() || !self.sources.partitions.is_empty() {
+            self.epoch.dirty = true;
         }
         self.commit(consumer, true)
     }
@@ -529,10 +529,10 @@ impl GraphInstance {
                 match self.tasks.get_mut(&(*stage, task)) {
                     Some(t) => {
                         // What it has read, applied first.
-                        if let Err(e) = t.push_batch() {
+                        if let Err(e) = t.core.push_batch() {
                             self.failed.get_or_insert(e);
                         }
-                        t.chain.answer(*slot, q, Some(task))
+                        t.core.chain.answer(*slot, q, Some(task))
                     }
                     None => {
                         let _ = q.reply.send(Err(QueryFailure::NotHere {

@@ -11,22 +11,21 @@ use std::time::Instant;
 use tracing::info;
 
 use super::exchange::RepartitionOut;
-use super::marks::WriterMarks;
 use super::plan::{task_writer, Entry};
 use crate::checkpoint::StateHandle;
 use crate::config::BadRecordPolicy;
 use crate::dataflow::graph::{Exchange, NodeBody, NodeId};
 use crate::dataflow::tables::KeyedStore;
 use crate::engine::chain::{Chain, ExchangeOut, Target};
+use crate::engine::core::marks::WriterMarks;
+use crate::engine::core::{restore_store, TaskCore};
 use crate::engine::slot_body;
 use crate::error::{Refusal, Result, WeirError};
 use crate::runtime::output::{Output, OutputTarget};
-use crate::runtime::BATCH;
 use crate::scale::checkpoints;
 use crate::scale::epoch::{restore_point, RestorePoint};
 use crate::scale::manifest::{self};
 use crate::state::key_groups::range_for_subtask;
-use crate::time::MIN_WATERMARK;
 
 use super::task::GraphTask;
 use super::{source_spec, wire, GraphInstance, STAGING};
@@ -73,7 +72,7 @@ impl GraphInstance {
                             max_parallelism: self.config.job.max_parallelism,
                             tasks: self.config.scale.tasks,
                         },
-                        self.epoch.clone(),
+                        self.epoch.committed.clone(),
                         self.repartition_too_large(n, name.clone(), subtask, stage),
                     ),
                     cols.clone(),
@@ -177,8 +176,8 @@ impl GraphInstance {
                 &self.outputs(),
             ));
         }
-        self.source_batches = chains.iter().map(|_| Vec::new()).collect();
-        self.source_chains = chains;
+        self.sources.batches = chains.iter().map(|_| Vec::new()).collect();
+        self.sources.chains = chains;
         self.dead_letters = dead;
     }
 
@@ -261,12 +260,8 @@ impl GraphInstance {
         let (pointer, uploaded, restored_marks) = match point {
             RestorePoint::Empty | RestorePoint::Reset { .. } => {
                 for (n, uid, tables) in &keyed {
-                    let store = KeyedStore::open_empty(
-                        uid,
-                        tables.clone(),
-                        &dir.join("db").join(uid),
-                        cache,
-                    )?;
+                    let path = dir.join("db").join(uid);
+                    let store = restore_store(uid, tables.clone(), &path, None, range, cache)?;
                     stores.insert(*n, store);
                 }
                 match offset {
@@ -324,7 +319,7 @@ impl GraphInstance {
                 // a folder an earlier process left is checked against them.
                 // The fetcher checked the folder it names just now, if
                 // `verified` (and it still names this checkpoint).
-                let trusted = m.writer.starts_with(&format!("{}-", self.writer));
+                let trusted = m.writer.starts_with(&format!("{}-", self.epoch.writer));
                 let verified = verified.filter(|f| {
                     fs::read_to_string(f.join(checkpoints::LOCAL_POINTER)).is_ok_and(|k| k == key)
                 });
@@ -359,12 +354,11 @@ impl GraphInstance {
                         size_bytes: 0,
                         files: Vec::new(),
                     };
-                    let store = KeyedStore::restore(
+                    let store = restore_store(
                         uid,
                         tables.clone(),
                         &dir.join("db").join(uid),
-                        &folder,
-                        &[&handle],
+                        Some((&folder, &[&handle])),
                         range,
                         cache,
                     )?;
@@ -387,36 +381,24 @@ impl GraphInstance {
         }
         let writer = task_writer(&head, id);
         let entry = self.plan.stages[stage].entry.clone();
-        let mut chain = self.build_chain(&entry, format!("{head}-{id}"), id, &writer, stores);
-        chain.load_watermarks(range_for_subtask(
-            id,
-            self.config.scale.tasks,
-            self.config.job.max_parallelism,
-        ))?;
+        let chain = self.build_chain(&entry, format!("{head}-{id}"), id, &writer, stores);
         let marks = WriterMarks::new(self.expected[stage].clone(), restored_marks);
-        if marks.current() > MIN_WATERMARK {
-            // The operators judge lateness by it; downstream already has it.
-            chain.advance_watermark(marks.current())?;
-        }
-        self.incarnations += 1;
+        let core = TaskCore::new(chain, marks, range)?;
+        self.epoch.incarnations += 1;
         Ok(GraphTask {
             stage,
             id,
-            chain,
-            batch: Vec::with_capacity(BATCH),
-            port: 0,
-            marks,
+            core,
             next: offset,
             committed: pointer.clone(),
             pointer,
             uploaded,
             uploading: HashMap::new(),
-            writer: format!("{}-{}", self.writer, self.incarnations),
+            writer: format!("{}-{}", self.epoch.writer, self.epoch.incarnations),
             changed: false,
             dir,
             marker: manifest::committed_marker(&head, id),
             marked: false,
-            key_groups: range,
         })
     }
 }

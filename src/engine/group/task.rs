@@ -1,5 +1,7 @@
-//! One task of a stage that this instance owns: its chain, its writers'
-//! watermarks, its snapshot files on their way to storage.
+//! One task of a stage that this instance owns: its [`TaskCore`] (the
+//! chain, its writers' watermarks, the snapshot), where it has read its
+//! repartition partition up to, its snapshot files on their way to
+//! storage.
 
 use std::collections::HashMap;
 use std::fs;
@@ -7,12 +9,10 @@ use std::path::PathBuf;
 
 use tracing::warn;
 
-use super::marks::WriterMarks;
 use crate::dataflow::row::Row;
 use crate::dataflow::{Record, RecordKey};
-use crate::engine::chain::Chain;
+use crate::engine::core::TaskCore;
 use crate::error::{Refusal, Result};
-use crate::runtime::BATCH;
 use crate::scale::manifest::ManifestFile;
 use crate::state::key_groups::key_group;
 
@@ -22,13 +22,7 @@ use super::{uploader, STAGING};
 pub(super) struct GraphTask {
     pub(super) stage: usize,
     pub(super) id: u32,
-    pub(super) chain: Chain,
-    /// Rows read for input `port` and not yet pushed into the chain: they
-    /// go in batches, and before anything else (a watermark, a query, the
-    /// epoch's end) reaches the chain.
-    pub(super) batch: Vec<Record>,
-    pub(super) port: usize,
-    pub(super) marks: WriterMarks,
+    pub(super) core: TaskCore,
     pub(super) next: Option<i64>,
     /// The manifest of the last checkpoint taken, and of the last committed.
     pub(super) pointer: Option<String>,
@@ -41,8 +35,6 @@ pub(super) struct GraphTask {
     pub(super) writer: String,
     pub(super) changed: bool,
     pub(super) dir: PathBuf,
-    /// The key groups `[start, end)` it owns.
-    pub(super) key_groups: (u32, u32),
     /// The key of this task's committed marker in storage
     /// (`manifest::committed_marker`), and whether this incarnation wrote
     /// it.
@@ -135,7 +127,8 @@ impl GraphTask {
     ) -> Result<()> {
         let (max_p, tasks) = settings;
         let kg = key_group(key, max_p);
-        if !(self.key_groups.0..self.key_groups.1).contains(&kg) {
+        let owned = self.core.key_groups;
+        if !(owned.0..owned.1).contains(&kg) {
             // Written by an instance with another job.max_parallelism or
             // scale.tasks: applying it would put the key's state where no
             // task of this job looks for it.
@@ -147,7 +140,7 @@ impl GraphTask {
                 key_group: kg,
                 max_parallelism: max_p,
                 task: self.id,
-                key_groups: self.key_groups,
+                key_groups: owned,
                 tasks,
             }
             .into());
@@ -158,22 +151,6 @@ impl GraphTask {
             key_group: kg,
             key: RecordKey::from_slice(key),
         };
-        if self.port != port {
-            self.push_batch()?;
-            self.port = port;
-        }
-        self.batch.push(record);
-        if self.batch.len() >= BATCH {
-            self.push_batch()?;
-        }
-        Ok(())
-    }
-
-    pub(super) fn push_batch(&mut self) -> Result<()> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-        self.chain.push(0, self.port, batch)
+        self.core.process(port, record)
     }
 }

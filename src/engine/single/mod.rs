@@ -1,13 +1,20 @@
 //! Single mode: each stage of a job graph runs as `job.parallelism` tasks
 //! on their own threads; a hash edge is p×p bounded channels, a forward
 //! edge between stages is one channel per subtask; barriers and watermarks
-//! flow on them in order with the rows. The Coordinator, the commit point
-//! (one Kafka transaction per checkpoint for every sink of the job), the
-//! epoch gate, recovery and the restart loop are `crate::runtime`'s.
+//! flow on them in order with the rows.
 //!
+//! - [`coordinator`]: the Coordinator, which triggers checkpoints, collects
+//!   the tasks' acks and commits.
+//! - [`alignment`]: barrier alignment, as bookkeeping.
 //! - [`source_task`]: source tasks (Kafka consumer, decode, watermarks).
 //! - [`stage_task`]: stage tasks (inputs, alignment, the watermark valve).
+//!
+//! The commit point (one Kafka transaction per checkpoint for every sink
+//! of the job), the epoch gate, recovery and the restart loop are
+//! `crate::runtime`'s, shared with group mode.
 
+pub mod alignment;
+pub mod coordinator;
 pub mod source_task;
 pub mod stage_task;
 
@@ -23,6 +30,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use self::coordinator::Coordinator;
 use self::source_task::GraphSource;
 use self::stage_task::{Input, StageTask};
 use crate::checkpoint::store::create_private_dir;
@@ -33,11 +41,12 @@ use crate::dataflow::tables::KeyedStore;
 use crate::dataflow::Record;
 use crate::element::Element;
 use crate::engine::chain::{Chain, ExchangeOut, Slot, Target};
+use crate::engine::core::marks::WriterMarks;
+use crate::engine::core::{restore_store, TaskCore};
 use crate::engine::{check_sink_topics, slot_body};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, producer::SinkProducer};
 use crate::runtime::commit::{KafkaCommitPoint, TransactionBudget};
-use crate::runtime::coordinator::Coordinator;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::job::{recover, run_attempts, supervise, TaskBody};
 use crate::runtime::output::{Output, OutputShared, OutputTarget};
@@ -286,16 +295,9 @@ fn open_stores(
                 };
                 let range = range_for_subtask(job.at.1, p, max_p);
                 let tables = job.tables.clone();
-                let store = match folder {
-                    Some(folder) => {
-                        let mine: Vec<&StateHandle> =
-                            handles.iter().filter(|h| h.uid == job.uid).collect();
-                        KeyedStore::restore(
-                            &job.uid, tables, &job.path, folder, &mine, range, cache,
-                        )
-                    }
-                    None => KeyedStore::open_empty(&job.uid, tables, &job.path, cache),
-                };
+                let mine: Vec<&StateHandle> = handles.iter().filter(|h| h.uid == job.uid).collect();
+                let from = folder.map(|f| (f, mine.as_slice()));
+                let store = restore_store(&job.uid, tables, &job.path, from, range, cache);
                 opened
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -521,9 +523,9 @@ fn run_restored(
                 cancel.clone(),
                 shared.metrics.clone(),
             );
-            chain.load_watermarks(range)?;
             match &graph.nodes[head].body {
                 NodeBody::Source(spec) => {
+                    chain.load_watermarks(range)?;
                     let partitions = &source_partitions[&head];
                     let consumer = kafka::create_source_consumer(config, shared.metrics.clone())?;
                     let mut tpl = TopicPartitionList::new();
@@ -617,10 +619,13 @@ fn run_restored(
                             Some((slot, rx))
                         })
                         .collect();
+                    let marks = WriterMarks::new(
+                        (0..inputs.len()).map(stage_task::input_name).collect(),
+                        BTreeMap::new(),
+                    );
                     let t = StageTask {
-                        chain,
+                        core: TaskCore::new(chain, marks, range)?,
                         inputs,
-                        key_groups: range,
                         mode: config.checkpoint.mode,
                         store: store.clone(),
                         acks: ack_tx.clone(),

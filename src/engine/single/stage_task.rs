@@ -1,25 +1,26 @@
 //! A stage task: one subtask of a stage whose head reads from exchanges
-//! (a keyed operator, a union, a sink after a hash edge). It owns its
-//! inputs (one channel per upstream subtask of each input edge, both
-//! inputs of a two-input operator alike), barrier alignment over all of
-//! them, the watermark valve, and its chain.
+//! (a keyed operator, a union, a sink after a hash edge), scheduled on a
+//! thread of its own. It owns its inputs (one channel per upstream subtask
+//! of each input edge, both inputs of a two-input operator alike) and
+//! barrier alignment over all of them; what it reads goes through its
+//! [`TaskCore`] (the chain, the watermark over the channels, the
+//! snapshot), as a group-mode task's does.
 
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 use tracing::debug;
 
+use super::alignment::BarrierAligner;
 use crate::checkpoint::CheckpointStore;
 use crate::config::CheckpointMode;
 use crate::dataflow::Record;
 use crate::element::{Barrier, Element};
-use crate::engine::chain::Chain;
+use crate::engine::core::TaskCore;
 use crate::error::{Result, WeirError};
-use crate::runtime::alignment::BarrierAligner;
 use crate::runtime::gate::EpochGate;
 use crate::runtime::query::StateQuery;
 use crate::runtime::Ack;
-use crate::time::valve::WatermarkValve;
 
 /// One input channel and the head's input port it feeds.
 pub struct Input {
@@ -27,10 +28,14 @@ pub struct Input {
     pub port: usize,
 }
 
+/// The name of input channel `i` in the task's watermark marks.
+pub fn input_name(i: usize) -> String {
+    format!("channel-{i}")
+}
+
 pub struct StageTask {
-    pub chain: Chain,
+    pub core: TaskCore,
     pub inputs: Vec<Input>,
-    pub key_groups: (u32, u32),
     pub mode: CheckpointMode,
     pub store: CheckpointStore,
     pub acks: Sender<Ack>,
@@ -42,28 +47,29 @@ pub struct StageTask {
 impl StageTask {
     pub fn run(mut self) -> Result<()> {
         let mut aligner = BarrierAligner::new(self.inputs.len(), self.mode);
-        let mut valve = WatermarkValve::new(self.inputs.len());
+        let names: Vec<String> = (0..self.inputs.len()).map(input_name).collect();
         let mut alignment_started: Option<Instant> = None;
-        let records_in = self
+        let records_in = self.core.chain.metrics.records_in.with_label_values(&[self
+            .core
             .chain
-            .metrics
-            .records_in
-            .with_label_values(&[self.chain.slots[0].uid.as_str()]);
+            .slots[0]
+            .uid
+            .as_str()]);
         let inputs = std::mem::take(&mut self.inputs);
         loop {
-            if self.chain.cancel.is_cancelled() {
+            if self.core.chain.cancel.is_cancelled() {
                 return Ok(());
             }
-            self.chain.release_sinks()?;
+            self.core.chain.release_sinks()?;
             for (slot, queries) in &self.queries {
                 while let Ok(q) = queries.try_recv() {
-                    self.chain.answer(*slot, q, None);
+                    self.core.chain.answer(*slot, q, None);
                 }
             }
             if let Some(pending) = aligner.pending() {
                 let cancelled = self.gate.cancelled();
                 if cancelled >= pending && aligner.cancel(cancelled) {
-                    debug!(task = %self.chain.task, checkpoint_id = pending, "alignment cancelled");
+                    debug!(task = %self.core.chain.task, checkpoint_id = pending, "alignment cancelled");
                     alignment_started = None;
                 }
             }
@@ -86,32 +92,26 @@ impl StageTask {
             };
             let input = readable[op.index()];
             let Ok(element) = op.recv(&inputs[input].channel) else {
-                if self.chain.cancel.is_cancelled() {
+                if self.core.chain.cancel.is_cancelled() {
                     return Ok(());
                 }
                 return Err(WeirError::PeerGone {
-                    task: self.chain.task.clone(),
+                    task: self.core.chain.task.clone(),
                     reason: format!("input {input} stopped without end of stream"),
                 });
             };
             match element {
                 Element::Records(records) => {
                     records_in.inc_by(records.len() as u64);
-                    self.chain.push(0, inputs[input].port, records)?;
-                    self.chain.flush()?;
+                    self.core.process_batch(inputs[input].port, records)?;
+                    self.core.chain.flush()?;
                 }
-                Element::Watermark(w) => {
-                    if let Some(w) = valve.on_watermark(input, w) {
-                        self.chain.advance_watermark(w)?;
-                    }
-                }
-                Element::Idle(idle) => {
-                    self.chain.apply_valve(valve.on_idle(input, idle))?;
-                }
+                Element::Watermark(w) => self.core.advance_watermark(&names[input], w)?,
+                Element::Idle(idle) => self.core.set_idle(&names[input], idle)?,
                 Element::Barrier(b) => {
                     alignment_started.get_or_insert_with(Instant::now);
                     let aligned = aligner.on_barrier(input, b).map_err(|e| WeirError::Task {
-                        task: self.chain.task.clone(),
+                        task: self.core.chain.task.clone(),
                         reason: e.to_string(),
                     })?;
                     if let Some(b) = aligned {
@@ -129,9 +129,9 @@ impl StageTask {
                         self.checkpoint(b, alignment)?;
                     }
                     // Nothing may fire after the final snapshot.
-                    let _ = valve.on_end(input);
+                    self.core.end_input(&names[input]);
                     if aligner.all_finished() {
-                        self.chain.broadcast(Element::EndOfStream)?;
+                        self.core.chain.broadcast(Element::EndOfStream)?;
                         return Ok(());
                     }
                 }
@@ -140,7 +140,8 @@ impl StageTask {
     }
 
     fn checkpoint(&mut self, b: Barrier, alignment: Duration) -> Result<()> {
-        self.chain
+        self.core
+            .chain
             .metrics
             .checkpoint_alignment
             .observe(alignment.as_secs_f64());
@@ -149,27 +150,29 @@ impl StageTask {
             // The Coordinator gave up on it while it aligned; its folder is
             // gone and must stay gone. The barrier still goes downstream so
             // that later tasks unblock.
-            self.chain.broadcast(Element::Barrier(b))?;
+            self.core.chain.broadcast(Element::Barrier(b))?;
             return Ok(());
         }
-        let Some(handles) = self.chain.checkpoint(b, &self.store, self.key_groups)? else {
+        let key_groups = self.core.key_groups;
+        let Some(handles) = self.core.chain.checkpoint(b, &self.store, key_groups)? else {
             return Ok(()); // cancelled
         };
         crate::crash_point!("after-keyed-snapshot-before-ack");
         let sync = started.elapsed();
-        self.chain
+        self.core
+            .chain
             .metrics
             .checkpoint_sync
             .observe(sync.as_secs_f64());
-        debug!(task = %self.chain.task, checkpoint_id = b.checkpoint_id, alignment_ms = alignment.as_millis() as u64, sync_ms = sync.as_millis() as u64, "task snapshot");
+        debug!(task = %self.core.chain.task, checkpoint_id = b.checkpoint_id, alignment_ms = alignment.as_millis() as u64, sync_ms = sync.as_millis() as u64, "task snapshot");
         let _ = self.acks.send(Ack::Task {
-            task: self.chain.task.clone(),
+            task: self.core.chain.task.clone(),
             checkpoint_id: b.checkpoint_id,
             handles,
             alignment_ms: alignment.as_millis() as u64,
             sync_ms: sync.as_millis() as u64,
         });
-        self.chain.write_back_after_ack()
+        self.core.chain.write_back_after_ack()
     }
 }
 
@@ -179,7 +182,8 @@ mod tests {
     use crate::dataflow::ops::stateless::Union;
     use crate::dataflow::row::{Row, Value};
     use crate::dataflow::{Context, RecordKey};
-    use crate::engine::chain::{ExchangeOut, Slot, SlotBody, Target};
+    use crate::engine::chain::{Chain, ExchangeOut, Slot, SlotBody, Target};
+    use crate::engine::core::marks::WriterMarks;
     use crossbeam_channel::bounded;
     use std::sync::Arc;
     use tokio_util::sync::CancellationToken;
@@ -240,8 +244,10 @@ mod tests {
         let (fast_tx, fast_rx) = bounded(16);
         let (slow_tx, slow_rx) = bounded(16);
         let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
+        let names = (0..2).map(input_name).collect();
         let task = StageTask {
-            chain,
+            core: TaskCore::new(chain, WriterMarks::new(names, Default::default()), (0, 128))
+                .unwrap(),
             inputs: vec![
                 Input {
                     channel: fast_rx,
@@ -252,7 +258,6 @@ mod tests {
                     port: 1,
                 },
             ],
-            key_groups: (0, 128),
             mode: CheckpointMode::ExactlyOnce,
             store,
             acks: ack_tx,

@@ -12,12 +12,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 
-use super::commit::{CommitOffsets, CommitPoint, Offsets, TransactionBudget};
+use crate::runtime::commit::{CommitOffsets, CommitPoint, Offsets, TransactionBudget};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::gate::EpochGate;
-use super::{now_ms, Ack, JobShared, SavepointError, SourceCommand};
 use crate::checkpoint::checksum::BackgroundVerification;
 use crate::checkpoint::metadata::FORMAT_VERSION;
 use crate::checkpoint::recovery::FolderContents;
@@ -30,6 +28,8 @@ use crate::config::Config;
 use crate::element::Barrier;
 use crate::error::{Result, WeirError};
 use crate::observe::history::{CheckpointStats, Status};
+use crate::runtime::gate::EpochGate;
+use crate::runtime::{now_ms, Ack, JobShared, SavepointError, SourceCommand};
 
 pub struct Coordinator {
     pub config: Arc<Config>,

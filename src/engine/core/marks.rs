@@ -1,9 +1,8 @@
-//! The watermark of a task that reads a repartition topic. Every task
-//! that writes to the topic (a source partition, or a task of an earlier
-//! stage) sends its watermark and idleness to every partition it writes;
-//! the reading task holds one input of a [`WatermarkValve`] per writer,
-//! the same valve a single-mode stage task holds per channel, so the rules
-//! are one: the minimum over the writers that are not idle, a writer back
+//! A task's watermark over its named inputs: in group mode each writer
+//! of its repartition partition (a source partition, or a task of an
+//! earlier stage, which sends its watermark and idleness to every
+//! partition it writes), in single mode each input channel. The task holds
+//! one input of a [`WatermarkValve`] per input, so the rules are one: the minimum over the writers that are not idle, a writer back
 //! from idleness behind the others rejoins once it caught up, and when every
 //! writer is idle the watermark moves to the highest of theirs. Every
 //! writer the task expects (the partitions of its source topics, the tasks
@@ -83,16 +82,13 @@ impl WriterMarks {
             .collect()
     }
 
-    /// `writer` sent `watermark` (never taken back: one not above what it
-    /// sent before is ignored) and its idleness. Returns the task's output
-    /// changes in the order to apply them, as the valve gives them.
-    pub fn on_mark(&mut self, writer: &str, watermark: i64, idle: bool) -> Vec<ValveOutput> {
-        let mut out = Vec::new();
+    /// The valve's input of `writer`, added if the plan did not list it (a
+    /// partition added to a source topic: it counts once it has caught
+    /// up), and marked heard from.
+    fn input_of(&mut self, writer: &str, out: &mut Vec<ValveOutput>) -> usize {
         let input = match self.inputs.get(writer) {
             Some(&i) => i,
             None => {
-                // A writer the plan did not list (a partition added to a
-                // source topic): it counts once it has caught up.
                 let (i, changes) = self.valve.add_input();
                 out.extend(changes);
                 self.inputs.insert(writer.to_string(), i);
@@ -101,6 +97,44 @@ impl WriterMarks {
             }
         };
         self.heard[input] = true;
+        input
+    }
+
+    /// `writer`'s watermark alone (single mode's channels send it apart
+    /// from idleness).
+    pub fn on_watermark(&mut self, writer: &str, watermark: i64) -> Vec<ValveOutput> {
+        let mut out = Vec::new();
+        let input = self.input_of(writer, &mut out);
+        out.extend(
+            self.valve
+                .on_watermark(input, watermark)
+                .map(ValveOutput::Watermark),
+        );
+        out
+    }
+
+    /// `writer`'s idleness alone.
+    pub fn on_idle(&mut self, writer: &str, idle: bool) -> Vec<ValveOutput> {
+        let mut out = Vec::new();
+        let input = self.input_of(writer, &mut out);
+        out.extend(self.valve.on_idle(input, idle));
+        out
+    }
+
+    /// `writer` ended its stream: it no longer holds the watermark back.
+    pub fn on_end(&mut self, writer: &str) -> Vec<ValveOutput> {
+        let mut out = Vec::new();
+        let input = self.input_of(writer, &mut out);
+        out.extend(self.valve.on_end(input));
+        out
+    }
+
+    /// `writer` sent `watermark` (never taken back: one not above what it
+    /// sent before is ignored) and its idleness. Returns the task's output
+    /// changes in the order to apply them, as the valve gives them.
+    pub fn on_mark(&mut self, writer: &str, watermark: i64, idle: bool) -> Vec<ValveOutput> {
+        let mut out = Vec::new();
+        let input = self.input_of(writer, &mut out);
         // The watermark it reached, then its idleness: a writer going idle
         // has delivered its last watermark first.
         if idle {
