@@ -117,7 +117,9 @@ pub fn latest(config: &Config, operator: Option<&str>) -> Result<GroupCheckpoint
 pub fn read(config: &Config, operator: Option<&str>, target: Target) -> Result<GroupCheckpoint> {
     let storage = SharedStorage::open(config)?;
     let stages = committed_stages(&storage)?;
-    if stages.is_empty() {
+    // A savepoint of a job without keyed stages holds its input offsets
+    // alone; a read of state needs some.
+    if stages.is_empty() && matches!(target, Target::Temporary) {
         return Err(WeirError::Recovery(format!(
             "no task of job {:?} has committed a checkpoint in {} (no {MARKERS}/ markers): the \
              job has not run in group mode there yet, or `weir reset` started it over",
