@@ -112,6 +112,23 @@ def key_serializer(a, client):
     return lambda k, ctx: (k if isinstance(k, str) else json.dumps(k, separators=(",", ":"))).encode()
 
 
+def registry_retry(call):
+    """`call()`, tried again when the registry refuses a registration with
+    HTTP 409 ("already exists") or 500: Apicurio 2.4.2 answers so to one of
+    two registrations of identical content under different subjects that
+    race (another test's writer of the same schema), and the registration
+    succeeds when tried again, as weir's own client does it
+    (src/format/registry.rs)."""
+    for attempt in range(6):
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - only the registry's 409/500 are retried
+            status = getattr(e, "http_status_code", None)
+            if status not in (409, 500) or attempt == 5:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
 def main():
     a = parse_args()
     from confluent_kafka import KafkaException, Producer
@@ -158,13 +175,14 @@ def main():
             if not isinstance(rec, dict):
                 raise ValueError("a line must be a JSON object")
             key = rec.get("key")
-            kbytes = None if key is None else key_ser(key, key_ctx)
+            kbytes = None if key is None else registry_retry(lambda: key_ser(key, key_ctx))
             if a.raw_value_hex:
                 vh = rec.get("value_hex")
                 vbytes = None if vh is None else bytes.fromhex(vh)
             else:
                 value = rec.get("value")
-                vbytes = None if value is None else value_ser(to_value(value), value_ctx)
+                vbytes = None if value is None else registry_retry(
+                    lambda: value_ser(to_value(value), value_ctx))
         except Exception as e:  # noqa: BLE001 - report any input or serializer error with its line
             fail(f"line {lineno}: {type(e).__name__}: {e}")
         kwargs = {"key": kbytes, "value": vbytes, "on_delivery": on_delivery}
