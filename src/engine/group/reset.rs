@@ -16,8 +16,9 @@
 //!    `EMPTY_START` marker (`crate::scale::manifest`): the task starts empty there, and what the
 //!    job wrote into its repartition topics before is never read again
 //!    (it came from the input that step 1 reads again);
-//! 3. the job's task checkpoints and the tasks' committed markers
-//!    (`stages/` and `committed/` in storage) are deleted.
+//! 3. the job's task checkpoints, the tasks' committed markers and the
+//!    records of savepoints it was seeded from (`stages/`, `committed/` and
+//!    `seeded/` in storage) are deleted.
 //!
 //! The offsets are committed before anything is deleted: a reset cut
 //! short leaves tasks that start empty at their marker, never pointers to
@@ -62,7 +63,7 @@ impl ResetReport {
             out.push_str(&format!("  {t}/{p} at {o}\n"));
         }
         out.push_str(&format!(
-            "deleted {} task checkpoint objects below {}/{STAGES} and {MARKERS}\n",
+            "deleted {} task checkpoint objects below {}/{STAGES}, {MARKERS} and seeded\n",
             self.deleted, self.storage
         ));
         out
@@ -138,6 +139,7 @@ pub fn reset(graph: &Graph, config: &Config) -> Result<ResetReport> {
     let storage = SharedStorage::open(config)?;
     let mut objects = storage.list(STAGES)?;
     objects.extend(storage.list(MARKERS)?);
+    objects.extend(storage.list(super::savepoint::SEEDED)?);
     for o in &objects {
         storage.delete(&o.key)?;
     }

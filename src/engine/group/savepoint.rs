@@ -27,7 +27,8 @@
 //! run or once the job has committed task checkpoints (a job is seeded
 //! once; `weir reset` starts it over), and done once per folder: an
 //! instance restarted with the same `--restore-from` finds it recorded
-//! and joins.
+//! and committed, and joins (recorded but not committed, a seeding cut
+//! short, it seeds again).
 //!
 //! What crosses with the keyed state: timers, windows, and the watermark
 //! each key group had reached, which judges lateness after the restore
@@ -76,8 +77,9 @@ const DRAIN_ROUNDS: usize = 3;
 /// How long the check waits for a repartition partition's records.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The folder of storage where seeded savepoints are recorded.
-const SEEDED: &str = "seeded";
+/// The folder of storage where seeded savepoints are recorded (`weir
+/// reset` deletes it with the task checkpoints).
+pub const SEEDED: &str = "seeded";
 
 /// `weir savepoint`: in group mode, drains the job and writes its
 /// committed checkpoint as a savepoint folder (see the module's
@@ -275,6 +277,37 @@ fn first_record(config: &Config, topic: &str, partition: i32, from: i64) -> Resu
     )))
 }
 
+/// Whether a seeding's commit is in the group: a task's offset with a
+/// checkpoint pointer, or, for a job without keyed stages, an input
+/// partition's offset.
+fn seeding_committed(
+    consumer: &BaseConsumer,
+    config: &Config,
+    plan: &GroupPlan,
+    graph: &Graph,
+) -> Result<bool> {
+    let mut partitions: Vec<(String, i32)> = plan
+        .stages
+        .iter()
+        .flat_map(|st| (0..config.scale.tasks as i32).map(|p| (st.topic.clone(), p)))
+        .collect();
+    if partitions.is_empty() {
+        for node in &graph.nodes {
+            if let NodeBody::Source(spec) = &node.body {
+                partitions.extend(kafka::topic_partitions(consumer, &spec.topics)?);
+            }
+        }
+    }
+    if partitions.is_empty() {
+        return Ok(true);
+    }
+    let (_, committed) = super::poll::committed_offsets(consumer, config, &partitions)?;
+    Ok(committed.elements().iter().any(|e| {
+        matches!(e.offset(), Offset::Offset(_))
+            && (plan.stages.is_empty() || manifest::parse_pointer(e.metadata()).is_some())
+    }))
+}
+
 /// Seeds the group-mode job `graph` from the checkpoint or savepoint
 /// `folder` of either mode (see the module's documentation).
 pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
@@ -294,9 +327,17 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
             .map_or_else(|| "savepoint".into(), |n| n.to_string_lossy()),
         meta.prepared_time_ms
     );
+    let plan = GroupPlan::new(graph, &config.job.name).map_err(|problems| WeirError::Graph {
+        job: graph.name.clone(),
+        problems,
+    })?;
+    let consumer = group_client(config)?;
     if storage.get(&seeded)?.is_some() {
-        info!(savepoint = %folder.display(), "the job was seeded from this savepoint before; joining the group");
-        return Ok(());
+        if seeding_committed(&consumer, config, &plan, graph)? {
+            info!(savepoint = %folder.display(), "the job was seeded from this savepoint before; joining the group");
+            return Ok(());
+        }
+        warn!(savepoint = %folder.display(), "a seeding from this savepoint was cut short before its commit; seeding again");
     }
     if let Some(marker) = storage.list(MARKERS)?.first() {
         return Err(refused(format!(
@@ -306,11 +347,6 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
             config.job.name, storage.location, marker.key
         )));
     }
-    let plan = GroupPlan::new(graph, &config.job.name).map_err(|problems| WeirError::Graph {
-        job: graph.name.clone(),
-        problems,
-    })?;
-    let consumer = group_client(config)?;
     refuse_members(&consumer, config, "seeding it from a savepoint")?;
     let meta_client = kafka::create_consumer(config)?;
     for st in &plan.stages {
@@ -411,6 +447,9 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
             }
         }
     }
+    // Recorded before the commit: a restart with the same folder finds
+    // it, and seeds again only if the commit is not there.
+    storage.put(&seeded, folder.display().to_string().into_bytes())?;
     consumer.commit(&offsets, CommitMode::Sync).map_err(|e| {
         WeirError::kafka(
             format!(
@@ -424,7 +463,6 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
     for (key, body) in markers {
         storage.put(&key, body.into_bytes())?;
     }
-    storage.put(&seeded, folder.display().to_string().into_bytes())?;
     std::fs::remove_dir_all(&scratch).map_err(|e| WeirError::io(&scratch, e))?;
     info!(
         savepoint = %folder.display(),
