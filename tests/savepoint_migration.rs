@@ -7,7 +7,8 @@
 //!    SIGTERM (a final checkpoint) and `weir savepoint` copies it;
 //! 2. group mode, two instances of four tasks per stage, the first started
 //!    with `--restore-from` that savepoint (seeding every task from it,
-//!    key groups re-split), three chunks, two SIGKILLs of random instances;
+//!    key groups re-split; a record of a seeding cut short before its
+//!    commit, planted first, does not pass for one done), three chunks, two SIGKILLs of random instances;
 //!    every instance stopped, then `weir savepoint` drains the repartition
 //!    topics and lays the committed task checkpoints out as a folder;
 //!    Restarted with the same `--restore-from`, the first instance finds
@@ -120,7 +121,18 @@ fn a_job_moves_from_single_to_group_mode_and_back_exactly_under_sigkills() {
     let from_single = savepoint(&single);
     eprintln!("single mode's savepoint: {}", from_single.display());
 
-    // 2. Group mode, seeded from it.
+    // 2. Group mode, seeded from it. First as after a seeding cut short
+    // between recording the folder and its commit: the record alone must
+    // not pass for a seeding done.
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(from_single.join("_metadata")).unwrap()).unwrap();
+    let record = checkpoints.join(&name).join("seeded").join(format!(
+        "{}-{}",
+        from_single.file_name().unwrap().to_string_lossy(),
+        metadata["prepared_time_ms"]
+    ));
+    std::fs::create_dir_all(record.parent().unwrap()).unwrap();
+    std::fs::write(&record, "cut short").unwrap();
     let mut c = Cluster::sql(&base, &sections);
     c.name = name.clone();
     c.start_with(0, &["--restore-from", from_single.to_str().unwrap()]);
@@ -131,6 +143,12 @@ fn a_job_moves_from_single_to_group_mode_and_back_exactly_under_sigkills() {
             Duration::from_secs(120)
         ),
         "i0 was not seeded: {}",
+        c.logs()
+    );
+    assert!(
+        c.logs()
+            .contains("cut short before its commit; seeding again"),
+        "{}",
         c.logs()
     );
     // Restarted with the same --restore-from, it finds the seeding done.
