@@ -2,7 +2,9 @@
 //! the one task its threads drive: a task's chain (its operators, their
 //! stores and timers, its sinks), the watermark over its named inputs
 //! ([`marks`]), the rows read and not yet pushed, and its key groups. It
-//! offers what a task does whatever schedules it: [`TaskCore::process`],
+//! takes what each input delivers as one [`InputEvent`], whichever
+//! exchange carried it, and offers what a task does whatever schedules
+//! it: [`TaskCore::process`],
 //! [`TaskCore::advance_watermark`] (and idleness, and an input's end),
 //! [`TaskCore::snapshot`] into a [`TaskSnapshot`], and restore
 //! ([`TaskCore::new`] over restored stores and marks, [`restore_store`]).
@@ -30,6 +32,28 @@ use crate::dataflow::Record;
 use crate::error::Result;
 use crate::runtime::BATCH;
 use crate::time::MIN_WATERMARK;
+
+/// What a task reads from one of its inputs, whichever exchange carried
+/// it: single mode's channel elements (a local input: `Element`, less the
+/// barriers, which are the runner's trigger) and group mode's repartition
+/// records (a remote input: rows and marks decoded by
+/// `engine::group::wire`) both reach the core as these, by
+/// [`TaskCore::on_input`].
+#[derive(Debug)]
+pub enum InputEvent {
+    /// Rows for the head's input `port`, read together.
+    Rows { port: usize, records: Vec<Record> },
+    /// One row for input `port`, batched with the next.
+    Row { port: usize, record: Record },
+    /// The input's watermark.
+    Watermark(i64),
+    /// The input went idle, or came back.
+    Idle(bool),
+    /// The input's watermark and idleness together (a writer's mark).
+    Mark { watermark: i64, idle: bool },
+    /// The input ended (after the final snapshot): nothing fires for it.
+    End,
+}
 
 /// One task, whichever runner schedules it.
 pub struct TaskCore {
@@ -64,6 +88,22 @@ impl TaskCore {
             batch: Vec::with_capacity(BATCH),
             port: 0,
         })
+    }
+
+    /// What input `input` delivered: rows into the chain, marks through
+    /// the valve (which may advance the watermark and fire timers).
+    pub fn on_input(&mut self, input: &str, event: InputEvent) -> Result<()> {
+        match event {
+            InputEvent::Rows { port, records } => self.process_batch(port, records),
+            InputEvent::Row { port, record } => self.process(port, record),
+            InputEvent::Watermark(w) => self.advance_watermark(input, w),
+            InputEvent::Idle(idle) => self.set_idle(input, idle),
+            InputEvent::Mark { watermark, idle } => self.on_mark(input, watermark, idle),
+            InputEvent::End => {
+                self.end_input(input);
+                Ok(())
+            }
+        }
     }
 
     /// One row read for input `port` of the chain's head, pushed with the

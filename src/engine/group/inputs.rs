@@ -11,6 +11,7 @@ use tracing::warn;
 use super::plan::partition_writer;
 use crate::dataflow::graph::RecordError;
 use crate::dataflow::{Record, RecordKey};
+use crate::engine::core::InputEvent;
 use crate::error::{Refusal, Result, WeirError};
 use crate::runtime::source::bad_record;
 use crate::runtime::{DeadLetter, BATCH};
@@ -99,7 +100,8 @@ impl GraphInstance {
                 watermark,
                 idle,
             } => {
-                task.core.on_mark(&writer, watermark, idle)?;
+                task.core
+                    .on_input(&writer, InputEvent::Mark { watermark, idle })?;
             }
         }
         task.next = Some(offset + 1);

@@ -11,7 +11,7 @@ use tracing::warn;
 
 use crate::dataflow::row::Row;
 use crate::dataflow::{Record, RecordKey};
-use crate::engine::core::TaskCore;
+use crate::engine::core::{InputEvent, TaskCore};
 use crate::error::{Refusal, Result};
 use crate::scale::manifest::ManifestFile;
 use crate::state::key_groups::key_group;
@@ -151,6 +151,7 @@ impl GraphTask {
             key_group: kg,
             key: RecordKey::from_slice(key),
         };
-        self.core.process(port, record)
+        // Rows name no writer: only marks move the valve.
+        self.core.on_input("", InputEvent::Row { port, record })
     }
 }

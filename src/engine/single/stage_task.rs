@@ -16,7 +16,7 @@ use crate::checkpoint::CheckpointStore;
 use crate::config::CheckpointMode;
 use crate::dataflow::Record;
 use crate::element::{Barrier, Element};
-use crate::engine::core::TaskCore;
+use crate::engine::core::{InputEvent, TaskCore};
 use crate::error::{Result, WeirError};
 use crate::runtime::gate::EpochGate;
 use crate::runtime::query::StateQuery;
@@ -103,11 +103,15 @@ impl StageTask {
             match element {
                 Element::Records(records) => {
                     records_in.inc_by(records.len() as u64);
-                    self.core.process_batch(inputs[input].port, records)?;
+                    let port = inputs[input].port;
+                    self.core
+                        .on_input(&names[input], InputEvent::Rows { port, records })?;
                     self.core.chain.flush()?;
                 }
-                Element::Watermark(w) => self.core.advance_watermark(&names[input], w)?,
-                Element::Idle(idle) => self.core.set_idle(&names[input], idle)?,
+                Element::Watermark(w) => self
+                    .core
+                    .on_input(&names[input], InputEvent::Watermark(w))?,
+                Element::Idle(idle) => self.core.on_input(&names[input], InputEvent::Idle(idle))?,
                 Element::Barrier(b) => {
                     alignment_started.get_or_insert_with(Instant::now);
                     let aligned = aligner.on_barrier(input, b).map_err(|e| WeirError::Task {
@@ -129,7 +133,7 @@ impl StageTask {
                         self.checkpoint(b, alignment)?;
                     }
                     // Nothing may fire after the final snapshot.
-                    self.core.end_input(&names[input]);
+                    self.core.on_input(&names[input], InputEvent::End)?;
                     if aligner.all_finished() {
                         self.core.chain.broadcast(Element::EndOfStream)?;
                         return Ok(());
