@@ -89,6 +89,16 @@ pub const SEEDED: &str = "seeded";
 pub fn take(graph: Arc<Graph>, config: Arc<Config>) -> Result<PathBuf> {
     let dir = config.savepoint_dir();
     std::fs::create_dir_all(&dir).map_err(|e| WeirError::io(&dir, e))?;
+    // The bound `POST /savepoints` keeps, before any work.
+    let max = config.checkpoint.max_savepoints;
+    let held = store::count_savepoints(&dir)?;
+    if max == 0 || held >= max as usize {
+        return Err(WeirError::SavepointRefused(format!(
+            "{held} savepoints in {} reach checkpoint.max_savepoints = {max}; delete one you no \
+             longer need (weir never deletes savepoints) or raise the limit",
+            dir.display()
+        )));
+    }
     if !config.is_group() {
         return copy_last_checkpoint(&config, &dir);
     }
