@@ -73,13 +73,22 @@ impl SinkWriter {
     }
 
     /// An upsert sink's row for the key in `self.key`: an update-before
-    /// it followed is not lone.
-    fn replaced(&mut self) {
+    /// it followed at once is not lone. One that other rows came between
+    /// is written now, as the tombstone it is, before the row: the key left
+    /// the result and came back, maybe as the very row it left as (a
+    /// filter's row that stopped passing and passes again), and a reader
+    /// must see it go, not that row twice in a row.
+    /// (A deletion's own tombstone follows: nothing more is written then.)
+    fn replaced(&mut self, kind: RowKind) -> Result<()> {
         if self.has_pending_before && self.pending_before == self.key {
             self.has_pending_before = false;
-        } else if !self.lone_befores.is_empty() {
-            self.lone_befores.remove(&self.key[..]);
+        } else if !self.lone_befores.is_empty()
+            && self.lone_befores.remove(&self.key[..])
+            && kind != RowKind::Delete
+        {
+            self.output.send_tombstone(&self.key)?;
         }
+        Ok(())
     }
 
     /// An encoder's error as the job's: the sink cannot write this row.
@@ -123,7 +132,7 @@ impl SinkWriter {
                     self.before();
                     return Ok(());
                 }
-                _ => self.replaced(),
+                kind => self.replaced(kind)?,
             }
         }
         match (self.spec.mode, r.row.kind) {
