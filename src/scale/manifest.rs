@@ -85,6 +85,11 @@ pub const STAGES: &str = "stages";
 /// The folder of the tasks' committed markers ([`committed_marker`]).
 pub const MARKERS: &str = "committed";
 
+/// The folder where a group-mode job records the savepoints it was seeded
+/// from (`engine::group::savepoint`); `weir reset` deletes it with the
+/// task checkpoints.
+pub const SEEDED: &str = "seeded";
+
 /// The folder of task `task` of a job graph's stage headed by `stage`.
 pub fn stage_task_prefix(stage: &str, task: u32) -> String {
     format!("{STAGES}/{stage}/{task:04}")

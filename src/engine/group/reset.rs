@@ -32,7 +32,7 @@ use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Graph, NodeBody};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, REQUEST_TIMEOUT};
-use crate::scale::manifest::{EMPTY_START, MARKERS, STAGES};
+use crate::scale::manifest::{EMPTY_START, MARKERS, SEEDED, STAGES};
 use crate::scale::storage::SharedStorage;
 
 /// What a reset did.
@@ -139,7 +139,7 @@ pub fn reset(graph: &Graph, config: &Config) -> Result<ResetReport> {
     let storage = SharedStorage::open(config)?;
     let mut objects = storage.list(STAGES)?;
     objects.extend(storage.list(MARKERS)?);
-    objects.extend(storage.list(super::savepoint::SEEDED)?);
+    objects.extend(storage.list(SEEDED)?);
     for o in &objects {
         storage.delete(&o.key)?;
     }

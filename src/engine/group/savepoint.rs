@@ -63,7 +63,7 @@ use crate::runtime::JobShared;
 use crate::scale::checkpoints::write_manifest;
 use crate::scale::manifest::{
     self, committed_marker, file_key, stage_task_prefix, writer_id, GraphTaskState, ManifestFile,
-    TaskManifest, MARKERS,
+    TaskManifest, MARKERS, SEEDED,
 };
 use crate::scale::repartition;
 use crate::scale::storage::SharedStorage;
@@ -76,10 +76,6 @@ const DRAIN_ROUNDS: usize = 3;
 
 /// How long the check waits for a repartition partition's records.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The folder of storage where seeded savepoints are recorded (`weir
-/// reset` deletes it with the task checkpoints).
-pub const SEEDED: &str = "seeded";
 
 /// `weir savepoint`: in group mode, drains the job and writes its
 /// committed checkpoint as a savepoint folder (see the module's
