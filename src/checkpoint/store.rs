@@ -176,6 +176,16 @@ impl CheckpointStore {
         }
     }
 
+    /// The newest checkpoint with its `_committed` marker, if any.
+    pub fn latest_completed(&self) -> Result<Option<u64>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .rev()
+            .find(|f| f.committed_marker && f.id.is_some())
+            .and_then(|f| f.id))
+    }
+
     /// Reads and checks every `chk-*` folder. Never fails on a bad folder:
     /// it is reported as invalid with the reason.
     pub fn scan(&self) -> Result<Vec<FolderFacts>> {

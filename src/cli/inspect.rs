@@ -74,11 +74,8 @@ pub fn resolve(
     let store = CheckpointStore::new(config.job_checkpoint_dir());
     let folder = if checkpoint == "latest" {
         store
-            .scan()?
-            .into_iter()
-            .rev()
-            .find(|f| f.committed_marker && f.id.is_some())
-            .map(|f| store.folder(f.id.expect("checked")))
+            .latest_completed()?
+            .map(|id| store.folder(id))
             .ok_or_else(|| {
                 WeirError::Recovery(format!(
                     "no completed checkpoint in {}",

@@ -127,12 +127,7 @@ pub fn read(config: &Config, operator: Option<&str>, target: Target) -> Result<G
         )));
     }
     let group = config.kafka.group_id.clone();
-    let consumer: BaseConsumer = kafka::base_config(config)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .map_err(|e| WeirError::kafka("create consumer", e))?;
+    let consumer = group_reader(config)?;
 
     let (folder, keep, graph_sources, graph_topology) = match target {
         Target::Temporary => (
@@ -287,6 +282,18 @@ pub fn read(config: &Config, operator: Option<&str>, target: Target) -> Result<G
     let body = serde_json::to_vec_pretty(&meta).expect("metadata serialises");
     std::fs::write(&path, body).map_err(|e| WeirError::io(&path, e))?;
     Ok(out)
+}
+
+/// A consumer of the job's group that joins nothing: it reads the group's
+/// committed offsets read_committed (an open transaction's are waited
+/// for), and commits only when told.
+pub(super) fn group_reader(config: &Config) -> Result<BaseConsumer> {
+    kafka::base_config(config)
+        .set("group.id", &config.kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(|e| WeirError::kafka("create consumer", e))
 }
 
 /// Every stage with a committed task, and those tasks, from the markers

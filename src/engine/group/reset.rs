@@ -163,21 +163,27 @@ pub fn reset(graph: &Graph, config: &Config) -> Result<ResetReport> {
 /// listed with DescribeConsumerGroups, which answers for both group
 /// protocols (the classic DescribeGroups answers a KIP-848 group with no
 /// members).
-pub(super) fn refuse_active_members(consumer: &BaseConsumer, group: &str) -> Result<()> {
-    let members = crate::kafka::members::group_members(consumer.client(), group, REQUEST_TIMEOUT)?;
+fn refuse_active_members(consumer: &BaseConsumer, group: &str) -> Result<()> {
+    let members = active_members(consumer, group)?;
     if !members.is_empty() {
-        let names: Vec<String> = members
-            .iter()
-            .map(|m| format!("{} ({})", m.client_id, m.host))
-            .collect();
         return Err(WeirError::ResetRefused(format!(
             "consumer group {group:?} has {} active members: {}; stop every instance of the \
              job before weir reset",
             members.len(),
-            names.join(", ")
+            members.join(", ")
         )));
     }
     Ok(())
+}
+
+/// The group's members, each as `client id (host)`, listed as
+/// [`refuse_active_members`] says why.
+pub(super) fn active_members(consumer: &BaseConsumer, group: &str) -> Result<Vec<String>> {
+    let members = crate::kafka::members::group_members(consumer.client(), group, REQUEST_TIMEOUT)?;
+    Ok(members
+        .iter()
+        .map(|m| format!("{} ({})", m.client_id, m.host))
+        .collect())
 }
 
 pub(super) fn watermarks(

@@ -49,8 +49,9 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
-use super::committed::{self, Target};
+use super::committed::{self, group_reader, Target};
 use super::plan::GroupPlan;
+use super::reset::active_members;
 use super::{run_with, stage_operators, stage_tables};
 use crate::checkpoint::metadata::StateHandle;
 use crate::checkpoint::recovery::{check_topology, Decision};
@@ -58,7 +59,7 @@ use crate::checkpoint::store::{self, CheckpointStore};
 use crate::config::Config;
 use crate::dataflow::graph::{Graph, NodeBody};
 use crate::error::{Result, WeirError};
-use crate::kafka::{self, REQUEST_TIMEOUT};
+use crate::kafka;
 use crate::runtime::JobShared;
 use crate::scale::checkpoints::write_manifest;
 use crate::scale::manifest::{
@@ -102,7 +103,7 @@ pub fn take(graph: Arc<Graph>, config: Arc<Config>) -> Result<PathBuf> {
         job: graph.name.clone(),
         problems,
     })?;
-    let consumer = group_client(&config)?;
+    let consumer = group_reader(&config)?;
     refuse_members(&consumer, &config, "weir savepoint")?;
     for round in 1..=DRAIN_ROUNDS {
         info!(round, "draining the repartition topics, sources paused");
@@ -147,32 +148,17 @@ pub fn take(graph: Arc<Graph>, config: Arc<Config>) -> Result<PathBuf> {
 /// A single-mode job's savepoint: its newest completed checkpoint, copied.
 fn copy_last_checkpoint(config: &Config, dir: &Path) -> Result<PathBuf> {
     let checkpoints = CheckpointStore::new(config.job_checkpoint_dir());
-    let last = checkpoints
-        .scan()?
-        .into_iter()
-        .rev()
-        .find(|f| f.committed_marker && f.id.is_some())
-        .and_then(|f| f.id)
-        .ok_or_else(|| {
-            WeirError::SavepointRefused(format!(
-                "no completed checkpoint in {}: run the job until it has taken one (a SIGTERM \
+    let last = checkpoints.latest_completed()?.ok_or_else(|| {
+        WeirError::SavepointRefused(format!(
+            "no completed checkpoint in {}: run the job until it has taken one (a SIGTERM \
                  takes a final one)",
-                checkpoints.root().display()
-            ))
-        })?;
+            checkpoints.root().display()
+        ))
+    })?;
     let folder = dir.join(format!("savepoint-{last:010}-{}", crate::observe::now_ms()));
     store::copy_checkpoint(&checkpoints.folder(last), &folder)?;
     info!(checkpoint_id = last, savepoint = %folder.display(), "savepoint written");
     Ok(folder)
-}
-
-fn group_client(config: &Config) -> Result<BaseConsumer> {
-    kafka::base_config(config)
-        .set("group.id", &config.kafka.group_id)
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .map_err(|e| WeirError::kafka("create consumer", e))
 }
 
 /// How long `weir savepoint` waits for the group's members to go: an
@@ -188,7 +174,7 @@ fn refuse_members(consumer: &BaseConsumer, config: &Config, what: &str) -> Resul
     let deadline = Instant::now() + MEMBERS_WAIT;
     let mut members;
     loop {
-        members = kafka::members::group_members(consumer.client(), group, REQUEST_TIMEOUT)?;
+        members = active_members(consumer, group)?;
         if members.is_empty() {
             return Ok(());
         }
@@ -202,16 +188,12 @@ fn refuse_members(consumer: &BaseConsumer, config: &Config, what: &str) -> Resul
         );
         std::thread::sleep(Duration::from_secs(2));
     }
-    let names: Vec<String> = members
-        .iter()
-        .map(|m| format!("{} ({})", m.client_id, m.host))
-        .collect();
     Err(WeirError::SavepointRefused(format!(
         "consumer group {group:?} still has {} active members after {}s: {}; stop every \
          instance of the job before {what}",
         members.len(),
         MEMBERS_WAIT.as_secs(),
-        names.join(", ")
+        members.join(", ")
     )))
 }
 
@@ -219,7 +201,7 @@ fn refuse_members(consumer: &BaseConsumer, config: &Config, what: &str) -> Resul
 /// task T: a record at <topic>/<partition>@<offset>": read with a
 /// read_committed reader of its own, not the engine's.
 fn left_behind(config: &Config, plan: &GroupPlan) -> Result<Option<String>> {
-    let consumer = group_client(config)?;
+    let consumer = group_reader(config)?;
     for stage in &plan.stages {
         let partitions: Vec<(String, i32)> = (0..config.scale.tasks as i32)
             .map(|p| (stage.topic.clone(), p))
@@ -337,7 +319,7 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
         job: graph.name.clone(),
         problems,
     })?;
-    let consumer = group_client(config)?;
+    let consumer = group_reader(config)?;
     if storage.get(&seeded)?.is_some() {
         if seeding_committed(&consumer, config, &plan, graph)? {
             info!(savepoint = %folder.display(), "the job was seeded from this savepoint before; joining the group");
@@ -354,9 +336,8 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
         )));
     }
     refuse_members(&consumer, config, "seeding it from a savepoint")?;
-    let meta_client = kafka::create_consumer(config)?;
     for st in &plan.stages {
-        repartition::ensure_topic(config, &meta_client, st.topic.clone())?;
+        repartition::ensure_topic(config, &consumer, st.topic.clone())?;
     }
 
     let started = Instant::now();
@@ -442,7 +423,7 @@ pub fn seed(graph: &Graph, config: &Config, folder: &Path) -> Result<()> {
         let NodeBody::Source(spec) = &node.body else {
             continue;
         };
-        for tp in kafka::topic_partitions(&meta_client, &spec.topics)? {
+        for tp in kafka::topic_partitions(&consumer, &spec.topics)? {
             // A partition the savepoint does not know (added since) starts
             // at the source's `start`, as in single mode.
             if let Some(offset) = source_offsets.get(&tp) {
