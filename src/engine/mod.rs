@@ -18,6 +18,7 @@ pub mod decode;
 pub mod group;
 pub mod single;
 pub mod sink;
+pub mod upsert_fold;
 
 pub use self::single::run;
 

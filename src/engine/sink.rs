@@ -7,6 +7,7 @@ use crate::dataflow::graph::{KeyFormat, SinkMode, SinkSpec};
 use crate::dataflow::json::{encode_columns, write_value, RowEncoder};
 use crate::dataflow::row::{RowKind, Schema, Value};
 use crate::dataflow::Record;
+use crate::engine::upsert_fold::{UpsertFold, UpsertWrite};
 use crate::error::{Result, WeirError};
 use crate::runtime::output::Output;
 
@@ -19,16 +20,11 @@ pub struct SinkWriter {
     key: Vec<u8>,
     /// A row's JSON before it goes into an envelope (Debezium).
     scratch: Vec<u8>,
-    /// Upsert: the key of the last update-before, whose update-after
-    /// (the next record, nearly always) replaces the key's row; its
-    /// buffer is reused.
-    pending_before: Vec<u8>,
-    has_pending_before: bool,
-    /// Upsert: keys whose update-before no update-after has followed yet.
-    /// A filter over an updating result drops the update-after of a row
-    /// that stops passing; what is left at the epoch's end is a deletion
-    /// ([`SinkWriter::end_epoch`]).
-    lone_befores: std::collections::HashSet<Vec<u8>>,
+    /// Upsert: the update-befores held until their key's next row.
+    upserts: UpsertFold,
+    /// Upsert: an update-before's value, encoded to compare with the row
+    /// that follows it.
+    before_value: Vec<u8>,
 }
 
 impl SinkWriter {
@@ -41,52 +37,30 @@ impl SinkWriter {
             output,
             key: Vec::with_capacity(64),
             scratch: Vec::new(),
-            pending_before: Vec::new(),
-            has_pending_before: false,
-            lone_befores: Default::default(),
+            upserts: UpsertFold::default(),
+            before_value: Vec::new(),
         }
     }
 
     /// Before the epoch's snapshot: an upsert sink writes a tombstone for
-    /// each key whose update-before no update-after followed (Flink's
-    /// upsert-kafka writes every update-before so; weir writes only those
-    /// not replaced, so an update is one record).
+    /// each key whose update-before no row followed ([`UpsertFold`]).
     pub fn end_epoch(&mut self) -> Result<()> {
-        if std::mem::take(&mut self.has_pending_before) {
-            self.lone_befores.insert(self.pending_before.clone());
-        }
-        let lone: Vec<Vec<u8>> = self.lone_befores.drain().collect();
-        for key in lone {
+        for key in self.upserts.end_epoch() {
             self.output.send_tombstone(&key)?;
         }
         Ok(())
     }
 
-    /// An upsert sink's update-before for the key in `self.key`.
-    fn before(&mut self) {
-        if self.has_pending_before && self.pending_before != self.key {
-            self.lone_befores.insert(self.pending_before.clone());
-        }
-        self.pending_before.clear();
-        self.pending_before.extend_from_slice(&self.key);
-        self.has_pending_before = true;
-    }
-
-    /// An upsert sink's row for the key in `self.key`: an update-before
-    /// it followed at once is not lone. One that other rows came between
-    /// is written now, as the tombstone it is, before the row: the key left
-    /// the result and came back, maybe as the very row it left as (a
-    /// filter's row that stopped passing and passes again), and a reader
-    /// must see it go, not that row twice in a row.
-    /// (A deletion's own tombstone follows: nothing more is written then.)
-    fn replaced(&mut self, kind: RowKind) -> Result<()> {
-        if self.has_pending_before && self.pending_before == self.key {
-            self.has_pending_before = false;
-        } else if !self.lone_befores.is_empty()
-            && self.lone_befores.remove(&self.key[..])
-            && kind != RowKind::Delete
-        {
-            self.output.send_tombstone(&self.key)?;
+    /// The row's value as the sink writes it, into `out`.
+    fn encode_value(&self, r: &Record, out: &mut Vec<u8>) -> Result<()> {
+        match &self.spec.encoding.value {
+            None => self.encoder.encode(&r.row, out),
+            Some(encoder) => {
+                let values: Vec<&Value> = r.row.values.iter().collect();
+                if let Err(e) = encoder.encode(&values, out) {
+                    return Err(self.encode_error("value", e));
+                }
+            }
         }
         Ok(())
     }
@@ -125,30 +99,14 @@ impl SinkWriter {
             }
             _ => encode_columns(&r.row, &self.schema, &self.spec.key, &mut self.key),
         }
-        if self.spec.mode == SinkMode::Upsert {
-            match r.row.kind {
-                RowKind::UpdateBefore => {
-                    // The update-after that follows replaces it.
-                    self.before();
-                    return Ok(());
-                }
-                kind => self.replaced(kind)?,
-            }
-        }
         match (self.spec.mode, r.row.kind) {
             (SinkMode::Append, RowKind::Insert)
-            | (
-                SinkMode::Upsert | SinkMode::Results,
-                RowKind::Insert | RowKind::UpdateAfter,
-            ) => match &self.spec.encoding.value {
-                None => self.encoder.encode(&r.row, &mut self.output.buf),
-                Some(encoder) => {
-                    let values: Vec<&Value> = r.row.values.iter().collect();
-                    if let Err(e) = encoder.encode(&values, &mut self.output.buf) {
-                        return Err(self.encode_error("value", e));
-                    }
-                }
-            },
+            | (SinkMode::Results, RowKind::Insert | RowKind::UpdateAfter) => {
+                let mut buf = std::mem::take(&mut self.output.buf);
+                let encoded = self.encode_value(r, &mut buf);
+                self.output.buf = buf;
+                encoded?;
+            }
             (SinkMode::Results, RowKind::UpdateBefore | RowKind::Delete) => return Ok(()),
             (SinkMode::Append, kind) => {
                 return Err(WeirError::Operator {
@@ -160,8 +118,7 @@ impl SinkWriter {
                     ),
                 })
             }
-            (SinkMode::Upsert, RowKind::UpdateBefore) => return Ok(()),
-            (SinkMode::Upsert, RowKind::Delete) => return self.output.send_tombstone(&self.key),
+            (SinkMode::Upsert, _) => return self.write_upsert(r),
             (SinkMode::Debezium, kind) => {
                 self.encoder.encode(&r.row, &mut self.scratch);
                 let buf = &mut self.output.buf;
@@ -189,6 +146,37 @@ impl SinkWriter {
                 self.output.buf.extend_from_slice(&rest);
             }
         }
+        self.send(r)
+    }
+
+    /// An upsert sink's row: what [`UpsertFold`] says to write for it.
+    fn write_upsert(&mut self, r: &Record) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.output.buf);
+        let write = match r.row.kind {
+            RowKind::UpdateBefore => {
+                let mut before = std::mem::take(&mut self.before_value);
+                let encoded = self.encode_value(r, &mut before);
+                if encoded.is_ok() {
+                    self.upserts.before(&self.key, &before);
+                }
+                self.before_value = before;
+                encoded.map(|()| UpsertWrite::Nothing)
+            }
+            RowKind::Delete => Ok(self.upserts.delete(&self.key)),
+            RowKind::Insert | RowKind::UpdateAfter => self
+                .encode_value(r, &mut buf)
+                .map(|()| self.upserts.row(&self.key, &buf)),
+        };
+        self.output.buf = buf;
+        match write? {
+            UpsertWrite::Nothing => Ok(()),
+            UpsertWrite::Tombstone => self.output.send_tombstone(&self.key),
+            UpsertWrite::Row => self.send(r),
+        }
+    }
+
+    /// Sends the value in the output's buffer under the key in `self.key`.
+    fn send(&mut self, r: &Record) -> Result<()> {
         let key = std::mem::take(&mut self.key);
         // A row's event time is its record's Kafka timestamp (a window's
         // result: its last millisecond), as Flink's Kafka sink writes it.
