@@ -64,7 +64,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            if c.sql.is_some() {
+            if c.sql().is_some() {
                 return match weir::sql::plan(&c) {
                     Ok(plan) => {
                         print!("{}", plan.describe());
@@ -77,10 +77,12 @@ fn main() -> ExitCode {
             match weir::pipelines::plan(&c) {
                 Ok(plan) => {
                     print!("{}", plan.describe());
-                    let (job, _) = weir::pipelines::sql_job(&c);
-                    println!("sql ({})", job.origin);
-                    for line in job.text.lines() {
-                        println!("  {line}");
+                    if let Some(b) = c.builtin() {
+                        let (job, _) = weir::pipelines::sql_job(&c, b);
+                        println!("sql ({})", job.origin);
+                        for line in job.text.lines() {
+                            println!("  {line}");
+                        }
                     }
                     ExitCode::SUCCESS
                 }
@@ -179,7 +181,7 @@ fn main() -> ExitCode {
 /// A SQL job's statements planned: every problem printed with its line,
 /// column and text, and exit 2; Ok for a job without SQL.
 fn sql_problems(c: &Config) -> Result<(), ExitCode> {
-    let Some(sql) = &c.sql else {
+    let Some(sql) = c.sql() else {
         return Ok(());
     };
     match weir::sql::plan(c) {
@@ -258,7 +260,7 @@ fn run(config: Arc<Config>, restore_from: Option<std::path::PathBuf>) -> ExitCod
     // A SQL job's console lists its planned operators; the built-in
     // pipelines keep their own description.
     let info = match config
-        .sql
+        .sql()
         .is_some()
         .then(|| weir::pipelines::graph(&config))
     {

@@ -22,8 +22,8 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use crate::config::{
-    AggregateFunction, BadRecordPolicy, Config, EmitMode, LatePolicy, PipelineConfig, RecordFormat,
-    SqlJob, SqlPipelineConfig, WindowEmit, SOURCE_UID,
+    AggregateFunction, BadRecordPolicy, BuiltinJob, Config, EmitMode, JobKind, LatePolicy,
+    PipelineConfig, RecordFormat, SqlJob, SqlPipelineConfig, WindowEmit, SOURCE_UID,
 };
 use crate::dataflow::graph::RecordDecoder;
 use crate::dataflow::ops::aggregate::AggregateEmit;
@@ -46,9 +46,18 @@ pub fn graph(c: &Config) -> Result<Graph> {
 /// `c`'s job planned: a SQL job's statements, or a TOML pipeline's SQL
 /// ([`sql_job`]) over its catalog.
 pub fn plan(c: &Config) -> Result<crate::sql::Plan> {
-    let (job, catalog) = match &c.sql {
-        Some(sql) => (sql.clone(), Catalog::default()),
-        None => sql_job(c),
+    let (job, catalog) = match &c.kind {
+        JobKind::Sql(sql) => (sql.as_ref().clone(), Catalog::default()),
+        JobKind::Builtin(b) => sql_job(c, b),
+        JobKind::Graph => {
+            return Err(WeirError::Graph {
+                job: c.job.name.clone(),
+                problems: vec![
+                    "a job built with the Rust API has its graph in code, not in its configuration"
+                        .into(),
+                ],
+            })
+        }
     };
     crate::sql::bind::plan_with(c, &job, catalog).map_err(|errors| WeirError::Graph {
         job: c.job.name.clone(),
@@ -68,29 +77,29 @@ const OUTPUT: &str = "output";
 /// and a number by JSON pointers, with their error messages), its sink
 /// (`{"key":"hello","count":3}` keyed by the word itself, a row per
 /// update), its operator's uid and checkpoint kind, and its emission.
-pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
-    let window = c.pipeline.window();
+pub fn sql_job(c: &Config, b: &BuiltinJob) -> (SqlJob, Catalog) {
+    let window = b.pipeline.window();
     let event_time =
-        c.source.event_time.as_ref().map(|et| {
+        b.source.event_time.as_ref().map(|et| {
             TimestampExtractor::new(et.field.as_deref().map(normalize_pointer), et.format)
         });
-    let topics: Vec<&str> = c.source.topics.iter().map(String::as_str).collect();
+    let topics: Vec<&str> = b.source.topics.iter().map(String::as_str).collect();
     // Late records go to the dead-letter topic as they were read: the
     // record travels with its rows, only then.
-    let late_to = late_topic(c);
+    let late_to = late_topic(b);
     let columns = Columns {
         time: window.is_some(),
         record: late_to.is_some(),
     };
-    let function = match &c.pipeline {
+    let function = match &b.pipeline {
         PipelineConfig::WordCount { .. } => AggregateFunction::Count,
         PipelineConfig::Aggregate { function, .. } => *function,
     };
-    let (table, decoder, fields): (&str, Arc<dyn RecordDecoder>, _) = match &c.pipeline {
+    let (table, decoder, fields): (&str, Arc<dyn RecordDecoder>, _) = match &b.pipeline {
         PipelineConfig::WordCount { .. } => (
             "lines",
             Arc::new(Words {
-                json: c.source.format == RecordFormat::Json,
+                json: b.source.format == RecordFormat::Json,
                 event_time,
                 columns,
             }),
@@ -114,12 +123,12 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
         table.into(),
         CatalogSource {
             uid: SOURCE_UID.into(),
-            source: source(c, &topics, schema, decoder),
+            source: source(b, &topics, schema, decoder),
             time: columns.time.then(|| TIME.into()),
             dead_letter_topic: late_to.clone(),
         },
     );
-    let sink = KafkaSink::results(&c.sink.topic, &["key"]).raw_key();
+    let sink = KafkaSink::results(&b.sink.topic, &["key"]).raw_key();
     // A window's result carries its last millisecond as its timestamp, as
     // it always has; a running aggregate's results are stamped by the
     // producer (in batch calls).
@@ -127,7 +136,7 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
         Some(_) => sink,
         None => sink.without_timestamps(),
     };
-    let sink = match (c.source.on_bad_record, &c.source.dead_letter_topic) {
+    let sink = match (b.source.on_bad_record, &b.source.dead_letter_topic) {
         (BadRecordPolicy::Skip, _) => sink.skip_too_large(),
         (BadRecordPolicy::DeadLetter, Some(topic)) => sink.too_large_to(topic),
         _ => sink,
@@ -136,13 +145,13 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
         OUTPUT.into(),
         CatalogSink {
             uid: SINK_UID.into(),
-            topic: c.sink.topic.clone(),
+            topic: b.sink.topic.clone(),
             sink,
             mode: "each new result, keyed by the key as text (update-befores and deletions are not written)"
                 .into(),
         },
     );
-    let kind = match (&c.pipeline, window) {
+    let kind = match (&b.pipeline, window) {
         (PipelineConfig::WordCount { .. }, None) => "word-count".to_string(),
         (PipelineConfig::Aggregate { .. }, None) => format!("aggregate/{}", function.name()),
         (PipelineConfig::WordCount { .. }, Some(_)) => "word-count/window".to_string(),
@@ -159,7 +168,7 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
         } else {
             "aggregate"
         }),
-        c.keyed_uid(),
+        b.keyed_uid(),
     );
     let unnest = match window {
         Some(_) => format!("{WORDS}.unnest"),
@@ -168,7 +177,7 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
     catalog.uids.insert(unnest, "split-words".into());
     catalog.aggregate = AggregateSettings {
         kind: Some(format!("{KIND_PREFIX}{kind}")),
-        emit: match c.sink.emit {
+        emit: match b.sink.emit {
             EmitMode::EveryUpdate => AggregateEmit::EveryRow,
             EmitMode::OnCheckpoint => AggregateEmit::OnCheckpoint {
                 max_changed: c.state.cache_entries,
@@ -192,10 +201,10 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
             },
             state_ttl: None,
         },
-        text: sql_text(c, table, function, columns),
+        text: sql_text(b, table, function, columns),
         origin: format!(
             "the SQL of [pipeline] kind = {:?}",
-            match c.pipeline {
+            match b.pipeline {
                 PipelineConfig::WordCount { .. } => "word-count",
                 PipelineConfig::Aggregate { .. } => "aggregate",
             }
@@ -216,15 +225,15 @@ pub fn sql_job(c: &Config) -> (SqlJob, Catalog) {
 /// for word count; `SELECT key, SUM(value) AS "sum" FROM records GROUP BY
 /// key` for an aggregate; with a window, the same grouped by a window
 /// function's `window_start, window_end` over the table's `event_time`.
-fn sql_text(c: &Config, table: &str, function: AggregateFunction, columns: Columns) -> String {
+fn sql_text(b: &BuiltinJob, table: &str, function: AggregateFunction, columns: Columns) -> String {
     let name = function.name();
     let agg = match function {
         AggregateFunction::Count => format!("COUNT(*) AS \"{name}\""),
         _ => format!("{}(value) AS \"{name}\"", name.to_uppercase()),
     };
     let words = "CROSS JOIN UNNEST(WORDS(LOWER(line))) AS t(key)";
-    let word_count = matches!(c.pipeline, PipelineConfig::WordCount { .. });
-    let Some(w) = c.pipeline.window() else {
+    let word_count = matches!(b.pipeline, PipelineConfig::WordCount { .. });
+    let Some(w) = b.pipeline.window() else {
         let from = if word_count {
             format!("{table} {words}")
         } else {
@@ -357,24 +366,24 @@ pub fn parse_kind(kind: &str) -> Option<(AggregateFunction, bool)> {
 }
 
 fn source(
-    c: &Config,
+    b: &BuiltinJob,
     topics: &[&str],
     schema: Schema,
     decoder: Arc<dyn RecordDecoder>,
 ) -> KafkaSource {
-    let mut s = KafkaSource::custom(topics, schema, decoder).start(c.source.start);
-    s = match (c.source.on_bad_record, &c.source.dead_letter_topic) {
+    let mut s = KafkaSource::custom(topics, schema, decoder).start(b.source.start);
+    s = match (b.source.on_bad_record, &b.source.dead_letter_topic) {
         (BadRecordPolicy::Skip, _) => s.skip_bad_records(),
         (BadRecordPolicy::DeadLetter, Some(topic)) => s.dead_letter(topic),
         _ => s,
     };
-    if let Some(et) = &c.source.event_time {
+    if let Some(et) = &b.source.event_time {
         // The decoder reads the time; this sets the watermarks.
         s = s
             .kafka_time(et.max_out_of_orderness)
             .idle_timeout(et.idle_timeout);
     }
-    if late_topic(c).is_some() {
+    if late_topic(b).is_some() {
         // Late records' dead letters name the record they came from.
         s = s.with_origin("origin");
     }
@@ -383,9 +392,9 @@ fn source(
 
 /// Where late records go, if anywhere but dropped: then each row carries
 /// its record as read (`record`) and its origin (`origin`).
-fn late_topic(c: &Config) -> Option<String> {
-    c.pipeline.window().and_then(|w| match w.on_late {
-        LatePolicy::DeadLetter => c.source.dead_letter_topic.clone(),
+fn late_topic(b: &BuiltinJob) -> Option<String> {
+    b.pipeline.window().and_then(|w| match w.on_late {
+        LatePolicy::DeadLetter => b.source.dead_letter_topic.clone(),
         LatePolicy::Drop => None,
     })
 }
@@ -608,7 +617,7 @@ mod tests {
                 .collect()
         };
         let wc = load("kind = \"word-count\"", "");
-        assert!(sql_job(&wc)
+        assert!(sql_job(&wc, wc.builtin().unwrap())
             .0
             .text
             .contains("FROM lines CROSS JOIN UNNEST(WORDS(LOWER(line))) AS t(key)"));
@@ -645,7 +654,7 @@ mod tests {
             "kind = \"aggregate\"\nkey = \"/user\"\nfield = \"/amount\"\nfunction = \"sum\"",
             "format = \"json\"",
         );
-        assert!(sql_job(&sum)
+        assert!(sql_job(&sum, sum.builtin().unwrap())
             .0
             .text
             .contains("SELECT key, SUM(value) AS \"sum\"\nFROM records\nGROUP BY key"));

@@ -317,7 +317,11 @@ mod tests {
                 savepoint_timeout: Duration::from_secs(5),
                 ownership: Default::default(),
                 group_mode: false,
-                job: overview::JobInfo::from_config(&test_config()),
+                job: {
+                    let config = test_config();
+                    let graph = crate::pipelines::graph(&config).expect("the demo plans");
+                    overview::JobInfo::from_graph(&config, &graph)
+                },
                 queries: Default::default(),
             }),
             rx,
@@ -404,8 +408,16 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["job"]["name"], "demo-wordcount");
         assert_eq!(v["job"]["mode"], "single");
-        assert_eq!(v["job"]["operators"][1]["uid"], "word-count");
-        assert_eq!(v["job"]["operators"][1]["parallelism"], 2);
+        // The demo's SQL, as planned: its source, then its operators.
+        assert_eq!(v["job"]["operators"][0]["uid"], "source.lines");
+        let aggregate = v["job"]["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["uid"] == "counts.aggregate")
+            .unwrap_or_else(|| panic!("{body}"));
+        assert_eq!(aggregate["kind"], "aggregate/count");
+        assert_eq!(aggregate["parallelism"], 2);
         let records = v["metrics"]
             .as_array()
             .unwrap()

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::config::{Config, Delivery, SOURCE_UID};
+use crate::config::{BuiltinJob, Config, Delivery, SOURCE_UID};
 use crate::observe::metrics::Sample;
 
 /// The job as configured: fixed for the life of the process.
@@ -29,52 +29,18 @@ pub struct OperatorInfo {
 }
 
 impl JobInfo {
+    /// The job as its configuration gives it: a built-in pipeline's
+    /// source, keyed operator and sink; a SQL job's and a graph's
+    /// operators come from their graph ([`JobInfo::from_graph`]).
     pub fn from_config(config: &Config) -> Self {
-        let delivery = match config.sink.delivery {
+        let delivery = match config.output.delivery {
             Delivery::ExactlyOnce => "exactly-once",
             Delivery::AtLeastOnce => "at-least-once",
         };
-        // In group mode the keyed operator runs as `scale.tasks` tasks
-        // spread over the instances; the sources as the input partitions.
-        let keyed_parallelism = if config.is_group() {
-            config.scale.tasks
-        } else {
-            config.job.parallelism
-        };
-        let mut keyed = match config.pipeline.window() {
-            None => config.pipeline.kind_name().to_string(),
-            Some(w) => {
-                format!("{} ({:?} window)", config.pipeline.kind_name(), w.kind).to_lowercase()
-            }
-        };
-        if let Some(et) = &config.source.event_time {
-            let field = et.field.as_deref().unwrap_or("Kafka timestamp");
-            keyed.push_str(&format!(", event time from {field}"));
-        }
-        let operators = vec![
-            OperatorInfo {
-                uid: SOURCE_UID.to_string(),
-                kind: "source".into(),
-                parallelism: config.job.parallelism,
-                detail: format!("topics {}", config.source.topics.join(", ")),
-            },
-            OperatorInfo {
-                uid: config.keyed_uid(),
-                kind: keyed,
-                parallelism: keyed_parallelism,
-                detail: format!("{} key groups", config.job.max_parallelism),
-            },
-            OperatorInfo {
-                uid: "kafka-sink".into(),
-                kind: "sink".into(),
-                parallelism: keyed_parallelism,
-                detail: format!(
-                    "topic {}, {delivery}, chained to {}",
-                    config.sink.topic,
-                    config.keyed_uid()
-                ),
-            },
-        ];
+        let operators = config
+            .builtin()
+            .map(|b| Self::builtin_operators(config, b, delivery))
+            .unwrap_or_default();
         Self {
             name: config.job.name.clone(),
             version: env!("CARGO_PKG_VERSION"),
@@ -85,9 +51,50 @@ impl JobInfo {
             operators,
         }
     }
-}
 
-impl JobInfo {
+    /// A built-in pipeline's three operators.
+    fn builtin_operators(config: &Config, b: &BuiltinJob, delivery: &str) -> Vec<OperatorInfo> {
+        // In group mode the keyed operator runs as `scale.tasks` tasks
+        // spread over the instances; the sources as the input partitions.
+        let keyed_parallelism = if config.is_group() {
+            config.scale.tasks
+        } else {
+            config.job.parallelism
+        };
+        let mut keyed = match b.pipeline.window() {
+            None => b.pipeline.kind_name().to_string(),
+            Some(w) => format!("{} ({:?} window)", b.pipeline.kind_name(), w.kind).to_lowercase(),
+        };
+        if let Some(et) = &b.source.event_time {
+            let field = et.field.as_deref().unwrap_or("Kafka timestamp");
+            keyed.push_str(&format!(", event time from {field}"));
+        }
+        vec![
+            OperatorInfo {
+                uid: SOURCE_UID.to_string(),
+                kind: "source".into(),
+                parallelism: config.job.parallelism,
+                detail: format!("topics {}", b.source.topics.join(", ")),
+            },
+            OperatorInfo {
+                uid: b.keyed_uid(),
+                kind: keyed,
+                parallelism: keyed_parallelism,
+                detail: format!("{} key groups", config.job.max_parallelism),
+            },
+            OperatorInfo {
+                uid: "kafka-sink".into(),
+                kind: "sink".into(),
+                parallelism: keyed_parallelism,
+                detail: format!(
+                    "topic {}, {delivery}, chained to {}",
+                    b.sink.topic,
+                    b.keyed_uid()
+                ),
+            },
+        ]
+    }
+
     /// A job graph's nodes as the console lists them: each node's kind,
     /// its inputs and its schema.
     pub fn from_graph(config: &Config, graph: &crate::dataflow::Graph) -> Self {

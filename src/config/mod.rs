@@ -29,15 +29,14 @@ pub struct Config {
     pub checkpoint: CheckpointConfig,
     pub state: StateConfig,
     pub restart: RestartConfig,
-    pub source: SourceConfig,
-    pub pipeline: PipelineConfig,
-    pub sink: SinkConfig,
+    /// What the job computes: a built-in pipeline, SQL, or a graph built
+    /// in Rust.
+    pub kind: JobKind,
+    /// `[sink]`'s delivery and transactional id, for every sink of the job.
+    pub output: OutputConfig,
     pub admin: AdminConfig,
     pub log: LogConfig,
     pub scale: ScaleConfig,
-    /// `[sources.*]`, `[sinks.*]` and `[pipeline] sql`: a job in SQL
-    /// (then `source`, `pipeline` and `sink` hold stand-ins).
-    pub sql: Option<SqlJob>,
 }
 
 /// One problem in a configuration, with the key it is about.
@@ -112,7 +111,8 @@ impl Config {
     /// sources and operators, and refuses them here so that nobody edits
     /// a section that does nothing). `[sink]` is optional: its `delivery`,
     /// `transactional_id_prefix` and `instance` apply to every sink of the
-    /// graph; its `topic` is not used.
+    /// graph; a `topic` or `emit` there is refused (the graph names its
+    /// sinks).
     pub fn load_for_graph(file: &Path) -> Result<Config, ConfigError> {
         Self::load_inner(file, None, true)
     }
@@ -192,51 +192,110 @@ impl Config {
                     });
                 }
             }
-            // Stand-ins that pass validation; nothing reads them.
-            tree.insert(
-                "source".into(),
-                serde_json::json!({"topics": ["(graph source)"]}),
-            );
-            tree.insert("pipeline".into(), serde_json::json!({"kind": "word-count"}));
-            let sink = tree
-                .entry("sink".into())
-                .or_insert_with(|| serde_json::json!({}));
-            if let Some(object) = sink.as_object_mut() {
-                object
-                    .entry("topic")
-                    .or_insert_with(|| serde_json::json!("(graph sink)"));
-            }
         }
         let sql = if graph {
             None
         } else {
-            sql::sql_job(file, &mut tree, &mut problems)
+            sql::sql_job(file, &tree, &mut problems)
         };
         let job = section::<JobConfig>(&tree, "job", &mut problems);
         let kafka = section::<KafkaConfig>(&tree, "kafka", &mut problems);
         let checkpoint = section::<CheckpointConfig>(&tree, "checkpoint", &mut problems);
         let state = section::<StateConfig>(&tree, "state", &mut problems);
         let restart = optional_section::<RestartConfig>(&tree, "restart", &mut problems);
-        let source = section::<SourceConfig>(&tree, "source", &mut problems);
-        let pipeline = pipeline_section(&mut tree, &mut problems);
-        let sink = section::<SinkConfig>(&tree, "sink", &mut problems);
         let admin = optional_section::<AdminConfig>(&tree, "admin", &mut problems);
         let log = optional_section::<LogConfig>(&tree, "log", &mut problems);
         let scale = optional_section::<ScaleConfig>(&tree, "scale", &mut problems);
+        let sink = match tree.get("sink") {
+            Some(v) => parse_section::<SinkSection>(v, "sink", &mut problems),
+            None => None,
+        };
+        let mut output = sink
+            .as_ref()
+            .map_or_else(OutputConfig::default, |s| OutputConfig {
+                delivery: s.delivery,
+                transactional_id_prefix: s.transactional_id_prefix.clone(),
+                instance: s.instance.clone(),
+            });
+        if let Some(sql) = &sql {
+            // The sinks' agreed delivery ([sink]'s, when it gives one, is
+            // among them).
+            output.delivery = sql.delivery;
+        }
+        // `[sink] topic` and `emit` belong to a built-in pipeline's sink.
+        let foreign = match (graph, &sql) {
+            (true, _) => Some("a job built with the Rust API writes to the sinks its graph names"),
+            (false, Some(_)) => Some("a SQL job writes to the topics of its [sinks.NAME]"),
+            (false, None) => None,
+        };
+        if let (Some(why), Some(s)) = (foreign, &sink) {
+            for (key, given) in [("topic", s.topic.is_some()), ("emit", s.emit.is_some())] {
+                if given {
+                    problems.push(ConfigProblem {
+                        key: format!("sink.{key}"),
+                        message: format!("{why}; remove sink.{key}"),
+                    });
+                }
+            }
+        }
+        let mut pipeline_ok = true;
+        let kind = match (graph, sql) {
+            (true, _) => Some(JobKind::Graph),
+            (false, Some(sql)) => Some(JobKind::Sql(Box::new(sql.job))),
+            (false, None) => {
+                let source = section::<SourceConfig>(&tree, "source", &mut problems);
+                let pipeline = pipeline_section(&mut tree, &mut problems);
+                let sink = match (&sink, tree.contains_key("sink")) {
+                    (Some(s), _) => match &s.topic {
+                        Some(topic) => Some(SinkConfig {
+                            topic: topic.clone(),
+                            emit: s.emit.unwrap_or_default(),
+                        }),
+                        None => {
+                            problems.push(ConfigProblem {
+                                key: "sink.topic".into(),
+                                message: "missing field `topic`".into(),
+                            });
+                            None
+                        }
+                    },
+                    // Not parsed: its problems are reported.
+                    (None, true) => None,
+                    (None, false) => {
+                        problems.push(ConfigProblem {
+                            key: "sink".into(),
+                            message: "missing section".into(),
+                        });
+                        None
+                    }
+                };
+                match (source, pipeline, sink) {
+                    (Some(source), Some((pipeline, ok)), Some(sink)) => {
+                        pipeline_ok = ok;
+                        Some(JobKind::Builtin(Box::new(BuiltinJob {
+                            source,
+                            pipeline,
+                            sink,
+                        })))
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let sink_ok = sink.is_some() || !tree.contains_key("sink");
         let (
             Some(job),
             Some(kafka),
             Some(checkpoint),
             Some(state),
             Some(restart),
-            Some(source),
-            Some((pipeline, pipeline_ok)),
-            Some(sink),
+            Some(kind),
+            true,
             Some(admin),
             Some(log),
             Some(scale),
         ) = (
-            job, kafka, checkpoint, state, restart, source, pipeline, sink, admin, log, scale,
+            job, kafka, checkpoint, state, restart, kind, sink_ok, admin, log, scale,
         )
         else {
             return Err(fail(problems));
@@ -247,13 +306,11 @@ impl Config {
             checkpoint,
             state,
             restart,
-            source,
-            pipeline,
-            sink,
+            kind,
+            output,
             admin,
             log,
             scale,
-            sql,
         };
         // A pipeline section that did not parse was replaced by a stand-in
         // so the other sections are still checked; what validation says
@@ -273,6 +330,24 @@ impl Config {
 }
 
 impl Config {
+    /// The built-in pipeline, when the job is one.
+    pub fn builtin(&self) -> Option<&BuiltinJob> {
+        match &self.kind {
+            JobKind::Builtin(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The SQL job, when the job is one.
+    pub fn sql(&self) -> Option<&SqlJob> {
+        match &self.kind {
+            JobKind::Sql(sql) => Some(sql),
+            _ => None,
+        }
+    }
+}
+
+impl BuiltinJob {
     /// The uid of the keyed operator, stable across restarts.
     pub fn keyed_uid(&self) -> String {
         if let Some(uid) = self.pipeline.uid() {
@@ -314,7 +389,9 @@ impl Config {
             }
         }
     }
+}
 
+impl Config {
     /// The transactional id of this instance's producer.
     pub fn transactional_id(&self) -> String {
         self.transactional_id_of(self.instance())
@@ -324,7 +401,7 @@ impl Config {
     /// every instance's is the same prefix and its own id).
     pub fn transactional_id_of(&self, instance: &str) -> String {
         let prefix = self
-            .sink
+            .output
             .transactional_id_prefix
             .as_deref()
             .unwrap_or(&self.job.name);
@@ -337,7 +414,7 @@ impl Config {
         self.scale
             .instance
             .as_deref()
-            .unwrap_or(&self.sink.instance)
+            .unwrap_or(&self.output.instance)
     }
 
     /// True when several instances share the job (`scale.mode = "group"`).
@@ -646,6 +723,81 @@ topic = "word-counts"
         e.problems.iter().map(|p| p.key.as_str()).collect()
     }
 
+    /// [`VALID`]'s shared sections, without a job.
+    fn common() -> &'static str {
+        VALID.split("[source]").next().unwrap()
+    }
+
+    #[test]
+    fn a_sql_job_has_no_builtin_sections_and_its_sinks_give_the_delivery() {
+        let sql = format!(
+            "{}[sources.lines]\ntopics = [\"words\"]\nformat = \"text\"\n\
+             [sinks.out]\ntopic = \"out\"\ndelivery = \"exactly-once\"\n\
+             [sink]\ninstance = \"b\"\n\
+             [pipeline]\nsql = \"INSERT INTO out SELECT line FROM lines\"\n",
+            common()
+        );
+        let c = load(&sql, &[]).unwrap();
+        assert!(c.builtin().is_none());
+        assert_eq!(c.sql().unwrap().sinks["out"].topic, "out");
+        assert_eq!(c.output.delivery, Delivery::ExactlyOnce);
+        assert_eq!(c.transactional_id(), "wc-b");
+        // A built-in sink's keys in a SQL job are refused, by key.
+        let e = load(
+            &sql.replace(
+                "[sink]\ninstance = \"b\"\n",
+                "[sink]\ninstance = \"b\"\ntopic = \"x\"\nemit = \"on-checkpoint\"\n",
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), ["sink.topic", "sink.emit"], "{e}");
+        assert!(e.to_string().contains("[sinks.NAME]"), "{e}");
+        // [sink] delivery is one of the job's, and must agree.
+        let e = load(
+            &sql.replace(
+                "[sink]\ninstance = \"b\"\n",
+                "[sink]\ndelivery = \"at-least-once\"\n",
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), ["sinks.out.delivery"], "{e}");
+    }
+
+    #[test]
+    fn a_graph_job_takes_only_the_delivery_keys_of_sink() {
+        let load_graph = |text: &str| {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+            Config::load_for_graph(f.path())
+        };
+        let c = load_graph(common()).unwrap();
+        assert!(matches!(c.kind, JobKind::Graph));
+        assert_eq!(c.output.delivery, Delivery::AtLeastOnce);
+        let c = load_graph(&format!(
+            "{}[sink]\ndelivery = \"exactly-once\"\n",
+            common()
+        ))
+        .unwrap();
+        assert_eq!(c.output.delivery, Delivery::ExactlyOnce);
+        let e = load_graph(&format!("{}[sink]\ntopic = \"out\"\n", common())).unwrap_err();
+        assert_eq!(keys(&e), ["sink.topic"], "{e}");
+        assert!(e.to_string().contains("graph names"), "{e}");
+    }
+
+    #[test]
+    fn a_builtin_pipeline_needs_its_sink_topic() {
+        let e = load(
+            &VALID.replace("topic = \"word-counts\"", "delivery = \"at-least-once\""),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), ["sink.topic"], "{e}");
+        let e = load(VALID.split("[sink]").next().unwrap(), &[]).unwrap_err();
+        assert_eq!(keys(&e), ["sink"], "{e}");
+    }
+
     #[test]
     fn valid_config_loads_with_defaults() {
         let c = load(VALID, &[]).unwrap();
@@ -654,7 +806,7 @@ topic = "word-counts"
         assert_eq!(c.checkpoint.mode, CheckpointMode::ExactlyOnce);
         assert_eq!(c.checkpoint.retained, 2);
         assert_eq!(c.kafka.properties["socket.timeout.ms"], "30000");
-        assert_eq!(c.keyed_uid(), "word-count");
+        assert_eq!(c.builtin().unwrap().keyed_uid(), "word-count");
         assert_eq!(c.transactional_id(), "wc-0");
     }
 
@@ -671,7 +823,7 @@ topic = "word-counts"
         .unwrap();
         assert_eq!(c.checkpoint.interval, Duration::from_millis(500));
         assert_eq!(c.job.parallelism, 3);
-        assert_eq!(c.source.topics, vec!["a", "b"]);
+        assert_eq!(c.builtin().unwrap().source.topics, vec!["a", "b"]);
     }
 
     #[test]
@@ -900,12 +1052,18 @@ topic = "word-counts"
                 "kind = \"aggregate\"\nkey = \"user\"\nfield = \"amount\"\nfunction = \"sum\"",
             );
         let c = load(&text, &[]).unwrap();
-        assert_eq!(c.keyed_uid(), "aggregate-sum-amount-by-user");
+        assert_eq!(
+            c.builtin().unwrap().keyed_uid(),
+            "aggregate-sum-amount-by-user"
+        );
         // Pointers into nested objects name a folder, so no '/'.
         let nested = text.replace("key = \"user\"", "key = \"/user/id\"")
             + "[pipeline.window]\nkind = \"tumbling\"\nsize = \"1m\"\n[source.event_time]\n";
         let c = load(&nested, &[]).unwrap();
-        assert_eq!(c.keyed_uid(), "aggregate-sum-amount-by-user.id-tumbling-1m");
+        assert_eq!(
+            c.builtin().unwrap().keyed_uid(),
+            "aggregate-sum-amount-by-user.id-tumbling-1m"
+        );
     }
 
     #[test]

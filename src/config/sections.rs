@@ -463,20 +463,70 @@ impl AggregateFunction {
     }
 }
 
-/// `[sink]`
+/// `[sink]` as written: a built-in pipeline's sink and the delivery keys
+/// every job has. [`Config`](super::Config) splits it into
+/// [`SinkConfig`] and [`OutputConfig`].
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SinkConfig {
-    pub topic: String,
+pub(super) struct SinkSection {
+    pub topic: Option<String>,
     #[serde(default)]
     pub delivery: Delivery,
-    #[serde(default)]
-    pub emit: EmitMode,
-    /// Prefix of the transactional id (exactly-once); defaults to the job name.
+    pub emit: Option<EmitMode>,
     pub transactional_id_prefix: Option<String>,
-    /// Stable suffix that makes the transactional id of this weir instance.
     #[serde(default = "defaults::instance")]
     pub instance: String,
+}
+
+/// A built-in pipeline's `[sink]`: where its results go and when.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    pub topic: String,
+    pub emit: EmitMode,
+}
+
+/// `[sink]`'s keys that every job has, whatever computes it: how its
+/// sinks deliver, and the transactional id they commit under.
+#[derive(Debug, Clone)]
+pub struct OutputConfig {
+    /// `sink.delivery`: every sink of a job commits in its one
+    /// transaction per checkpoint, so the job has one delivery.
+    pub delivery: Delivery,
+    /// Prefix of the transactional id (exactly-once); defaults to the job name.
+    pub transactional_id_prefix: Option<String>,
+    /// Stable suffix that makes the transactional id of this weir instance
+    /// (`scale.instance` is its newer name).
+    pub instance: String,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        Self {
+            delivery: Delivery::default(),
+            transactional_id_prefix: None,
+            instance: defaults::instance(),
+        }
+    }
+}
+
+/// What a job computes, by where it is written.
+#[derive(Debug, Clone)]
+pub enum JobKind {
+    /// `[source]`, `[pipeline] kind` and `[sink]`: a built-in pipeline.
+    Builtin(Box<BuiltinJob>),
+    /// `[sources.*]`, `[sinks.*]` and `[pipeline] sql`.
+    Sql(Box<SqlJob>),
+    /// A job built with the Rust API: its graph is given in code, with
+    /// its sources and sinks.
+    Graph,
+}
+
+/// A built-in pipeline: `[source]`, `[pipeline]` and `[sink]`'s topic.
+#[derive(Debug, Clone)]
+pub struct BuiltinJob {
+    pub source: SourceConfig,
+    pub pipeline: PipelineConfig,
+    pub sink: SinkConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]

@@ -1,7 +1,6 @@
 //! A SQL job's sections: `[sources.NAME]`, `[sinks.NAME]` and
 //! `[pipeline] sql` (or `sql_file`). The planner (`crate::sql`) reads them;
-//! here they are parsed, checked key by key, and the built-in pipeline's
-//! sections replaced by stand-ins.
+//! here they are parsed and checked key by key.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,17 +9,16 @@ use super::sections::*;
 use super::{parse_section, ConfigProblem};
 
 /// A SQL job's sections (`[sources.*]`, `[sinks.*]`, `[pipeline] sql` or
-/// `sql_file`), or None for a built-in pipeline. A SQL job's `[source]`,
-/// `[pipeline]` and `[sink]` become stand-ins that pass validation: the
-/// planner reads the SQL sections. `[sink]` may still give the
-/// transactional id's prefix and the instance; `delivery` comes from the
-/// sinks, which must agree (every exactly-once sink of a job commits in the
-/// job's one transaction per checkpoint).
+/// `sql_file`), or None for a built-in pipeline. A SQL job has no
+/// `[source]` or `[pipeline] kind`; its `[sink]` may give the
+/// transactional id's prefix, the instance and the delivery, which every
+/// sink that names one must agree with (every exactly-once sink of a job
+/// commits in the job's one transaction per checkpoint).
 pub(super) fn sql_job(
     file: &Path,
-    tree: &mut BTreeMap<String, serde_json::Value>,
+    tree: &BTreeMap<String, serde_json::Value>,
     problems: &mut Vec<ConfigProblem>,
-) -> Option<SqlJob> {
+) -> Option<SqlSections> {
     let pipeline = tree.get("pipeline").and_then(|p| p.as_object());
     let has_sql = pipeline.is_some_and(|p| p.contains_key("sql") || p.contains_key("sql_file"));
     if !has_sql && !tree.contains_key("sources") && !tree.contains_key("sinks") {
@@ -192,30 +190,23 @@ pub(super) fn sql_job(
         }
         (None, None) => return None,
     };
-    // Stand-ins that pass validation; the planner reads the SQL sections.
-    tree.insert(
-        "source".into(),
-        serde_json::json!({"topics": ["(sql sources)"]}),
-    );
-    tree.insert("pipeline".into(), serde_json::json!({"kind": "word-count"}));
-    let sink = tree
-        .entry("sink".into())
-        .or_insert_with(|| serde_json::json!({}));
-    if let Some(object) = sink.as_object_mut() {
-        object.insert("topic".into(), serde_json::json!("(sql sinks)"));
-        object.insert(
-            "delivery".into(),
-            serde_json::to_value(delivery).expect("delivery serializes"),
-        );
-    }
-    Some(SqlJob {
-        registries,
-        sources,
-        sinks,
-        pipeline,
-        text,
-        origin,
+    Some(SqlSections {
+        job: SqlJob {
+            registries,
+            sources,
+            sinks,
+            pipeline,
+            text,
+            origin,
+        },
+        delivery,
     })
+}
+
+/// A SQL job and the one delivery its sinks agree on.
+pub(super) struct SqlSections {
+    pub job: SqlJob,
+    pub delivery: Delivery,
 }
 
 fn problems_out(problem: &mut impl FnMut(&str, String), p: ConfigProblem) {

@@ -94,6 +94,228 @@ impl Config {
         if self.restart.backoff.is_zero() {
             bad("restart.backoff", "must be greater than 0".into());
         }
+        if let Some(b) = self.builtin() {
+            b.validate(&mut bad);
+        }
+        let listen_loopback = admin_listen_is_loopback(&self.admin.listen);
+        if !self.admin.listen.is_empty() && listen_loopback.is_none() {
+            bad(
+                "admin.listen",
+                format!(
+                    "{:?} is not an address like 127.0.0.1:9249 or localhost:9249",
+                    self.admin.listen
+                ),
+            );
+        }
+        if let Some(var) = &self.admin.token_env {
+            if std::env::var(var).map_or(true, |t| t.is_empty()) {
+                bad(
+                    "admin.token_env",
+                    format!("environment variable {var} is not set or empty"),
+                );
+            }
+            if self.admin.allow_unauthenticated {
+                bad(
+                    "admin.allow_unauthenticated",
+                    "is true while admin.token_env is set: choose one (the token, or an open \
+                     endpoint)"
+                        .into(),
+                );
+            }
+        } else if listen_loopback == Some(false) && !self.admin.allow_unauthenticated {
+            bad(
+                "admin.token_env",
+                format!(
+                    "must be set: admin.listen {} is reachable beyond loopback, and without a \
+                     token anyone who reaches it reads keyed state (/state) and takes \
+                     savepoints. Name an environment variable holding a bearer token \
+                     (token_env = \"WEIR_ADMIN_TOKEN\"), listen on 127.0.0.1, or set \
+                     admin.allow_unauthenticated = true to serve it open on purpose",
+                    self.admin.listen
+                ),
+            );
+        }
+        if let Some(level) = &self.log.level {
+            if tracing_subscriber::EnvFilter::try_new(level).is_err() {
+                bad(
+                    "log.level",
+                    format!("{level:?} is not a valid filter such as \"info\""),
+                );
+            }
+        }
+        if self.output.instance.is_empty() {
+            bad("sink.instance", "must not be empty".into());
+        }
+        self.validate_scale(&mut bad);
+        if self.output.delivery == Delivery::ExactlyOnce
+            && self.checkpoint.mode == CheckpointMode::AtLeastOnce
+        {
+            // Without alignment, records after barrier N reach the state and
+            // transaction N while their offsets are not in checkpoint N: a
+            // replay would count them twice, inside committed output.
+            bad(
+                "checkpoint.mode",
+                "\"at-least-once\" cannot be combined with sink.delivery = \"exactly-once\": \
+                 unaligned checkpoints put records of epoch N+1 into transaction N, so a replay \
+                 would commit them twice. Use checkpoint.mode = \"exactly-once\" (the default) or \
+                 sink.delivery = \"at-least-once\""
+                    .into(),
+            );
+        }
+        if self.output.delivery == Delivery::ExactlyOnce {
+            match self.transaction_timeout_ms() {
+                Err(msg) => bad("kafka.properties.\"transaction.timeout.ms\"", msg),
+                Ok(ms) => {
+                    let needed = self.checkpoint.interval + self.checkpoint.timeout;
+                    if Duration::from_millis(ms) <= needed {
+                        bad(
+                            "kafka.properties.\"transaction.timeout.ms\"",
+                            format!(
+                                "{ms} ms must exceed checkpoint.interval + checkpoint.timeout ({} ms), \
+                                 or the broker aborts a transaction before its checkpoint can commit it",
+                                needed.as_millis()
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        p
+    }
+
+    /// `[scale]` and the checkpoint location it needs.
+    fn validate_scale(&self, bad: &mut impl FnMut(&str, String)) {
+        let s3 = self.checkpoint_url().is_some();
+        if self.checkpoint.s3.is_some() && !s3 {
+            bad(
+                "checkpoint.s3",
+                "applies only to an s3:// checkpoint.dir".into(),
+            );
+        }
+        if !self.is_group() {
+            if s3 {
+                bad(
+                    "checkpoint.dir",
+                    "an s3:// location needs scale.mode = \"group\"; a single process keeps its \
+                     checkpoints in a local folder"
+                        .into(),
+                );
+            }
+            return;
+        }
+        if let Some(url) = self.checkpoint_url() {
+            let bucket = url
+                .trim_start_matches("s3://")
+                .split('/')
+                .next()
+                .unwrap_or("");
+            if bucket.is_empty() {
+                bad(
+                    "checkpoint.dir",
+                    format!("{url:?} names no bucket: use s3://bucket/prefix"),
+                );
+            }
+        }
+        if self.scale.instance.is_none() && self.output.instance == super::defaults::instance() {
+            bad(
+                "scale.instance",
+                "must be set in group mode: a stable id unique to this instance (the pod or host \
+                 name, e.g. \"${HOSTNAME}\"); instances sharing an id fence each other"
+                    .into(),
+            );
+        }
+        let instance = self.instance();
+        if instance.is_empty()
+            || !instance
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            bad(
+                "scale.instance",
+                format!(
+                    "{instance:?} is not allowed: use 1 or more of A-Z a-z 0-9 - _ . (it names \
+                     checkpoint objects and the transactional id)"
+                ),
+            );
+        }
+        if self.scale.tasks == 0 || self.scale.tasks > self.job.max_parallelism {
+            bad(
+                "scale.tasks",
+                format!(
+                    "{} is out of range 1..={} (job.max_parallelism): a task holds at least one \
+                     key group",
+                    self.scale.tasks, self.job.max_parallelism
+                ),
+            );
+        }
+        if self.output.delivery != Delivery::ExactlyOnce {
+            bad(
+                "sink.delivery",
+                "must be \"exactly-once\" with scale.mode = \"group\": one transaction per \
+                 instance and epoch is what ties its repartition writes, output and offsets \
+                 together"
+                    .into(),
+            );
+        }
+    }
+
+    /// What must be the same in the configuration of every instance of a
+    /// job in group mode, for `weir validate`.
+    pub fn shared_settings(&self) -> Vec<(String, String)> {
+        let mut settings = vec![
+            ("job.name".into(), self.job.name.clone()),
+            (
+                "job.max_parallelism".into(),
+                self.job.max_parallelism.to_string(),
+            ),
+            ("scale.tasks".into(), self.scale.tasks.to_string()),
+            ("kafka.group_id".into(), self.kafka.group_id.clone()),
+            (
+                "checkpoint.dir".into(),
+                self.checkpoint.dir.display().to_string(),
+            ),
+            (
+                "sink.transactional_id_prefix".into(),
+                self.output
+                    .transactional_id_prefix
+                    .clone()
+                    .unwrap_or_else(|| format!("(job.name) {}", self.job.name)),
+            ),
+        ];
+        if let Some(b) = self.builtin() {
+            settings.extend([
+                ("source.topics".into(), b.source.topics.join(", ")),
+                ("pipeline (operator uid)".into(), b.keyed_uid()),
+                ("sink.topic".into(), b.sink.topic.clone()),
+            ]);
+        }
+        settings
+    }
+
+    /// The transaction timeout the producer will use.
+    pub fn transaction_timeout_ms(&self) -> Result<u64, String> {
+        match self.kafka.properties.get("transaction.timeout.ms") {
+            None => Ok(DEFAULT_TRANSACTION_TIMEOUT_MS),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{v:?} is not a whole number of milliseconds")),
+        }
+    }
+}
+
+/// Whether an `admin.listen` value is a loopback address (127.0.0.0/8,
+/// `[::1]`, `localhost`); None when it is not an address at all.
+fn admin_listen_is_loopback(listen: &str) -> Option<bool> {
+    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+        return Some(addr.ip().is_loopback());
+    }
+    let port = listen.strip_prefix("localhost:")?;
+    port.parse::<u16>().ok().map(|_| true)
+}
+
+impl BuiltinJob {
+    /// `[source]`, `[pipeline]` and `[sink]` of a built-in pipeline.
+    fn validate(&self, bad: &mut impl FnMut(&str, String)) {
         if self.source.topics.is_empty() {
             bad("source.topics", "needs at least one topic".into());
         }
@@ -172,7 +394,7 @@ impl Config {
             }
         }
         if let Some(w) = self.pipeline.window() {
-            self.validate_window(w, &mut bad);
+            self.validate_window(w, bad);
         }
         if self.sink.topic.trim().is_empty() {
             bad("sink.topic", "must not be empty".into());
@@ -184,204 +406,6 @@ impl Config {
                     self.sink.topic
                 ),
             );
-        }
-        let listen_loopback = admin_listen_is_loopback(&self.admin.listen);
-        if !self.admin.listen.is_empty() && listen_loopback.is_none() {
-            bad(
-                "admin.listen",
-                format!(
-                    "{:?} is not an address like 127.0.0.1:9249 or localhost:9249",
-                    self.admin.listen
-                ),
-            );
-        }
-        if let Some(var) = &self.admin.token_env {
-            if std::env::var(var).map_or(true, |t| t.is_empty()) {
-                bad(
-                    "admin.token_env",
-                    format!("environment variable {var} is not set or empty"),
-                );
-            }
-            if self.admin.allow_unauthenticated {
-                bad(
-                    "admin.allow_unauthenticated",
-                    "is true while admin.token_env is set: choose one (the token, or an open \
-                     endpoint)"
-                        .into(),
-                );
-            }
-        } else if listen_loopback == Some(false) && !self.admin.allow_unauthenticated {
-            bad(
-                "admin.token_env",
-                format!(
-                    "must be set: admin.listen {} is reachable beyond loopback, and without a \
-                     token anyone who reaches it reads keyed state (/state) and takes \
-                     savepoints. Name an environment variable holding a bearer token \
-                     (token_env = \"WEIR_ADMIN_TOKEN\"), listen on 127.0.0.1, or set \
-                     admin.allow_unauthenticated = true to serve it open on purpose",
-                    self.admin.listen
-                ),
-            );
-        }
-        if let Some(level) = &self.log.level {
-            if tracing_subscriber::EnvFilter::try_new(level).is_err() {
-                bad(
-                    "log.level",
-                    format!("{level:?} is not a valid filter such as \"info\""),
-                );
-            }
-        }
-        if self.sink.instance.is_empty() {
-            bad("sink.instance", "must not be empty".into());
-        }
-        self.validate_scale(&mut bad);
-        if self.sink.delivery == Delivery::ExactlyOnce
-            && self.checkpoint.mode == CheckpointMode::AtLeastOnce
-        {
-            // Without alignment, records after barrier N reach the state and
-            // transaction N while their offsets are not in checkpoint N: a
-            // replay would count them twice, inside committed output.
-            bad(
-                "checkpoint.mode",
-                "\"at-least-once\" cannot be combined with sink.delivery = \"exactly-once\": \
-                 unaligned checkpoints put records of epoch N+1 into transaction N, so a replay \
-                 would commit them twice. Use checkpoint.mode = \"exactly-once\" (the default) or \
-                 sink.delivery = \"at-least-once\""
-                    .into(),
-            );
-        }
-        if self.sink.delivery == Delivery::ExactlyOnce {
-            match self.transaction_timeout_ms() {
-                Err(msg) => bad("kafka.properties.\"transaction.timeout.ms\"", msg),
-                Ok(ms) => {
-                    let needed = self.checkpoint.interval + self.checkpoint.timeout;
-                    if Duration::from_millis(ms) <= needed {
-                        bad(
-                            "kafka.properties.\"transaction.timeout.ms\"",
-                            format!(
-                                "{ms} ms must exceed checkpoint.interval + checkpoint.timeout ({} ms), \
-                                 or the broker aborts a transaction before its checkpoint can commit it",
-                                needed.as_millis()
-                            ),
-                        );
-                    }
-                }
-            }
-        }
-        p
-    }
-
-    /// `[scale]` and the checkpoint location it needs.
-    fn validate_scale(&self, bad: &mut impl FnMut(&str, String)) {
-        let s3 = self.checkpoint_url().is_some();
-        if self.checkpoint.s3.is_some() && !s3 {
-            bad(
-                "checkpoint.s3",
-                "applies only to an s3:// checkpoint.dir".into(),
-            );
-        }
-        if !self.is_group() {
-            if s3 {
-                bad(
-                    "checkpoint.dir",
-                    "an s3:// location needs scale.mode = \"group\"; a single process keeps its \
-                     checkpoints in a local folder"
-                        .into(),
-                );
-            }
-            return;
-        }
-        if let Some(url) = self.checkpoint_url() {
-            let bucket = url
-                .trim_start_matches("s3://")
-                .split('/')
-                .next()
-                .unwrap_or("");
-            if bucket.is_empty() {
-                bad(
-                    "checkpoint.dir",
-                    format!("{url:?} names no bucket: use s3://bucket/prefix"),
-                );
-            }
-        }
-        if self.scale.instance.is_none() && self.sink.instance == super::defaults::instance() {
-            bad(
-                "scale.instance",
-                "must be set in group mode: a stable id unique to this instance (the pod or host \
-                 name, e.g. \"${HOSTNAME}\"); instances sharing an id fence each other"
-                    .into(),
-            );
-        }
-        let instance = self.instance();
-        if instance.is_empty()
-            || !instance
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        {
-            bad(
-                "scale.instance",
-                format!(
-                    "{instance:?} is not allowed: use 1 or more of A-Z a-z 0-9 - _ . (it names \
-                     checkpoint objects and the transactional id)"
-                ),
-            );
-        }
-        if self.scale.tasks == 0 || self.scale.tasks > self.job.max_parallelism {
-            bad(
-                "scale.tasks",
-                format!(
-                    "{} is out of range 1..={} (job.max_parallelism): a task holds at least one \
-                     key group",
-                    self.scale.tasks, self.job.max_parallelism
-                ),
-            );
-        }
-        if self.sink.delivery != Delivery::ExactlyOnce {
-            bad(
-                "sink.delivery",
-                "must be \"exactly-once\" with scale.mode = \"group\": one transaction per \
-                 instance and epoch is what ties its repartition writes, output and offsets \
-                 together"
-                    .into(),
-            );
-        }
-    }
-
-    /// What must be the same in the configuration of every instance of a
-    /// job in group mode, for `weir validate`.
-    pub fn shared_settings(&self) -> Vec<(String, String)> {
-        vec![
-            ("job.name".into(), self.job.name.clone()),
-            (
-                "job.max_parallelism".into(),
-                self.job.max_parallelism.to_string(),
-            ),
-            ("scale.tasks".into(), self.scale.tasks.to_string()),
-            ("kafka.group_id".into(), self.kafka.group_id.clone()),
-            ("source.topics".into(), self.source.topics.join(", ")),
-            ("pipeline (operator uid)".into(), self.keyed_uid()),
-            ("sink.topic".into(), self.sink.topic.clone()),
-            (
-                "checkpoint.dir".into(),
-                self.checkpoint.dir.display().to_string(),
-            ),
-            (
-                "sink.transactional_id_prefix".into(),
-                self.sink
-                    .transactional_id_prefix
-                    .clone()
-                    .unwrap_or_else(|| format!("(job.name) {}", self.job.name)),
-            ),
-        ]
-    }
-
-    /// The transaction timeout the producer will use.
-    pub fn transaction_timeout_ms(&self) -> Result<u64, String> {
-        match self.kafka.properties.get("transaction.timeout.ms") {
-            None => Ok(DEFAULT_TRANSACTION_TIMEOUT_MS),
-            Some(v) => v
-                .parse()
-                .map_err(|_| format!("{v:?} is not a whole number of milliseconds")),
         }
     }
 
@@ -483,14 +507,4 @@ impl Config {
             );
         }
     }
-}
-
-/// Whether an `admin.listen` value is a loopback address (127.0.0.0/8,
-/// `[::1]`, `localhost`); None when it is not an address at all.
-fn admin_listen_is_loopback(listen: &str) -> Option<bool> {
-    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
-        return Some(addr.ip().is_loopback());
-    }
-    let port = listen.strip_prefix("localhost:")?;
-    port.parse::<u16>().ok().map(|_| true)
 }

@@ -72,11 +72,15 @@ pub fn consumer_config(c: &Config) -> ClientConfig {
         .set("enable.partition.eof", "false")
         // Data an upstream exactly-once producer aborted never enters weir.
         .set("isolation.level", "read_committed")
+        // Where a partition starts is set when it is assigned (a
+        // checkpoint's offset, else its source's `start`); this is where
+        // a position found out of range goes: a built-in pipeline's
+        // `source.start`, as it always was, else the earliest record.
         .set(
             "auto.offset.reset",
-            match c.source.start {
-                StartPosition::Earliest => "earliest",
-                StartPosition::Latest => "latest",
+            match c.builtin().map(|b| b.source.start) {
+                Some(StartPosition::Latest) => "latest",
+                _ => "earliest",
             },
         );
     cc
@@ -158,11 +162,6 @@ pub fn report_lag(metrics: &Metrics, stats: &Statistics) {
 }
 
 impl ConsumerContext for SourceContext {}
-
-/// Every (topic, partition) of the source topics, sorted.
-pub fn source_partitions(c: &Config, consumer: &BaseConsumer) -> Result<Vec<(String, i32)>> {
-    topic_partitions(consumer, &c.source.topics)
-}
 
 /// Every (topic, partition) of `topics`, sorted; a topic that does not
 /// exist (or has no partitions) is an error naming it.

@@ -112,7 +112,7 @@ pub fn producer_config(c: &Config) -> ClientConfig {
         &[("linger.ms", "5"), ("delivery.report.only.error", "true")],
     );
     cc.set("enable.idempotence", "true");
-    if c.sink.delivery == Delivery::ExactlyOnce {
+    if c.output.delivery == Delivery::ExactlyOnce {
         let timeout = c
             .kafka
             .properties
@@ -370,7 +370,7 @@ impl SinkProducer {
     /// give up once `cancel` fires.
     pub fn create(c: &Config, cancel: CancellationToken) -> Result<Self> {
         let transactional_id =
-            (c.sink.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
+            (c.output.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
         let inner = match &transactional_id {
             Some(id) => fenced_client(&producer_config(c), id)?,
             None => new_client(&producer_config(c))?,

@@ -48,7 +48,7 @@ pub fn run_attempts(
     // restart: see `ownership`.
     // Group mode fences through the consumer group and the transactional
     // id; the checkpoint folder's owner token is a single-process notion.
-    let ownership = match config.sink.delivery {
+    let ownership = match config.output.delivery {
         _ if config.is_group() => None,
         Delivery::ExactlyOnce => Some(super::ownership::Ownership::claim(
             &config.job_checkpoint_dir(),
@@ -56,7 +56,7 @@ pub fn run_attempts(
         )?),
         Delivery::AtLeastOnce => None,
     };
-    if config.is_group() || config.sink.delivery == Delivery::ExactlyOnce {
+    if config.is_group() || config.output.delivery == Delivery::ExactlyOnce {
         crate::kafka::brokers::warn_without_verification(&config);
     }
     let mut failures = 0u32;
@@ -159,7 +159,7 @@ pub(crate) fn recover(
             }
         },
     };
-    let group_offsets = match config.sink.delivery {
+    let group_offsets = match config.output.delivery {
         Delivery::ExactlyOnce => Some(kafka::committed_offsets(group, partitions)?),
         Delivery::AtLeastOnce => None,
     };
@@ -231,7 +231,7 @@ pub(crate) fn recover(
                     c.checkpoint_id
                 ))
             };
-            match config.sink.delivery {
+            match config.output.delivery {
                 Delivery::ExactlyOnce => {
                     let deferred = checksum::verify_up_front(&c, &folder).map_err(refused)?;
                     // The first commit waits for the background check with

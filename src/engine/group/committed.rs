@@ -159,10 +159,10 @@ pub fn read(config: &Config, operator: Option<&str>, target: Target) -> Result<G
     // graph's are given with its savepoint (a read shows none for it).
     let inputs = if !graph_sources.is_empty() {
         graph_sources
-    } else if config.source.topics.is_empty() {
-        Vec::new()
+    } else if let Some(b) = config.builtin() {
+        kafka::topic_partitions(&consumer, &b.source.topics)?
     } else {
-        kafka::topic_partitions(&consumer, &config.source.topics)?
+        Vec::new()
     };
     let mut partitions = inputs.clone();
     for (stage, tasks) in &stages {

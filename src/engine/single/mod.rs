@@ -669,7 +669,7 @@ fn run_restored(
         stages = stages.len(),
         tasks = tasks.len(),
         partitions = all_partitions.len(),
-        delivery = ?config.sink.delivery,
+        delivery = ?config.output.delivery,
         mode = ?config.checkpoint.mode,
         fence_ms = timings.fence_ms,
         fence_and_side_restore_ms = timings.guess_ms,

@@ -182,8 +182,7 @@ struct WindowTvf {
 /// Compiles the SQL job of `config` (which must have one).
 pub fn plan(config: &Config) -> Result<Plan, Vec<SqlError>> {
     let job = config
-        .sql
-        .as_ref()
+        .sql()
         .ok_or_else(|| vec![SqlError::general("the configuration has no [pipeline] sql")])?;
     plan_with(config, job, Catalog::default())
 }
