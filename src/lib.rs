@@ -14,12 +14,12 @@
 //! - [`cli`]: the `weir` command's subcommands.
 //! - [`time`]: event time: timestamps, per-partition watermarks, the watermark valve.
 //! - [`window`]: window assignment and session merging.
-//! - [`scale`]: group mode: instances sharing a job through a consumer group,
-//!   a repartition topic and shared checkpoint storage.
 //! - [`dataflow`]: job graphs: rows, operators, named state tables, the
 //!   Rust API that builds a graph ([`dataflow::builder`]).
-//! - [`engine`]: runs a job graph (single mode) on the runtime's
-//!   Coordinator, commit point and restart loop.
+//! - [`engine`]: runs a job graph: one task core (`engine::core`) driven by
+//!   single mode's runner (`engine::single`: threads, channels, barriers)
+//!   or group mode's (`engine::group`: instances sharing a job through a
+//!   consumer group, repartition topics and shared checkpoint storage).
 //! - [`service`]: the admin endpoint, stop signals and job thread around a job.
 
 /// See the `mimalloc` feature in Cargo.toml.
@@ -40,7 +40,6 @@ pub mod kafka;
 pub mod observe;
 pub mod pipelines;
 pub mod runtime;
-pub mod scale;
 pub mod service;
 pub mod sql;
 pub mod state;

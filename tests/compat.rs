@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 
 use weir::dataflow::row::{Row, RowKind, Value};
+use weir::engine::group::manifest;
 use weir::engine::group::wire::{self, Shape, Wire};
-use weir::scale::manifest;
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

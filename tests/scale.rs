@@ -1629,7 +1629,7 @@ fn a_file_larger_than_a_part_is_uploaded_streamed_and_reads_back_whole() {
     for storage in [Storage::Shared(tmp.path().join("shared")), Storage::s3()] {
         let cluster = Cluster::new(tmp.path(), storage.clone());
         let config = weir::config::Config::load(&cluster.config(0)).unwrap();
-        let shared = weir::scale::storage::SharedStorage::open(&config).unwrap();
+        let shared = weir::engine::group::storage::SharedStorage::open(&config).unwrap();
         let key = "stages/count/0000/files/w-1/000042.sst";
         let (size, crc) = shared.put_file(key, &source).unwrap();
         assert_eq!(size, bytes.len() as u64, "{}", shared.location);

@@ -4,7 +4,7 @@
 //! one thread: three instances in one consumer group, three input
 //! partitions, a two-task keyed count behind a repartition topic. The
 //! protocol's real parts run against an in-memory group, broker and
-//! storage: `scale::epoch::run_epoch` (prepare, the membership checks, the
+//! storage: `engine::group::protocol::run_epoch` (prepare, the membership checks, the
 //! commit through the `CommitPoint` trait, the classification of a refused
 //! commit, abort and rewind), `commit_before_revocation` and
 //! `restore_point`, with `CommitOffsets` carrying each task's manifest
@@ -38,12 +38,12 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use weir::runtime::commit::{CommitOffsets, CommitPoint, TransactionBudget};
-use weir::scale::epoch::{
+use weir::engine::group::manifest;
+use weir::engine::group::protocol::{
     commit_before_revocation, restore_point, run_epoch, Committed, EpochWork, Membership,
     RestorePoint,
 };
-use weir::scale::manifest;
+use weir::runtime::commit::{CommitOffsets, CommitPoint, TransactionBudget};
 use weir::{Result, WeirError};
 use weir_testkit::Rng;
 

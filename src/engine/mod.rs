@@ -5,7 +5,7 @@
 //!   checkpoints by barriers (`single::coordinator`).
 //! - [`group`]: group mode, tasks on each instance's poll thread,
 //!   repartition topics between stages, checkpoints by epochs
-//!   (`scale::epoch`).
+//!   (`engine::group::protocol`).
 //! - [`core`]: the task both runners drive (`TaskCore`: process,
 //!   advance the watermark, snapshot, restore) and its watermark marks.
 //! - [`chain`]: a task's operators, chained, and its outgoing exchanges.

@@ -90,7 +90,7 @@ pub trait CommitPoint: Send + Sync {
     /// Phase two: makes the epoch's output and `offsets` visible together,
     /// or fails with neither visible. The group checks the member's
     /// generation it was sent with: a commit from a member the group has
-    /// moved past is refused (`scale::epoch::classify` says how).
+    /// moved past is refused (`engine::group::protocol::classify` says how).
     fn commit(&self, offsets: &CommitOffsets) -> Result<()>;
     /// Drops the open transaction and its output.
     fn abort(&self) -> Result<()>;

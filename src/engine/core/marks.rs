@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::time::valve::{ValveOutput, WatermarkValve};
 
-pub use crate::scale::manifest::WriterMark;
+pub use crate::engine::group::manifest::WriterMark;
 
 #[derive(Debug, Clone)]
 pub struct WriterMarks {

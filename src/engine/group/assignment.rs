@@ -13,12 +13,12 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
+use super::manifest;
 use super::poll::{committed_offsets, forget_lag, resume};
+use super::protocol::{commit_before_revocation, restore_point, RestorePoint};
 use crate::config::StartPosition;
 use crate::error::{Refusal, Result, WeirError};
 use crate::kafka::{self, REQUEST_TIMEOUT};
-use crate::scale::epoch::{commit_before_revocation, restore_point, RestorePoint};
-use crate::scale::manifest::{self};
 use crate::time::watermark::SourceWatermarks;
 
 use super::{

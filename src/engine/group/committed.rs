@@ -3,7 +3,7 @@
 //! `weir savepoint` keeps (`super::savepoint`).
 //!
 //! A group-mode job has no checkpoint folder: each task's checkpoint is a
-//! manifest in shared storage (`crate::scale::manifest`), and the one that
+//! manifest in shared storage (`crate::engine::group::manifest`), and the one that
 //! counts is the one its committed offset names. So "the latest
 //! checkpoint" of such a job is read from the consumer group's committed
 //! offsets on every stage's repartition topic (read_committed, so an open
@@ -27,6 +27,9 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::Offset;
 use serde::Serialize;
 
+use super::manifest::{self, TaskManifest, EMPTY_START, MARKERS};
+use super::storage::SharedStorage;
+use super::{checkpoints, repartition};
 use crate::checkpoint::metadata::{
     CheckpointMetadata, OperatorInfo, PartitionOffset, StateHandle, Topology, FORMAT_VERSION,
 };
@@ -34,9 +37,6 @@ use crate::checkpoint::SnapshotFile;
 use crate::config::Config;
 use crate::error::{Result, WeirError};
 use crate::kafka;
-use crate::scale::manifest::{self, TaskManifest, EMPTY_START, MARKERS};
-use crate::scale::storage::SharedStorage;
-use crate::scale::{checkpoints, repartition};
 
 /// Where the committed checkpoint is laid out.
 pub enum Target {

@@ -1,6 +1,6 @@
 //! The epoch's end: every chain's output sent, each changed task
 //! snapshotted, its files uploaded off the poll thread and its manifest
-//! written, then one transaction commits it all (`scale::epoch::run_epoch`).
+//! written, then one transaction commits it all (`engine::group::protocol::run_epoch`).
 //! Runs on the instance's thread: from the loop when the epoch is due, and
 //! inside a revocation callback, which commits before partitions go.
 
@@ -10,19 +10,19 @@ use std::time::Instant;
 use rdkafka::consumer::Consumer;
 use tracing::{debug, error, info, warn};
 
+use super::checkpoints;
+use super::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
+use super::protocol::{run_epoch, Committed, EpochWork};
 use crate::engine::chain::SlotBody;
 use crate::error::{Result, WeirError};
 use crate::runtime::commit::{CommitOffsets, CommitPoint};
-use crate::scale::checkpoints;
-use crate::scale::epoch::{run_epoch, Committed, EpochWork};
-use crate::scale::manifest::{self, GraphTaskState, ManifestFile, TaskManifest};
 use crate::state::key_groups::range_for_subtask;
 
 use super::task::{GraphTask, Staged, TaskEpochEnd};
 use super::{housekeeper, Consumer_, GraphInstance, HOUSEKEEPING_INTERVAL, JOURNAL_LIMIT, STAGING};
 
 impl GraphInstance {
-    /// The epoch's checkpoint and commit (`scale::epoch::run_epoch` over
+    /// The epoch's checkpoint and commit (`engine::group::protocol::run_epoch` over
     /// this instance's [`EpochWork`]), when anything changed. While a
     /// declined checkpoint's files are still uploading, no new one starts
     /// (it would only wait for the same files) unless `forced` (a

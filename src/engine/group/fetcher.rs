@@ -17,10 +17,10 @@ use std::thread::JoinHandle;
 
 use tracing::info;
 
+use super::checkpoints;
+use super::storage::SharedStorage;
 use crate::config::Config;
 use crate::error::{Result, WeirError};
-use crate::scale::checkpoints;
-use crate::scale::storage::SharedStorage;
 
 /// A task's committed checkpoint to have ready locally.
 #[derive(Debug, Clone)]

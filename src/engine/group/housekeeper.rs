@@ -18,10 +18,10 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use tracing::{debug, warn};
 
+use super::storage::SharedStorage;
+use super::{checkpoints, repartition};
 use crate::config::Config;
 use crate::error::Result;
-use crate::scale::storage::SharedStorage;
-use crate::scale::{checkpoints, repartition};
 
 /// One task to collect: its storage prefix and the checkpoint its offset
 /// now names.

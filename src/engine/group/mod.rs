@@ -2,7 +2,7 @@
 //! run one graph; Kafka's consumer group assigns the work, the repartition
 //! topics carry the exchanges, and one transaction per instance per epoch
 //! makes it exactly-once, with task checkpoints on shared storage
-//! (`crate::scale`).
+//! ([`storage`], [`manifest`]).
 //!
 //! What an instance owns, all on its one thread:
 //! - **input partitions** of the sources' topics. Each record runs through
@@ -23,6 +23,12 @@
 //! carrying the pointer to its manifest. The commit is the checkpoint.
 //!
 //! - [`plan`]: which nodes run in which chain, and the stages' topics.
+//! - [`protocol`]: an instance's epoch and its commit, independent of
+//!   Kafka (`tests/simulation_group.rs` drives it against a simulated group).
+//! - [`repartition`]: the repartition topics and their records.
+//! - [`manifest`]: task checkpoints on storage, pointers, garbage collection;
+//!   [`checkpoints`]: reading and collecting them.
+//! - [`storage`]: a shared folder or S3 through `object_store`.
 //! - [`wire`]: rows and watermarks on a repartition topic.
 //! - [`exchange`]: a hash edge as a repartition topic.
 //! - [`reset`]: `weir reset`, starting the job over with empty state.
@@ -31,17 +37,22 @@
 //!   `--restore-from` a savepoint of either mode.
 
 mod assignment;
+pub mod checkpoints;
 pub mod committed;
 mod epoch;
 pub mod exchange;
 mod fetcher;
 mod housekeeper;
 mod inputs;
+pub mod manifest;
 pub mod plan;
 pub(crate) mod poll;
+pub mod protocol;
+pub mod repartition;
 pub mod reset;
 mod restore;
 pub mod savepoint;
+pub mod storage;
 mod task;
 mod uploader;
 pub mod wire;
@@ -57,8 +68,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use self::manifest::writer_id;
 use self::plan::{partition_writer, task_writer, GroupPlan, Writers};
 use self::poll::{run_instance, GroupContext};
+use self::storage::SharedStorage;
 use super::chain::Chain;
 use super::{check_sink_topics, OutputFor};
 use crate::checkpoint::metadata::OperatorInfo;
@@ -74,9 +87,6 @@ use crate::runtime::commit::{CommitPoint, KafkaCommitPoint, TransactionBudget};
 use crate::runtime::output::{Output, OutputShared};
 use crate::runtime::query::StateQuery;
 use crate::runtime::JobShared;
-use crate::scale::manifest::writer_id;
-use crate::scale::repartition;
-use crate::scale::storage::SharedStorage;
 use crate::time::watermark::SourceWatermarks;
 
 use self::task::GraphTask;

@@ -141,7 +141,10 @@ impl GroupPlan {
                 }
             }
             stages.push(StagePlan {
-                topic: crate::scale::repartition::topic_of(job, &graph.nodes[entry.head].uid),
+                topic: crate::engine::group::repartition::topic_of(
+                    job,
+                    &graph.nodes[entry.head].uid,
+                ),
                 inputs: graph.inputs(entry.head).count(),
                 entry: entry.clone(),
                 writers: writers.into_iter().collect(),

@@ -4,12 +4,12 @@
 //! (`assignment`, `inputs`, `epoch`); this module holds when each runs:
 //! - the rebalance callbacks ([`GroupContext`]) run inside `poll`, on the
 //!   instance's thread; a revocation commits before the partitions go
-//!   (`scale::epoch::commit_before_revocation`; a lost assignment never
+//!   (`engine::group::protocol::commit_before_revocation`; a lost assignment never
 //!   commits);
 //! - the loop and the attempt ([`poll_loop`], [`run_instance`]);
 //! - the group consumer as the epoch's [`Membership`] (the epoch itself,
 //!   its commit through `CommitPoint` and what a refusal means, is
-//!   `scale::epoch`);
+//!   `engine::group::protocol`);
 //! - reading the group's committed offsets, resuming partitions, and the
 //!   consumer's configuration.
 
@@ -25,6 +25,7 @@ use rdkafka::{Message, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::protocol::Membership;
 use super::{Consumer_, GraphInstance, EAGER_UPLOAD_INTERVAL};
 use crate::config::{Config, GroupProtocol};
 use crate::error::{Result, WeirError};
@@ -34,7 +35,6 @@ use crate::runtime::commit::{CommitOffsets, CommitPoint};
 use crate::runtime::query::QueryFailure;
 use crate::runtime::source::WATERMARK_INTERVAL;
 use crate::runtime::JobShared;
-use crate::scale::epoch::Membership;
 use crate::state::key_groups::subtask_for_key_group;
 
 /// The group consumer's context: rebalance callbacks and consumer lag.

@@ -13,7 +13,7 @@
 //! 1. every input partition is committed at the source's `start` position
 //!    (its first offset for `earliest`, its end for `latest`);
 //! 2. every task's repartition partition is committed at its end with the
-//!    `EMPTY_START` marker (`crate::scale::manifest`): the task starts empty there, and what the
+//!    `EMPTY_START` marker (`crate::engine::group::manifest`): the task starts empty there, and what the
 //!    job wrote into its repartition topics before is never read again
 //!    (it came from the input that step 1 reads again);
 //! 3. the job's task checkpoints, the tasks' committed markers and the
@@ -27,13 +27,13 @@
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::manifest::{EMPTY_START, MARKERS, SEEDED, STAGES};
 use super::plan::GroupPlan;
+use super::storage::SharedStorage;
 use crate::config::{Config, StartPosition};
 use crate::dataflow::graph::{Graph, NodeBody};
 use crate::error::{Result, WeirError};
 use crate::kafka::{self, REQUEST_TIMEOUT};
-use crate::scale::manifest::{EMPTY_START, MARKERS, SEEDED, STAGES};
-use crate::scale::storage::SharedStorage;
 
 /// What a reset did.
 #[derive(Debug, Clone, PartialEq, Eq)]

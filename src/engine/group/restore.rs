@@ -10,8 +10,11 @@ use std::time::Instant;
 
 use tracing::info;
 
+use super::checkpoints;
 use super::exchange::RepartitionOut;
+use super::manifest;
 use super::plan::{task_writer, Entry};
+use super::protocol::{restore_point, RestorePoint};
 use crate::checkpoint::StateHandle;
 use crate::config::BadRecordPolicy;
 use crate::dataflow::graph::{Exchange, NodeBody, NodeId};
@@ -22,9 +25,6 @@ use crate::engine::core::{restore_store, TaskCore};
 use crate::engine::slot_body;
 use crate::error::{Refusal, Result, WeirError};
 use crate::runtime::output::{Output, OutputTarget};
-use crate::scale::checkpoints;
-use crate::scale::epoch::{restore_point, RestorePoint};
-use crate::scale::manifest::{self};
 use crate::state::key_groups::range_for_subtask;
 
 use super::task::GraphTask;

@@ -49,9 +49,16 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+use super::checkpoints::write_manifest;
 use super::committed::{self, group_reader, Target};
+use super::manifest::{
+    self, committed_marker, file_key, stage_task_prefix, writer_id, GraphTaskState, ManifestFile,
+    TaskManifest, MARKERS, SEEDED,
+};
 use super::plan::GroupPlan;
+use super::repartition;
 use super::reset::active_members;
+use super::storage::SharedStorage;
 use super::{run_with, stage_operators, stage_tables};
 use crate::checkpoint::metadata::StateHandle;
 use crate::checkpoint::recovery::{check_topology, Decision};
@@ -61,13 +68,6 @@ use crate::dataflow::graph::{Graph, NodeBody};
 use crate::error::{Result, WeirError};
 use crate::kafka;
 use crate::runtime::JobShared;
-use crate::scale::checkpoints::write_manifest;
-use crate::scale::manifest::{
-    self, committed_marker, file_key, stage_task_prefix, writer_id, GraphTaskState, ManifestFile,
-    TaskManifest, MARKERS, SEEDED,
-};
-use crate::scale::repartition;
-use crate::scale::storage::SharedStorage;
 use crate::state::backend::StateBackend;
 use crate::state::key_groups::range_for_subtask;
 

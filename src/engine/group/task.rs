@@ -9,11 +9,11 @@ use std::path::PathBuf;
 
 use tracing::warn;
 
+use super::manifest::ManifestFile;
 use crate::dataflow::row::Row;
 use crate::dataflow::{Record, RecordKey};
 use crate::engine::core::{InputEvent, TaskCore};
 use crate::error::{Refusal, Result};
-use crate::scale::manifest::ManifestFile;
 use crate::state::key_groups::key_group;
 
 use super::{uploader, STAGING};
@@ -31,7 +31,7 @@ pub(super) struct GraphTask {
     /// those queued for upload or being uploaded (name: object key, size).
     pub(super) uploaded: HashMap<String, ManifestFile>,
     pub(super) uploading: HashMap<String, (String, u64)>,
-    /// Names this incarnation's objects (`scale::manifest::writer_id`).
+    /// Names this incarnation's objects (`engine::group::manifest::writer_id`).
     pub(super) writer: String,
     pub(super) changed: bool,
     pub(super) dir: PathBuf,

@@ -27,9 +27,9 @@ use std::time::Instant;
 
 use tracing::debug;
 
+use super::storage::SharedStorage;
 use crate::config::Config;
 use crate::error::{Result, WeirError};
-use crate::scale::storage::SharedStorage;
 
 /// What became of one upload: the size and CRC-32 of the bytes stored.
 pub type Outcome = std::result::Result<(u64, u32), WeirError>;
