@@ -22,6 +22,7 @@ use sqlparser::ast::{
 use super::cast::{cast_value, coerce_to, common_type};
 pub use super::compiled::{err, Compiled, EvalFn, Ty};
 use super::functions;
+use super::names::nearest;
 use super::types::parse_type;
 use super::SqlError;
 use crate::dataflow::expr::compare;
@@ -521,32 +522,6 @@ fn field(c: Compiled, name: &str, e: &E) -> Result<Compiled, SqlError> {
             _ => Value::Null,
         })
     }))
-}
-
-/// The candidate closest to `name` by edit distance, if close enough to
-/// be a typo.
-pub fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let name = name.to_ascii_lowercase();
-    candidates
-        .map(|c| (edit_distance(&name, &c.to_ascii_lowercase()), c))
-        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 fn literal(v: &ast::Value, e: &E) -> Result<Compiled, SqlError> {

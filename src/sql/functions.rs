@@ -864,13 +864,75 @@ pub fn call(name: &str, args: Vec<Compiled>, e: &E) -> Result<Compiled> {
             ))
         }
         _ => {
+            // Function names are short: a quarter of the name's letters
+            // (at least one) may differ, so FOO is not taken for MOD.
+            let hint =
+                super::names::closest(name, NAMES.iter().copied(), |_| (name.len() / 4).max(1))
+                    .map_or(String::new(), |n| format!("; did you mean {n}?"));
             return Err(err(
                 e,
-                format!("unknown function {name} (docs/sql.md lists weir's functions)"),
-            ))
+                format!("unknown function {name}{hint} (docs/sql.md lists weir's functions)"),
+            ));
         }
     })
 }
+
+/// Every name [`call`] knows, for the hint an unknown name gets (the
+/// non-deterministic functions it refuses among them, so that a typo of
+/// one is told why). A unit test holds it to `call`.
+const NAMES: &[&str] = &[
+    "MOD",
+    "ABS",
+    "FLOOR",
+    "CEIL",
+    "CEILING",
+    "ROUND",
+    "LOWER",
+    "UPPER",
+    "TRIM",
+    "LTRIM",
+    "RTRIM",
+    "BTRIM",
+    "CHAR_LENGTH",
+    "CHARACTER_LENGTH",
+    "LENGTH",
+    "SUBSTRING",
+    "SUBSTR",
+    "REPLACE",
+    "POSITION",
+    "LOCATE",
+    "CONCAT",
+    "CONCAT_NULL",
+    "CONCAT_WS",
+    "SPLIT_INDEX",
+    "SPLIT",
+    "WORDS",
+    "REGEXP_EXTRACT",
+    "REGEXP_REPLACE",
+    "REGEXP",
+    "REGEXP_LIKE",
+    "JSON_VALUE",
+    "COALESCE",
+    "NULLIF",
+    "IF",
+    "HOUR",
+    "MINUTE",
+    "SECOND",
+    "YEAR",
+    "MONTH",
+    "DAYOFMONTH",
+    "DAYOFYEAR",
+    "DATE_FORMAT",
+    "TO_TIMESTAMP",
+    "UNIX_TIMESTAMP",
+    "CURRENT_WATERMARK",
+    "NOW",
+    "CURRENT_TIMESTAMP",
+    "LOCALTIMESTAMP",
+    "PROCTIME",
+    "RAND",
+    "UUID",
+];
 
 fn div_ceil(a: i128, b: i128) -> i128 {
     -((-a).div_euclid(b))
@@ -1256,5 +1318,47 @@ mod tests {
         )
         .unwrap();
         assert_eq!(folded.constant, Some(Value::from("ab")));
+    }
+
+    #[test]
+    fn an_unknown_function_is_named_with_the_nearest_known_one() {
+        let e = E::Identifier(sqlparser::ast::Ident::new("f"));
+        let column = || Compiled::column(0, DataType::String);
+        let refused = call("LOWR", vec![column()], &e).unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("unknown function LOWR; did you mean LOWER?"),
+            "{}",
+            refused.message
+        );
+        let refused = call("FOO", vec![column()], &e).unwrap_err();
+        assert!(
+            refused
+                .message
+                .starts_with("unknown function FOO (docs/sql.md"),
+            "{}",
+            refused.message
+        );
+        // NAMES is what `call` knows: each name is known (its refusal, with
+        // no arguments, is about arguments or determinism)...
+        for name in NAMES {
+            if let Err(refused) = call(name, Vec::new(), &e) {
+                assert!(!refused.message.contains("unknown function"), "{name}");
+            }
+        }
+        // ...and every name `call` matches is in NAMES.
+        let source = include_str!("functions.rs");
+        let body =
+            &source[source.find("pub fn call(").unwrap()..source.find("fn div_ceil").unwrap()];
+        for line in body.lines() {
+            let arm = line.trim_start();
+            if line.starts_with("        \"") && arm.contains("=>") {
+                for name in arm.split("=>").next().unwrap().split('|') {
+                    let name = name.trim().trim_matches('"');
+                    assert!(NAMES.contains(&name), "{name} is not in NAMES");
+                }
+            }
+        }
     }
 }

@@ -355,7 +355,7 @@ impl Binder<'_> {
                         .chain(self.catalog.sinks.keys())
                         .map(String::as_str)
                         .collect();
-                    let hint = super::expr::nearest(&name, known.iter().copied())
+                    let hint = super::names::nearest(&name, known.iter().copied())
                         .map_or(String::new(), |n| format!("; did you mean {n:?}?"));
                     return Err(SqlError::at(
                         table.span(),

@@ -263,7 +263,7 @@ impl Binder<'_> {
                 .chain(self.views.keys())
                 .cloned()
                 .collect();
-            let hint = crate::sql::expr::nearest(&n, known.iter().map(String::as_str))
+            let hint = crate::sql::names::nearest(&n, known.iter().map(String::as_str))
                 .map_or(String::new(), |x| format!("; did you mean {x:?}?"));
             return Err(SqlError::at(
                 table.span(),
