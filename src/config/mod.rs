@@ -242,6 +242,9 @@ impl Config {
         let kind = match (graph, sql) {
             (true, _) => Some(JobKind::Graph),
             (false, Some(sql)) => Some(JobKind::Sql(Box::new(sql.job))),
+            // A SQL job whose sections did not parse: their problems are
+            // reported, and a built-in pipeline's sections are not looked for.
+            (false, None) if sql::is_sql_job(&tree) => None,
             (false, None) => {
                 let source = section::<SourceConfig>(&tree, "source", &mut problems);
                 let pipeline = pipeline_section(&mut tree, &mut problems);
@@ -763,6 +766,17 @@ topic = "word-counts"
         )
         .unwrap_err();
         assert_eq!(keys(&e), ["sinks.out.delivery"], "{e}");
+        // A statements file that cannot be read is the one problem: no
+        // built-in [source], [pipeline] kind or [sink] is asked for.
+        let e = load(
+            &sql.replace(
+                "sql = \"INSERT INTO out SELECT line FROM lines\"",
+                "sql_file = \"/nonexistent/weir.sql\"",
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), ["pipeline.sql_file"], "{e}");
     }
 
     #[test]

@@ -19,11 +19,11 @@ pub(super) fn sql_job(
     tree: &BTreeMap<String, serde_json::Value>,
     problems: &mut Vec<ConfigProblem>,
 ) -> Option<SqlSections> {
-    let pipeline = tree.get("pipeline").and_then(|p| p.as_object());
-    let has_sql = pipeline.is_some_and(|p| p.contains_key("sql") || p.contains_key("sql_file"));
-    if !has_sql && !tree.contains_key("sources") && !tree.contains_key("sinks") {
+    if !is_sql_job(tree) {
         return None;
     }
+    let pipeline = tree.get("pipeline").and_then(|p| p.as_object());
+    let has_sql = pipeline.is_some_and(|p| p.contains_key("sql") || p.contains_key("sql_file"));
     let mut problem = |key: &str, message: String| {
         problems.push(ConfigProblem {
             key: key.into(),
@@ -201,6 +201,15 @@ pub(super) fn sql_job(
         },
         delivery,
     })
+}
+
+/// Whether the file describes a SQL job: `[pipeline] sql` or `sql_file`,
+/// or `[sources.*]` or `[sinks.*]`.
+pub(super) fn is_sql_job(tree: &BTreeMap<String, serde_json::Value>) -> bool {
+    let pipeline = tree.get("pipeline").and_then(|p| p.as_object());
+    pipeline.is_some_and(|p| p.contains_key("sql") || p.contains_key("sql_file"))
+        || tree.contains_key("sources")
+        || tree.contains_key("sinks")
 }
 
 /// A SQL job and the one delivery its sinks agree on.
