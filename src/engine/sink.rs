@@ -18,13 +18,12 @@ pub struct SinkWriter {
     pub output: Output,
     encoder: RowEncoder,
     key: Vec<u8>,
-    /// A row's JSON before it goes into an envelope (Debezium).
+    /// A row's value before it goes elsewhere: into an envelope
+    /// (Debezium), or, for an upsert sink's update-before, into the fold
+    /// to compare with the row that follows.
     scratch: Vec<u8>,
     /// Upsert: the update-befores held until their key's next row.
     upserts: UpsertFold,
-    /// Upsert: an update-before's value, encoded to compare with the row
-    /// that follows it.
-    before_value: Vec<u8>,
 }
 
 impl SinkWriter {
@@ -38,7 +37,6 @@ impl SinkWriter {
             key: Vec::with_capacity(64),
             scratch: Vec::new(),
             upserts: UpsertFold::default(),
-            before_value: Vec::new(),
         }
     }
 
@@ -154,12 +152,12 @@ impl SinkWriter {
         let mut buf = std::mem::take(&mut self.output.buf);
         let write = match r.row.kind {
             RowKind::UpdateBefore => {
-                let mut before = std::mem::take(&mut self.before_value);
+                let mut before = std::mem::take(&mut self.scratch);
                 let encoded = self.encode_value(r, &mut before);
                 if encoded.is_ok() {
                     self.upserts.before(&self.key, &before);
                 }
-                self.before_value = before;
+                self.scratch = before;
                 encoded.map(|()| UpsertWrite::Nothing)
             }
             RowKind::Delete => Ok(self.upserts.delete(&self.key)),
