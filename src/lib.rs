@@ -44,6 +44,7 @@ pub mod service;
 pub mod sql;
 pub mod state;
 pub mod time;
+pub mod udf;
 pub mod window;
 
 pub use config::Config;
@@ -104,6 +105,18 @@ pub fn savepoint(graph: dataflow::Graph, config: Config) -> std::process::ExitCo
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The `weir` binary's `main` with `functions` added to every SQL job it
+/// plans: a binary that embeds weir for its own user-defined functions
+/// (written in Rust, [`udf`]) calls this from its `main`, and is then run
+/// as `weir` is (`<binary> run --config weir.toml`, `validate`, ...).
+pub fn main_with_functions(functions: udf::Functions) -> std::process::ExitCode {
+    if let Err(e) = udf::register(functions) {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    cli::binary::main()
 }
 
 /// The `main` of a job built in Rust, run as `<binary> run --config

@@ -209,6 +209,7 @@ pub fn sql_job(c: &Config, b: &BuiltinJob) -> (SqlJob, Catalog) {
                 PipelineConfig::Aggregate { .. } => "aggregate",
             }
         ),
+        functions: Default::default(),
     };
     (job, catalog)
 }

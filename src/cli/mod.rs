@@ -1,6 +1,7 @@
 //! The `weir` command: `run`, `reset`, `validate`, `checkpoints
 //! list|show`, `state get|scan`.
 
+pub mod binary;
 pub mod graph_state;
 pub mod inspect;
 

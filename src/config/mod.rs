@@ -89,6 +89,7 @@ const SECTIONS: &[&str] = &[
     "sources",
     "sinks",
     "registries",
+    "functions",
 ];
 
 impl Config {

@@ -821,4 +821,30 @@ pub struct SqlJob {
     pub text: String,
     /// Where they came from, for error messages: `pipeline.sql` or the file.
     pub origin: String,
+    /// `[functions.NAME]`: user-defined functions in WebAssembly, with
+    /// their module paths made absolute.
+    pub functions: std::collections::BTreeMap<String, FunctionConfig>,
+}
+
+/// `[functions.NAME]`: a user-defined function in a WebAssembly module
+/// (docs/sql.md, "User-defined functions"). `returns` makes a scalar
+/// function, `columns` a table function.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionConfig {
+    /// The module: a `.wasm` file or WebAssembly text (`.wat`), relative
+    /// to the configuration file.
+    pub wasm: std::path::PathBuf,
+    /// The function the module exports (default: the SQL name).
+    pub export: Option<String>,
+    /// The SQL types of its parameters, in order.
+    #[serde(default)]
+    pub params: Vec<String>,
+    /// A scalar function's result type.
+    pub returns: Option<String>,
+    /// A table function's columns, each `"name TYPE"`.
+    pub columns: Option<Vec<String>>,
+    /// The fuel (about one per instruction) a call may burn before it
+    /// traps as a runaway.
+    pub fuel: Option<u64>,
 }

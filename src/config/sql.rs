@@ -65,6 +65,7 @@ pub(super) fn sql_job(
             }
         }
     };
+    let function_values = named("functions");
     let source_values = named("sources");
     let sink_values = named("sinks");
     let registry_values = named("registries");
@@ -82,6 +83,17 @@ pub(super) fn sql_job(
             parse_section::<RegistryConfig>(&v, &format!("registries.{name}"), problems)
         {
             registries.insert(name, r);
+        }
+    }
+    let mut functions = BTreeMap::new();
+    for (name, v) in function_values {
+        let key = format!("functions.{name}");
+        if let Some(mut f) = parse_section::<FunctionConfig>(&v, &key, problems) {
+            if let Some(dir) = file.parent().filter(|_| f.wasm.is_relative()) {
+                f.wasm = dir.join(&f.wasm);
+            }
+            function_problems(&key, &f, problems);
+            functions.insert(name, f);
         }
     }
     let mut sinks = BTreeMap::new();
@@ -198,9 +210,54 @@ pub(super) fn sql_job(
             pipeline,
             text,
             origin,
+            functions,
         },
         delivery,
     })
+}
+
+/// What is wrong with `[functions.NAME]` (`key`) short of loading its
+/// module: the types, and whether it is a scalar or a table function.
+fn function_problems(key: &str, f: &FunctionConfig, problems: &mut Vec<ConfigProblem>) {
+    let mut problem = |at: &str, message: String| {
+        problems.push(ConfigProblem {
+            key: format!("{key}.{at}"),
+            message,
+        })
+    };
+    for (i, t) in f.params.iter().enumerate() {
+        if let Err(m) = crate::sql::types::parse_type(t) {
+            problem(&format!("params.{i}"), m);
+        }
+    }
+    match (&f.returns, &f.columns) {
+        (Some(t), None) => {
+            if let Err(m) = crate::sql::types::parse_type(t) {
+                problem("returns", m);
+            }
+        }
+        (None, Some(columns)) => {
+            for (i, c) in columns.iter().enumerate() {
+                let parsed = c
+                    .trim()
+                    .split_once(char::is_whitespace)
+                    .ok_or_else(|| format!("{c:?} is not \"name TYPE\""))
+                    .and_then(|(_, t)| crate::sql::types::parse_type(t.trim()));
+                if let Err(m) = parsed {
+                    problem(&format!("columns.{i}"), m);
+                }
+            }
+        }
+        _ => problem(
+            "returns",
+            "give returns = \"TYPE\" for a scalar function or columns = [\"name TYPE\", ...] \
+             for a table function, one of them"
+                .into(),
+        ),
+    }
+    if !f.wasm.exists() {
+        problem("wasm", format!("{} does not exist", f.wasm.display()));
+    }
 }
 
 /// Whether the file describes a SQL job: `[pipeline] sql` or `sql_file`,

@@ -23,6 +23,7 @@ use super::cast::{cast_value, coerce_to, common_type};
 pub use super::compiled::{err, Compiled, EvalFn, Ty};
 use super::functions;
 use super::names::nearest;
+use super::session::Session;
 use super::types::parse_type;
 use super::SqlError;
 use crate::dataflow::expr::compare;
@@ -55,11 +56,14 @@ pub struct Scope<'a> {
     /// (None: aggregates are not allowed here, with the reason).
     pub aggregates: Option<&'a mut AggregateHook<'a>>,
     pub no_aggregates_reason: &'a str,
+    /// The job's user-defined functions, among others.
+    pub session: &'a Session,
 }
 
 impl<'a> Scope<'a> {
-    pub fn plain(columns: &'a [ScopeColumn]) -> Self {
+    pub fn plain(columns: &'a [ScopeColumn], session: &'a Session) -> Self {
         Self {
+            session,
             columns,
             substitutions: &[],
             grouped: false,
@@ -135,7 +139,17 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             for a in access_chain {
                 match a {
                     ast::AccessExpr::Dot(E::Identifier(f)) => c = field(c, &f.value, e)?,
-                    _ => return Err(err(e, "only field access with `.name` is supported")),
+                    ast::AccessExpr::Subscript(ast::Subscript::Index { index }) => {
+                        let i = compile(index, scope)?;
+                        c = element_at(c, i, e)?;
+                    }
+                    _ => {
+                        return Err(err(
+                            e,
+                            "only field access with `.name` and an array index `[i]` are \
+                             supported",
+                        ))
+                    }
                 }
             }
             Ok(c)
@@ -324,25 +338,30 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             let x = compile(expr, scope)?;
             timestamp(&x, expr)?;
             let part = extract_part(field, e)?;
-            functions::extract(x, part)
+            Ok(functions::extract(x, part))
         }
         E::Ceil { expr, field } | E::Floor { expr, field } => {
-            if !matches!(
-                field,
-                ast::CeilFloorKind::DateTimeField(DateTimeField::NoDateTime)
-            ) {
-                return Err(err(e, "CEIL/FLOOR to a time unit is not supported"));
+            let name = if matches!(e, E::Ceil { .. }) {
+                "CEIL"
+            } else {
+                "FLOOR"
+            };
+            let mut args = vec![compile(expr, scope)?];
+            match field {
+                ast::CeilFloorKind::DateTimeField(DateTimeField::NoDateTime) => {}
+                // `FLOOR(t TO unit)`: the unit by its name.
+                ast::CeilFloorKind::DateTimeField(unit) => args.push(Compiled::constant(
+                    Value::String(unit.to_string()),
+                    Ty::Data(DataType::String),
+                )),
+                ast::CeilFloorKind::Scale(_) => {
+                    return Err(err(
+                        e,
+                        format!("{name}(x, scale) is not supported; use ROUND"),
+                    ))
+                }
             }
-            let x = compile(expr, scope)?;
-            functions::call(
-                if matches!(e, E::Ceil { .. }) {
-                    "CEIL"
-                } else {
-                    "FLOOR"
-                },
-                vec![x],
-                e,
-            )
+            functions::call(name, args, e)
         }
         E::Substring {
             expr,
@@ -382,6 +401,38 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             let args = vec![compile(expr, scope)?, compile(r#in, scope)?];
             functions::call("POSITION", args, e)
         }
+        E::Array(ast::Array { elem, .. }) => {
+            if elem.is_empty() {
+                return Err(err(e, "ARRAY[] needs at least one element to have a type"));
+            }
+            let items = elem
+                .iter()
+                .map(|x| Ok((compile(x, scope)?, x)))
+                .collect::<Result<Vec<_>, SqlError>>()?;
+            let ty = super::cast::common_type(&items, e)?;
+            let constant = items.iter().all(|(c, _)| c.constant.is_some());
+            let fs: Vec<_> = items
+                .into_iter()
+                .map(|(c, _)| super::cast::coerce_to(c, &ty).eval)
+                .collect();
+            let array = Compiled::new(
+                Ty::Data(DataType::List(Box::new(ty.column_type()))),
+                move |row| {
+                    fs.iter()
+                        .map(|f| f(row))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(Value::List)
+                },
+            );
+            Ok(if constant {
+                match (array.eval)(&[]) {
+                    Ok(v) => Compiled::constant(v, array.ty),
+                    Err(_) => array,
+                }
+            } else {
+                array
+            })
+        }
         E::Function(f) => {
             let name = function_name(f);
             if is_aggregate(&name) {
@@ -399,14 +450,49 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             if f.filter.is_some() {
                 return Err(err(e, "FILTER applies only to aggregate functions"));
             }
+            let name = name.to_ascii_uppercase();
             let args = call_args(f, e)?
                 .into_iter()
-                .map(|a| compile(a, scope))
+                .enumerate()
+                .map(|(i, a)| match a {
+                    // A time unit keyword (`TIMESTAMPADD(DAY, ...)`) by its name.
+                    E::Identifier(unit) if functions::takes_unit(&name, i) => {
+                        Ok(Compiled::constant(
+                            Value::String(unit.value.to_ascii_uppercase()),
+                            Ty::Data(DataType::String),
+                        ))
+                    }
+                    a => compile(a, scope),
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            functions::call(&name.to_ascii_uppercase(), args, e)
+            functions::call_in(scope.session, &name, args, e)
         }
         _ => Err(err(e, format!("the expression `{e}` is not supported"))),
     }
+}
+
+/// `array[i]`: the element at 1-based `i`, NULL past either end.
+fn element_at(array: Compiled, i: Compiled, e: &E) -> Result<Compiled, SqlError> {
+    let item = match &array.ty {
+        Ty::Data(DataType::List(t)) => (**t).clone(),
+        t => return Err(err(e, format!("only an ARRAY takes an index [i], not {t}"))),
+    };
+    if !matches!(i.ty, Ty::Null | Ty::Data(DataType::Int | DataType::BigInt)) {
+        return Err(err(
+            e,
+            format!("an array index is an integer, not {}", i.ty),
+        ));
+    }
+    let (a, i) = (array.eval, i.eval);
+    Ok(Compiled::new(Ty::Data(item), move |row| {
+        let (Value::List(items), Value::Int(i)) = (a(row)?, i(row)?) else {
+            return Ok(Value::Null);
+        };
+        Ok(usize::try_from(i - 1)
+            .ok()
+            .and_then(|i| items.get(i).cloned())
+            .unwrap_or(Value::Null))
+    }))
 }
 
 /// Constant-folds `c` when every input of it (`of`) is constant.

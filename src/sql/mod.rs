@@ -23,6 +23,7 @@ pub mod joins;
 pub mod names;
 pub mod plan;
 pub mod schema;
+pub mod session;
 pub mod types;
 
 use std::fmt;
@@ -30,6 +31,28 @@ use std::fmt;
 use sqlparser::tokenizer::Span;
 
 pub use bind::{plan, Plan};
+
+/// One SQL expression over named, typed columns, compiled as a job's
+/// would be: what the function reference's examples and the function
+/// tests evaluate. A row gives the columns' values in order.
+pub fn expression(
+    text: &str,
+    columns: &[(&str, crate::dataflow::row::DataType)],
+) -> Result<compiled::Compiled, SqlError> {
+    let e = dialect::parse_expr(text).map_err(|m| SqlError::general(m.to_string()))?;
+    let columns: Vec<expr::ScopeColumn> = columns
+        .iter()
+        .map(|(name, ty)| expr::ScopeColumn {
+            name: name.to_string(),
+            qualifier: None,
+            ty: ty.clone(),
+        })
+        .collect();
+    expr::compile(
+        &e,
+        &mut expr::Scope::plain(&columns, &session::Session::default()),
+    )
+}
 
 /// One problem in a job's SQL, where it is.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,6 +9,7 @@ impl Binder<'_> {
         s: &ast::Select,
         name: &str,
     ) -> Result<Rel, SqlError> {
+        let session = self.session.clone();
         // The window columns of a window table function, by name.
         let is_window_col = |e: &E, col: &str| match e {
             E::Identifier(i) => i.value.eq_ignore_ascii_case(col),
@@ -57,7 +58,7 @@ impl Binder<'_> {
         let input_scope_cols = rel.columns.clone();
         let mut key_exprs: Vec<(E, Compiled)> = Vec::new();
         for k in &keys {
-            let c = compile(k, &mut Scope::plain(&input_scope_cols))?;
+            let c = compile(k, &mut Scope::plain(&input_scope_cols, &self.session))?;
             if matches!(c.ty, Ty::Null | Ty::Interval) {
                 return Err(err(k, "cannot GROUP BY a NULL or an INTERVAL"));
             }
@@ -167,7 +168,7 @@ impl Binder<'_> {
             let filter = match &f.filter {
                 None => None,
                 Some(p) => {
-                    let c = compile(p, &mut Scope::plain(&input_scope_cols))?;
+                    let c = compile(p, &mut Scope::plain(&input_scope_cols, &self.session))?;
                     boolean(&c, p)?;
                     Some(c.eval)
                 }
@@ -201,7 +202,7 @@ impl Binder<'_> {
                 if contains_aggregate(a) {
                     return Err(err(a, "an aggregate inside an aggregate is not allowed"));
                 }
-                let c = compile(a, &mut Scope::plain(&input_scope_cols))?;
+                let c = compile(a, &mut Scope::plain(&input_scope_cols, &self.session))?;
                 match (function, c.data_type()) {
                     (AggFunction::Count, _) => {}
                     (AggFunction::Min | AggFunction::Max, Some(t))
@@ -252,6 +253,7 @@ impl Binder<'_> {
                         substitutions: &substitutions,
                         grouped: true,
                         aggregates: Some(&mut hook),
+                        session: &session,
                         no_aggregates_reason: "",
                     };
                     let c = compile(e, &mut scope)?;
@@ -290,6 +292,7 @@ impl Binder<'_> {
                     substitutions: &substitutions,
                     grouped: true,
                     aggregates: Some(&mut hook),
+                    session: &session,
                     no_aggregates_reason: "",
                 };
                 let c = compile(h, &mut scope)?;

@@ -28,28 +28,58 @@ impl Binder<'_> {
                 }
             }
         }
-        let is_unnest = |j: &ast::Join| matches!(j.relation, TableFactor::UNNEST { .. });
-        if select.from.len() > 1
+        let is_lateral = |t: &TableFactor| matches!(t, TableFactor::Function { lateral: true, .. });
+        let is_step = |j: &ast::Join| {
+            matches!(j.relation, TableFactor::UNNEST { .. }) || is_lateral(&j.relation)
+        };
+        // `FROM t, LATERAL TABLE(f(x))`: the table function beside t, as
+        // CROSS JOIN LATERAL TABLE would have it.
+        let laterals_after_comma = select.from.len() > 1
+            && select.from[1..]
+                .iter()
+                .all(|t| t.joins.is_empty() && is_lateral(&t.relation));
+        if (select.from.len() > 1 && !laterals_after_comma)
             || select
                 .from
                 .iter()
-                .any(|t| t.joins.iter().any(|j| !is_unnest(j)))
+                .any(|t| t.joins.iter().any(|j| !is_step(j)))
         {
             let (rel, rest) = self.joins(select, name)?;
             return Ok((rel, None, rest));
         }
-        let [twj] = select.from.as_slice() else {
+        let Some(twj) = select.from.first() else {
             return Err(SqlError::at(
                 select.span(),
                 "a SELECT needs FROM: weir's queries read a source or a view",
             ));
         };
+        // Each step after the first relation: (LEFT JOIN ... ON TRUE, what).
+        let mut steps: Vec<(Option<&JoinOperator>, &TableFactor)> = twj
+            .joins
+            .iter()
+            .map(|j| (Some(&j.join_operator), &j.relation))
+            .collect();
+        steps.extend(select.from[1..].iter().map(|t| (None, &t.relation)));
         let (mut rel, tvf) = self.table_factor(&twj.relation, name, false)?;
-        for (i, j) in twj.joins.iter().enumerate() {
-            let mentioned = mentioned(select, &twj.joins[i + 1..]);
-            match (&j.join_operator, &j.relation) {
+        for (i, (operator, relation)) in steps.iter().enumerate() {
+            let later: Vec<ast::Join> = steps[i + 1..]
+                .iter()
+                .map(|(op, r)| ast::Join {
+                    relation: (*r).clone(),
+                    global: false,
+                    join_operator: op
+                        .cloned()
+                        .unwrap_or(JoinOperator::CrossJoin(ast::JoinConstraint::None)),
+                })
+                .collect();
+            let mentioned = mentioned(select, &later);
+            let on_true = |c: &ast::JoinConstraint| {
+                matches!(c, ast::JoinConstraint::On(E::Value(v))
+                    if v.value == ast::Value::Boolean(true))
+            };
+            match (operator, relation) {
                 (
-                    JoinOperator::CrossJoin(_) | JoinOperator::CrossApply,
+                    None | Some(JoinOperator::CrossJoin(_) | JoinOperator::CrossApply),
                     TableFactor::UNNEST {
                         alias,
                         array_exprs,
@@ -61,13 +91,34 @@ impl Binder<'_> {
                         rel,
                         alias.as_ref(),
                         array_exprs,
-                        j.relation.span(),
+                        relation.span(),
                         name,
                         mentioned.as_ref(),
                     )?;
                 }
+                (None | Some(JoinOperator::CrossJoin(_)), r) if is_lateral(r) && tvf.is_none() => {
+                    rel = self.lateral_table(rel, r, false, name, mentioned.as_ref())?;
+                }
+                (Some(JoinOperator::Join(c) | JoinOperator::Inner(c)), r)
+                    if is_lateral(r) && on_true(c) && tvf.is_none() =>
+                {
+                    rel = self.lateral_table(rel, r, false, name, mentioned.as_ref())?;
+                }
+                (Some(JoinOperator::Left(c) | JoinOperator::LeftOuter(c)), r)
+                    if is_lateral(r) && on_true(c) && tvf.is_none() =>
+                {
+                    rel = self.lateral_table(rel, r, true, name, mentioned.as_ref())?;
+                }
+                (_, r) if is_lateral(r) => {
+                    return Err(SqlError::at(
+                        r.span(),
+                        "a table function is joined as CROSS JOIN LATERAL TABLE(f(x)), \
+                         [LEFT] JOIN LATERAL TABLE(f(x)) ON TRUE, or FROM t, LATERAL TABLE(f(x)), \
+                         over a table that is not a window",
+                    ))
+                }
                 _ => return Err(SqlError::at(
-                    j.relation.span(),
+                    relation.span(),
                     "CROSS JOIN takes UNNEST(array); to join two tables, JOIN ... ON their keys",
                 )),
             }

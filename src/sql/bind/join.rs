@@ -97,7 +97,7 @@ impl Binder<'_> {
         let condition: Option<JoinCondition> = match residual {
             None => None,
             Some(e) => {
-                let c = compile(&e, &mut Scope::plain(&joined))?;
+                let c = compile(&e, &mut Scope::plain(&joined, &self.session))?;
                 boolean(&c, &e)?;
                 let (f, op) = (c.eval, uid.clone());
                 Some(Arc::new(move |v: &[Value]| match f(v) {
@@ -319,7 +319,7 @@ impl Binder<'_> {
             match joins::resolve(e, &rel.columns)? {
                 Some(i) => keys.push(i),
                 None => {
-                    let c = compile(e, &mut Scope::plain(&rel.columns))?;
+                    let c = compile(e, &mut Scope::plain(&rel.columns, &self.session))?;
                     keys.push(rel.columns.len() + computed.len());
                     computed.push(c);
                 }

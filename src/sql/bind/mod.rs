@@ -23,6 +23,7 @@
 mod aggregate;
 mod from;
 mod join;
+mod lateral;
 mod over;
 mod scalar;
 mod select;
@@ -196,7 +197,9 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
     }
     let registries = crate::format::registry::Registries::new(&job.registries)
         .map_err(|e| vec![SqlError::general(e)])?;
+    let session = super::session::Session::of(job)?;
     let mut binder = Binder {
+        session,
         plan: LogicalPlan::default(),
         sql: job,
         registries,
@@ -246,6 +249,8 @@ pub fn plan_with(config: &Config, job: &SqlJob, catalog: Catalog) -> Result<Plan
 }
 
 struct Binder<'a> {
+    /// The user-defined functions the statements may call.
+    session: super::session::Session,
     /// The nodes bound so far.
     plan: LogicalPlan,
     sql: &'a SqlJob,

@@ -42,6 +42,7 @@ impl Binder<'_> {
         items: &[SelectItem],
         name: &str,
     ) -> Result<Rel, SqlError> {
+        let session = self.session.clone();
         let mut calls = Vec::new();
         for item in items {
             if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
@@ -248,7 +249,7 @@ impl Binder<'_> {
                     };
                     let offset = match args.get(1) {
                         None => 1,
-                        Some(n) => match compile(n, &mut Scope::plain(&rel.columns))?.constant {
+                        Some(n) => match compile(n, &mut Scope::plain(&rel.columns, &self.session))?.constant {
                             Some(Value::Int(k)) if k >= 1 => k as usize,
                             _ => {
                                 return Err(err(
@@ -260,7 +261,7 @@ impl Binder<'_> {
                     };
                     let default = match args.get(2) {
                         None => Value::Null,
-                        Some(d) => match compile(d, &mut Scope::plain(&rel.columns))?.constant {
+                        Some(d) => match compile(d, &mut Scope::plain(&rel.columns, &self.session))?.constant {
                             Some(v) => v,
                             None => return Err(err(d, format!("{fname}'s default is a constant"))),
                         },
@@ -386,6 +387,7 @@ impl Binder<'_> {
                         substitutions: &substitutions,
                         grouped: false,
                         aggregates: None,
+                        session: &session,
                         no_aggregates_reason:
                             "an aggregate without OVER belongs in a SELECT with GROUP BY",
                     };

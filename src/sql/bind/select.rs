@@ -190,7 +190,7 @@ impl Binder<'_> {
             predicate,
             &mut Scope {
                 substitutions,
-                ..Scope::plain(&rel.columns)
+                ..Scope::plain(&rel.columns, &self.session)
             },
         )?;
         boolean(&c, predicate)?;
@@ -278,7 +278,7 @@ impl Binder<'_> {
                         e,
                         &mut Scope {
                             substitutions,
-                            ..Scope::plain(&rel.columns)
+                            ..Scope::plain(&rel.columns, &self.session)
                         },
                     )?;
                     let n = output_name(item, outputs.len());

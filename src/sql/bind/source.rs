@@ -66,7 +66,7 @@ impl Binder<'_> {
         let mut columns = scope_columns(&physical, &source_name);
         let mut computed_fns: Vec<Arc<EvalFn>> = Vec::new();
         for (n, e) in &computed {
-            let c = compile(e, &mut Scope::plain(&columns))
+            let c = compile(e, &mut Scope::plain(&columns, &self.session))
                 .map_err(|m| fail(format!("computed column {n}: {}", m.message)))?;
             columns.push(ScopeColumn {
                 name: n.clone(),

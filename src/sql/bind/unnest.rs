@@ -23,7 +23,7 @@ impl Binder<'_> {
         let [array] = arrays else {
             return Err(SqlError::at(span, "UNNEST takes one array"));
         };
-        let c = compile(array, &mut Scope::plain(&rel.columns))?;
+        let c = compile(array, &mut Scope::plain(&rel.columns, &self.session))?;
         let item = match c.data_type() {
             Some(DataType::List(t)) => (**t).clone(),
             _ => return Err(err(array, format!("UNNEST takes an ARRAY, not {}", c.ty))),
@@ -56,7 +56,9 @@ impl Binder<'_> {
         let words_of = match array {
             E::Function(w) if function_name(w).eq_ignore_ascii_case("WORDS") => {
                 match call_args(w, array)?.as_slice() {
-                    [text] => Some(compile(text, &mut Scope::plain(&rel.columns))?.eval),
+                    [text] => {
+                        Some(compile(text, &mut Scope::plain(&rel.columns, &self.session))?.eval)
+                    }
                     _ => None,
                 }
             }

@@ -16,6 +16,7 @@
 pub mod aggregate;
 pub mod filter;
 pub mod join;
+pub mod lateral;
 pub mod over;
 pub mod project;
 pub mod rules;
@@ -117,6 +118,7 @@ pub enum Op {
     OverAggregate(over::OverAggregate),
     Union(union::Union),
     Unnest(unnest::Unnest),
+    LateralTable(lateral::LateralTable),
     WindowTvf(window_tvf::WindowTvf),
     Sink(sink::Sink),
 }
@@ -138,6 +140,7 @@ impl Op {
             Op::OverAggregate(o) => o.describe(inputs[0]),
             Op::Union(u) => u.describe(),
             Op::Unnest(u) => u.describe(),
+            Op::LateralTable(l) => l.describe(),
             Op::WindowTvf(w) => w.describe(),
             Op::Sink(s) => s.describe(),
         }
@@ -161,6 +164,7 @@ impl Op {
             Op::OverAggregate(o) => o.lower(uid, input()),
             Op::Union(u) => u.lower(uid, inputs),
             Op::Unnest(u) => u.lower(uid, input()),
+            Op::LateralTable(l) => l.lower(uid, input()),
             Op::WindowTvf(w) => w.lower(uid, input()),
             Op::Sink(s) => {
                 s.lower(uid, input());

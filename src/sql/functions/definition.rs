@@ -1,0 +1,61 @@
+//! One function as the registry lists it: its name, parameters, result,
+//! what it does, an example, and the implementation that builds a call.
+//! Each family's module lists its functions with these; the registry
+//! (`super::registry`) gathers the families.
+
+use super::super::compiled::Compiled;
+use super::signature::{show, Param};
+
+/// Builds a call from its checked arguments; gets the name it was called
+/// by (a function may have several).
+pub type Build = fn(&str, Vec<Compiled>) -> Result<Compiled, String>;
+
+/// One form of one function.
+#[derive(Debug)]
+pub struct Function {
+    pub name: &'static str,
+    pub params: &'static [Param],
+    /// The result's type, as the docs show it.
+    pub returns: &'static str,
+    pub summary: &'static str,
+    /// A call, and what it gives, as SQL literals.
+    pub example: (&'static str, &'static str),
+    pub build: Build,
+}
+
+impl Function {
+    pub const fn new(
+        name: &'static str,
+        params: &'static [Param],
+        returns: &'static str,
+        build: Build,
+    ) -> Self {
+        Self {
+            name,
+            params,
+            returns,
+            summary: "",
+            example: ("", ""),
+            build,
+        }
+    }
+
+    /// What the function does, and an example call with its result.
+    pub const fn doc(
+        self,
+        summary: &'static str,
+        example: &'static str,
+        result: &'static str,
+    ) -> Self {
+        Self {
+            summary,
+            example: (example, result),
+            ..self
+        }
+    }
+
+    /// `LPAD(s VARCHAR, len INT, pad VARCHAR) → VARCHAR`.
+    pub fn signature(&self) -> String {
+        format!("{} → {}", show(self.name, self.params), self.returns)
+    }
+}
