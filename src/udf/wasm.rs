@@ -144,7 +144,8 @@ fn load(spec: WasmSpec) -> Result<Arc<Loaded>, String> {
     let same = |a: &[ValType], b: &[ValType]| {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ValType::eq(x, y))
     };
-    if !same(&have_params, &want_params) || !same(&have_results, std::slice::from_ref(&want_result)) {
+    if !same(&have_params, &want_params) || !same(&have_results, std::slice::from_ref(&want_result))
+    {
         return Err(format!(
             "{}'s {} is {} -> {}, but the declared types need {} -> ({want_result})",
             spec.file.display(),

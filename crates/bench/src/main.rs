@@ -21,6 +21,7 @@ mod nexmark;
 mod queries;
 mod scale;
 mod systems;
+mod udf_cost;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,17 @@ enum Cmd {
     /// Nexmark queries in SQL: weir against Flink SQL, each run checked
     /// exact against DuckDB.
     Nexmark(nexmark::NexmarkArgs),
+    /// The cost of one call of a user-defined scalar function (q14's
+    /// count_char) in Rust and in WebAssembly, against native Rust.
+    Udf(UdfArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct UdfArgs {
+    #[arg(long, default_value_t = 2_000_000)]
+    calls: usize,
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -255,6 +267,7 @@ fn machine() -> serde_json::Value {
 fn main() {
     match Cli::parse().command {
         Cmd::Run(a) => run(a),
+        Cmd::Udf(a) => udf_cost::run(a.calls, a.rounds),
         Cmd::Compare(a) => compare(a),
         Cmd::Recovery(a) => recovery(a),
         Cmd::CheckpointCost(a) => checkpoint_cost(a),
