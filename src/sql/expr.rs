@@ -78,7 +78,24 @@ impl<'a> Scope<'a> {
 pub fn is_aggregate(name: &str) -> bool {
     matches!(
         name.to_ascii_uppercase().as_str(),
-        "COUNT" | "SUM" | "MIN" | "MAX" | "AVG"
+        "COUNT"
+            | "SUM"
+            | "MIN"
+            | "MAX"
+            | "AVG"
+            | "VAR_POP"
+            | "VAR_SAMP"
+            | "VARIANCE"
+            | "STDDEV_POP"
+            | "STDDEV_SAMP"
+            | "STDDEV"
+            | "BOOL_AND"
+            | "BOOL_OR"
+            | "EVERY"
+            | "FIRST_VALUE"
+            | "LAST_VALUE"
+            | "ARRAY_AGG"
+            | "LISTAGG"
     )
 }
 
@@ -872,7 +889,7 @@ fn binary(
             });
             both_constant(c, &a, &b)
         }
-        B::StringConcat => functions::call("CONCAT_NULL", vec![a, b], e),
+        B::StringConcat => functions::call("CONCAT", vec![a, b], e),
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => {
             let name = match op {
                 B::Plus => "+",

@@ -108,6 +108,7 @@ fn cases() -> Vec<Case> {
         duck("CONCAT", "CONCAT(s, t)", "s || t"),
         duck("CONCAT", "CONCAT(t, '-', s, t)", "t || '-' || s || t"),
         duck("CONCAT", "CONCAT(s)", "s"),
+        same("CONCAT", "s || t || s"),
         same("CONCAT_WS", "CONCAT_WS(t, s, url)"),
         same("CONCAT_WS", "CONCAT_WS('-', s, t, s)"),
         same("CONCAT_WS", "CONCAT_WS(',', t)"),

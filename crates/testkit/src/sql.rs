@@ -747,6 +747,39 @@ pub fn queries() -> Vec<Query> {
             updating: false,
             compare: &[],
         },
+        // Aggregates of #42, over a running (updating) result: variances
+        // (exact sums for integers), BOOL_AND/OR, LISTAGG(DISTINCT) in
+        // value order. DuckDB's VAR_POP (Welford's method on doubles)
+        // differs from the exact variance in the 12th digit, where the
+        // comparison looks: its side computes the definition exactly in
+        // HUGEINT, with one division in DOUBLE.
+        Query {
+            sink: "stats",
+            weir: "SELECT auction, COUNT(*) AS n, VAR_POP(price) AS var_pop,
+                     VAR_SAMP(price) AS var_samp, STDDEV_POP(price) AS sd_pop,
+                     STDDEV_SAMP(price) AS sd_samp, BOOL_AND(price > 1000) AS all_above,
+                     BOOL_OR(price > 10000000) AS any_huge,
+                     LISTAGG(DISTINCT channel) AS channels
+                   FROM bid GROUP BY auction",
+            duckdb: "SELECT auction, n, var_pop, var_samp, sqrt(var_pop) AS sd_pop,
+                       sqrt(var_samp) AS sd_samp, all_above, any_huge, channels
+                     FROM (
+                       SELECT auction, COUNT(*) AS n,
+                         CASE WHEN count(price) > 0 THEN
+                           (count(price) * sum(price::HUGEINT * price)
+                             - sum(price::HUGEINT) * sum(price::HUGEINT))::DOUBLE
+                           / (count(price) * count(price)) END AS var_pop,
+                         CASE WHEN count(price) > 1 THEN
+                           (count(price) * sum(price::HUGEINT * price)
+                             - sum(price::HUGEINT) * sum(price::HUGEINT))::DOUBLE
+                           / (count(price) * (count(price) - 1)) END AS var_samp,
+                         bool_and(price > 1000) AS all_above,
+                         bool_or(price > 10000000) AS any_huge,
+                         string_agg(DISTINCT channel, ',' ORDER BY channel) AS channels
+                       FROM bid GROUP BY auction)",
+            updating: true,
+            compare: &[],
+        },
         Query {
             sink: "q21",
             weir: "SELECT auction, bidder, price, channel,

@@ -11,7 +11,7 @@
 use super::state_ttl::StateTtl;
 use crate::dataflow::codec::{decode_value, encode_value, get_varint, put_varint, StateCodec};
 use crate::dataflow::operator::{Collector, Context, Operator, Queried, Record, RecordKey};
-use crate::dataflow::row::{DataType, Field, Row, RowKind, Schema, Value};
+use crate::dataflow::row::{DataType, Decimal, Field, Row, RowKind, Schema, Value};
 use crate::dataflow::tables::{Table, TableSpec};
 use crate::error::Result;
 
@@ -23,6 +23,22 @@ pub enum AggFunction {
     Min,
     Max,
     Avg,
+    /// The variance and standard deviation of the values, as DOUBLE: the
+    /// part keeps their sum and sum of squares, so a retraction subtracts.
+    VarPop,
+    VarSamp,
+    StddevPop,
+    StddevSamp,
+    /// Over BOOLEAN values: the part keeps how many are TRUE.
+    BoolAnd,
+    BoolOr,
+    /// The first or last value in arrival order (not over retractions).
+    FirstValue,
+    LastValue,
+    /// The values in arrival order, NULLs included; a retraction takes
+    /// out the first equal value (Flink's `ArrayAggFunction`). LISTAGG is
+    /// ARRAY_AGG joined by its separator.
+    ArrayAgg,
 }
 
 impl AggFunction {
@@ -34,6 +50,15 @@ impl AggFunction {
             "MIN" => AggFunction::Min,
             "MAX" => AggFunction::Max,
             "AVG" => AggFunction::Avg,
+            "VAR_POP" => AggFunction::VarPop,
+            "VAR_SAMP" | "VARIANCE" => AggFunction::VarSamp,
+            "STDDEV_POP" => AggFunction::StddevPop,
+            "STDDEV_SAMP" | "STDDEV" => AggFunction::StddevSamp,
+            "BOOL_AND" | "EVERY" => AggFunction::BoolAnd,
+            "BOOL_OR" => AggFunction::BoolOr,
+            "FIRST_VALUE" => AggFunction::FirstValue,
+            "LAST_VALUE" => AggFunction::LastValue,
+            "ARRAY_AGG" => AggFunction::ArrayAgg,
             _ => return None,
         })
     }
@@ -45,7 +70,27 @@ impl AggFunction {
             AggFunction::Min => "min",
             AggFunction::Max => "max",
             AggFunction::Avg => "avg",
+            AggFunction::VarPop => "var_pop",
+            AggFunction::VarSamp => "var_samp",
+            AggFunction::StddevPop => "stddev_pop",
+            AggFunction::StddevSamp => "stddev_samp",
+            AggFunction::BoolAnd => "bool_and",
+            AggFunction::BoolOr => "bool_or",
+            AggFunction::FirstValue => "first_value",
+            AggFunction::LastValue => "last_value",
+            AggFunction::ArrayAgg => "array_agg",
         }
+    }
+
+    /// A variance or a standard deviation.
+    fn spread(self) -> bool {
+        matches!(
+            self,
+            AggFunction::VarPop
+                | AggFunction::VarSamp
+                | AggFunction::StddevPop
+                | AggFunction::StddevSamp
+        )
     }
 }
 
@@ -79,6 +124,14 @@ impl Agg {
         match (self.function, self.column) {
             (AggFunction::Count, _) => DataType::BigInt,
             (AggFunction::Avg, _) => DataType::Double,
+            (f, _) if f.spread() => DataType::Double,
+            (AggFunction::BoolAnd | AggFunction::BoolOr, _) => DataType::Boolean,
+            (AggFunction::ArrayAgg, Some(c)) => DataType::List(Box::new(
+                input
+                    .fields
+                    .get(c)
+                    .map_or(DataType::String, |f| f.data_type.clone()),
+            )),
             (_, Some(c)) => match input.fields.get(c).map(|f| &f.data_type) {
                 Some(DataType::Int) | None => DataType::BigInt,
                 Some(t) => t.clone(),
@@ -414,8 +467,8 @@ impl Accumulators {
                 None => &Value::Null,
                 Some(c) => row.get(c).unwrap_or(&Value::Null),
             };
-            if a.column.is_some() && v.is_null() {
-                continue; // SQL aggregates skip NULLs
+            if a.column.is_some() && v.is_null() && a.function != AggFunction::ArrayAgg {
+                continue; // SQL aggregates skip NULLs (ARRAY_AGG keeps them)
             }
             if a.distinct {
                 // `n` is the number of distinct values; `results` reads
@@ -453,6 +506,40 @@ impl Accumulators {
                         p.value = v.clone();
                     }
                 }
+                f if f.spread() => p.value = spread_add(&p.value, v, retract)?,
+                AggFunction::BoolAnd | AggFunction::BoolOr => {
+                    let trues = p.value.as_int().unwrap_or(0);
+                    let step = i64::from(*v == Value::Bool(true));
+                    p.value = Value::Int(if retract { trues - step } else { trues + step });
+                }
+                AggFunction::FirstValue | AggFunction::LastValue if retract => {
+                    return Err(format!(
+                        "{}({}) over an updating input (a row was retracted) is not supported yet",
+                        a.function.name().to_uppercase(),
+                        a.name
+                    ))
+                }
+                AggFunction::FirstValue => {
+                    if p.n == 1 {
+                        p.value = v.clone();
+                    }
+                }
+                AggFunction::LastValue => p.value = v.clone(),
+                AggFunction::ArrayAgg => {
+                    let mut items = match std::mem::replace(&mut p.value, Value::Null) {
+                        Value::List(items) => items,
+                        _ => Vec::new(),
+                    };
+                    if retract {
+                        if let Some(i) = items.iter().position(|x| same_value(x, v)) {
+                            items.remove(i);
+                        }
+                    } else {
+                        items.push(v.clone());
+                    }
+                    p.value = Value::List(items);
+                }
+                _ => unreachable!("every aggregate function is matched"),
             }
         }
         Ok(())
@@ -489,6 +576,19 @@ impl Accumulators {
                     AggFunction::Min if compare(&o.value, &p.value).is_lt() => o.value.clone(),
                     AggFunction::Max if compare(&o.value, &p.value).is_gt() => o.value.clone(),
                     AggFunction::Min | AggFunction::Max => p.value.clone(),
+                    f if f.spread() => spread_merge(&p.value, &o.value)?,
+                    AggFunction::BoolAnd | AggFunction::BoolOr => {
+                        Value::Int(p.value.as_int().unwrap_or(0) + o.value.as_int().unwrap_or(0))
+                    }
+                    AggFunction::FirstValue => p.value.clone(),
+                    AggFunction::LastValue => o.value.clone(),
+                    AggFunction::ArrayAgg => match (&p.value, &o.value) {
+                        (Value::List(a), Value::List(b)) => {
+                            Value::List(a.iter().chain(b).cloned().collect())
+                        }
+                        _ => o.value.clone(),
+                    },
+                    _ => unreachable!("every aggregate function is matched"),
                 }
             };
             p.n += o.n;
@@ -506,9 +606,127 @@ impl Accumulators {
                 AggFunction::Avg => {
                     Value::Double(p.value.as_f64().unwrap_or(f64::NAN) / p.n as f64)
                 }
+                f if f.spread() => spread_result(f, &p.value, p.n),
+                AggFunction::BoolAnd => Value::Bool(p.value.as_int() == Some(p.n)),
+                AggFunction::BoolOr => Value::Bool(p.value.as_int().unwrap_or(0) > 0),
                 _ => p.value.clone(),
             });
         }
+    }
+}
+
+/// A variance's part: the sum and the sum of squares of its values. For
+/// integers and decimals both are exact (DECIMAL, 128 bits), so that the
+/// variance of values close together does not vanish in rounding (the
+/// sum of squares minus the squared sum over n cancels most digits); for
+/// DOUBLE values they are doubles.
+fn spread_add(sums: &Value, v: &Value, retract: bool) -> std::result::Result<Value, String> {
+    let overflow = || "overflow in a variance's sum of squares".to_string();
+    let (x, square) = match v {
+        Value::Int(i) => {
+            let u = i128::from(*i);
+            (
+                Decimal {
+                    unscaled: u,
+                    scale: 0,
+                },
+                Value::Decimal(Decimal {
+                    unscaled: u.checked_mul(u).ok_or_else(overflow)?,
+                    scale: 0,
+                }),
+            )
+        }
+        Value::Decimal(d) => {
+            let u = d.unscaled;
+            (
+                *d,
+                Value::Decimal(Decimal {
+                    unscaled: u.checked_mul(u).ok_or_else(overflow)?,
+                    scale: d.scale.checked_mul(2).ok_or_else(overflow)?,
+                }),
+            )
+        }
+        other => {
+            let x = other
+                .as_f64()
+                .ok_or("a variance of a value that is not a number")?;
+            let (sum, squares) = match sums {
+                Value::List(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
+                _ => (Value::Null, Value::Null),
+            };
+            return Ok(Value::List(vec![
+                add_values(&sum, &Value::Double(x), retract)?,
+                add_values(&squares, &Value::Double(x * x), retract)?,
+            ]));
+        }
+    };
+    let (sum, squares) = match sums {
+        Value::List(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
+        _ => (Value::Null, Value::Null),
+    };
+    Ok(Value::List(vec![
+        add_values(&sum, &Value::Decimal(x), retract)?,
+        add_values(&squares, &square, retract)?,
+    ]))
+}
+
+/// Two variance parts added (session windows that merge).
+fn spread_merge(a: &Value, b: &Value) -> std::result::Result<Value, String> {
+    match (a, b) {
+        (Value::List(x), Value::List(y)) if x.len() == 2 && y.len() == 2 => Ok(Value::List(vec![
+            add_values(&x[0], &y[0], false)?,
+            add_values(&x[1], &y[1], false)?,
+        ])),
+        (Value::List(_), _) => Ok(a.clone()),
+        _ => Ok(b.clone()),
+    }
+}
+
+/// A variance or standard deviation of `n` values from their sums; NULL
+/// for a sample of fewer than two.
+fn spread_result(f: AggFunction, sums: &Value, n: i64) -> Value {
+    let sample = matches!(f, AggFunction::VarSamp | AggFunction::StddevSamp);
+    if (sample && n < 2) || n < 1 {
+        return Value::Null;
+    }
+    let divisor = if sample { n - 1 } else { n };
+    let variance = match sums {
+        // Exactly: (n·Σx² − (Σx)²) / (n · divisor), in units of 10^-2s.
+        Value::List(s) => match (&s[0], &s[1]) {
+            (Value::Decimal(sum), Value::Decimal(squares)) => {
+                let exact = i128::from(n).checked_mul(squares.unscaled).and_then(|a| {
+                    sum.unscaled
+                        .checked_mul(sum.unscaled)
+                        .and_then(|b| a.checked_sub(b))
+                });
+                match exact {
+                    Some(num) => {
+                        let scale = 10f64.powi(i32::from(squares.scale));
+                        num.max(0) as f64 / (n as f64 * divisor as f64) / scale
+                    }
+                    None => return Value::Null,
+                }
+            }
+            (sum, squares) => {
+                let (sum, squares) = (sum.as_f64().unwrap_or(0.0), squares.as_f64().unwrap_or(0.0));
+                // Rounding can leave a tiny negative for equal values.
+                (squares - sum * sum / n as f64).max(0.0) / divisor as f64
+            }
+        },
+        _ => return Value::Null,
+    };
+    Value::Double(match f {
+        AggFunction::StddevPop | AggFunction::StddevSamp => variance.sqrt(),
+        _ => variance,
+    })
+}
+
+/// Whether two values are the same value (NULL is NULL, as a list holds it).
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Null, Value::Null) => true,
+        (Value::Null, _) | (_, Value::Null) => false,
+        _ => compare(a, b).is_eq(),
     }
 }
 
@@ -542,6 +760,21 @@ fn distinct_result(function: AggFunction, p: &Part) -> Value {
             }
         }
         AggFunction::Count => Some(Value::Int(set.len() as i64)),
+        AggFunction::ArrayAgg => Some(Value::List(values.collect())),
+        f if f.spread() => {
+            let mut sums = Value::Null;
+            for v in values {
+                match spread_add(&sums, &v, false) {
+                    Ok(s) => sums = s,
+                    Err(_) => return Value::Null,
+                }
+            }
+            Some(spread_result(function, &sums, set.len() as i64))
+        }
+        AggFunction::BoolAnd => Some(Value::Bool(set.keys().all(|k| k.0 == Value::Bool(true)))),
+        AggFunction::BoolOr => Some(Value::Bool(set.keys().any(|k| k.0 == Value::Bool(true)))),
+        // FIRST_VALUE(DISTINCT x) is FIRST_VALUE(x); the binder plans it so.
+        _ => None,
     }
     .unwrap_or(Value::Null)
 }
@@ -1385,5 +1618,128 @@ mod retracting_extreme_tests {
             results(&back, &aggs),
             vec![Value::Null, Value::Null, Value::Null, Value::Null]
         );
+    }
+
+    fn agg_over(function: AggFunction) -> Vec<Agg> {
+        vec![Agg {
+            function,
+            column: Some(0),
+            name: "a".into(),
+            distinct: false,
+        }]
+    }
+
+    /// `values` added, `taken_back` retracted, then the result.
+    fn result_of(function: AggFunction, values: &[Value], taken_back: &[Value]) -> Value {
+        let aggs = agg_over(function);
+        let mut acc = Accumulators::new(&aggs);
+        for v in values {
+            acc.apply_values(&aggs, std::slice::from_ref(v), false)
+                .unwrap();
+        }
+        for v in taken_back {
+            acc.apply_values(&aggs, std::slice::from_ref(v), true)
+                .unwrap();
+        }
+        // Through the state codec, as a checkpoint keeps it.
+        let mut bytes = Vec::new();
+        acc.encode(&mut bytes);
+        let acc = Accumulators::decode(&bytes).unwrap();
+        let mut out = Vec::new();
+        acc.results(&aggs, &mut out);
+        out.remove(0)
+    }
+
+    #[test]
+    fn variances_are_exact_for_close_integers_and_take_back_retractions() {
+        let ints = |v: &[i64]| v.iter().map(|i| Value::Int(*i)).collect::<Vec<_>>();
+        // 5000 and 5001: the sums of squares cancel all but the last digits.
+        assert_eq!(
+            result_of(AggFunction::VarPop, &ints(&[5000, 5001]), &[]),
+            Value::Double(0.25)
+        );
+        assert_eq!(
+            result_of(AggFunction::VarSamp, &ints(&[5000, 5001]), &[]),
+            Value::Double(0.5)
+        );
+        assert_eq!(
+            result_of(
+                AggFunction::StddevPop,
+                &ints(&[2, 4, 4, 4, 5, 5, 7, 9]),
+                &[]
+            ),
+            Value::Double(2.0)
+        );
+        // A sample of one has no variance; a retraction leaves one.
+        assert_eq!(
+            result_of(AggFunction::StddevSamp, &ints(&[3, 9]), &ints(&[9])),
+            Value::Null
+        );
+        let dec = |u: i128| {
+            Value::Decimal(Decimal {
+                unscaled: u,
+                scale: 2,
+            })
+        };
+        assert_eq!(
+            result_of(AggFunction::VarPop, &[dec(150), dec(250)], &[]),
+            Value::Double(0.25)
+        );
+        assert_eq!(
+            result_of(
+                AggFunction::VarPop,
+                &[Value::Double(1.5), Value::Double(2.5)],
+                &[]
+            ),
+            Value::Double(0.25)
+        );
+    }
+
+    #[test]
+    fn bool_and_or_count_the_trues_and_take_back_retractions() {
+        let (t, f) = (Value::Bool(true), Value::Bool(false));
+        assert_eq!(
+            result_of(AggFunction::BoolAnd, &[t.clone(), t.clone()], &[]),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            result_of(AggFunction::BoolAnd, &[t.clone(), f.clone()], &[]),
+            Value::Bool(false)
+        );
+        assert_eq!(
+            result_of(
+                AggFunction::BoolAnd,
+                &[t.clone(), f.clone()],
+                std::slice::from_ref(&f)
+            ),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            result_of(AggFunction::BoolOr, &[f.clone(), f.clone()], &[]),
+            Value::Bool(false)
+        );
+        assert_eq!(
+            result_of(AggFunction::BoolOr, &[f.clone(), t.clone()], &[]),
+            Value::Bool(true)
+        );
+        assert_eq!(result_of(AggFunction::BoolOr, &[], &[]), Value::Null);
+    }
+
+    #[test]
+    fn first_last_and_array_agg_keep_arrival_order() {
+        let s = |x: &str| Value::from(x);
+        let abc = [s("b"), s("a"), Value::Null, s("c"), s("a")];
+        assert_eq!(result_of(AggFunction::FirstValue, &abc, &[]), s("b"));
+        assert_eq!(result_of(AggFunction::LastValue, &abc, &[]), s("a"));
+        // ARRAY_AGG keeps NULLs; a retraction takes out the first equal value.
+        assert_eq!(
+            result_of(AggFunction::ArrayAgg, &abc, &[s("a")]),
+            Value::List(vec![s("b"), Value::Null, s("c"), s("a")])
+        );
+        let aggs = agg_over(AggFunction::FirstValue);
+        let mut acc = Accumulators::new(&aggs);
+        acc.apply_values(&aggs, &[s("x")], false).unwrap();
+        let refused = acc.apply_values(&aggs, &[s("x")], true).unwrap_err();
+        assert!(refused.contains("FIRST_VALUE"), "{refused}");
     }
 }

@@ -155,6 +155,53 @@ impl Binder<'_> {
         // Aggregate calls, collected while the SELECT list compiles.
         let mut calls: Vec<(E, AggFunction, Option<Compiled>, bool)> = Vec::new();
         let mut hook = |f: &ast::Function, whole: &E| -> Result<Compiled, SqlError> {
+            // LISTAGG(x [, sep]) is ARRAY_JOIN(ARRAY_AGG(x), sep): the
+            // aggregate keeps the values, a projection joins them.
+            if function_name(f).eq_ignore_ascii_case("LISTAGG") {
+                let args = call_args(f, whole)?;
+                let separator = match args.as_slice() {
+                    [_] => Value::from(","),
+                    [_, sep] => {
+                        match compile(sep, &mut Scope::plain(&input_scope_cols, &self.session))?
+                            .constant
+                        {
+                            Some(v @ Value::String(_)) => v,
+                            _ => return Err(err(sep, "LISTAGG's separator is a constant string")),
+                        }
+                    }
+                    _ => return Err(err(whole, "LISTAGG takes a value and a separator")),
+                };
+                let mut array_agg = f.clone();
+                array_agg.name = ast::ObjectName::from(vec![ast::Ident::new("ARRAY_AGG")]);
+                if let ast::FunctionArguments::List(l) = &mut array_agg.args {
+                    l.args.truncate(1);
+                }
+                let array_expr = E::Function(array_agg.clone());
+                let column = match calls.iter().position(|(e, _, _, _)| *e == array_expr) {
+                    Some(i) => base + i,
+                    None => {
+                        let arg = match args.first() {
+                            Some(a) => {
+                                compile(a, &mut Scope::plain(&input_scope_cols, &self.session))?
+                            }
+                            None => unreachable!("LISTAGG has an argument"),
+                        };
+                        if !matches!(arg.ty, Ty::Data(DataType::String) | Ty::Null) {
+                            return Err(err(
+                                whole,
+                                format!("LISTAGG joins VARCHAR values, not {}", arg.ty),
+                            ));
+                        }
+                        let distinct = matches!(&f.args, ast::FunctionArguments::List(l)
+                            if matches!(l.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)));
+                        calls.push((array_expr, AggFunction::ArrayAgg, Some(arg), distinct));
+                        base + calls.len() - 1
+                    }
+                };
+                let list = Compiled::column(column, DataType::List(Box::new(DataType::String)));
+                let sep = Compiled::constant(separator, Ty::Data(DataType::String));
+                return crate::sql::functions::call("ARRAY_JOIN", vec![list, sep], whole);
+            }
             if let Some(i) = calls.iter().position(|(e, _, _, _)| e == whole) {
                 let t = agg_type(calls[i].1, calls[i].2.as_ref());
                 return Ok(Compiled::column(base + i, t));
@@ -182,6 +229,21 @@ impl Binder<'_> {
             let distinct =
                 distinct || (rel.updating.is_some() && matches!(fname.as_str(), "MIN" | "MAX"));
             let function = AggFunction::from_sql_name(&fname).unwrap_or(AggFunction::Avg);
+            if matches!(function, AggFunction::FirstValue | AggFunction::LastValue) {
+                if rel.updating.is_some() {
+                    return Err(err(
+                        whole,
+                        format!("{fname} over an updating result is not supported yet"),
+                    ));
+                }
+                if distinct {
+                    // FIRST_VALUE(DISTINCT x) is FIRST_VALUE(x).
+                    return Err(err(
+                        whole,
+                        format!("write {fname}(x): DISTINCT changes nothing"),
+                    ));
+                }
+            }
             let star = matches!(&f.args, ast::FunctionArguments::List(l)
                 if matches!(l.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
             let arg = if star {
@@ -205,10 +267,20 @@ impl Binder<'_> {
                 let c = compile(a, &mut Scope::plain(&input_scope_cols, &self.session))?;
                 match (function, c.data_type()) {
                     (AggFunction::Count, _) => {}
+                    (
+                        AggFunction::FirstValue | AggFunction::LastValue | AggFunction::ArrayAgg,
+                        _,
+                    ) => {}
+                    (AggFunction::BoolAnd | AggFunction::BoolOr, Some(DataType::Boolean)) => {}
                     (AggFunction::Min | AggFunction::Max, Some(t))
                         if !matches!(t, DataType::List(_) | DataType::Struct(_)) => {}
                     (
-                        AggFunction::Sum | AggFunction::Avg,
+                        AggFunction::Sum
+                        | AggFunction::Avg
+                        | AggFunction::VarPop
+                        | AggFunction::VarSamp
+                        | AggFunction::StddevPop
+                        | AggFunction::StddevSamp,
                         Some(
                             DataType::Int
                             | DataType::BigInt
@@ -630,7 +702,18 @@ impl Binder<'_> {
 pub(super) fn agg_type(f: AggFunction, arg: Option<&Compiled>) -> DataType {
     match (f, arg.and_then(|a| a.data_type())) {
         (AggFunction::Count, _) => DataType::BigInt,
-        (AggFunction::Avg, _) => DataType::Double,
+        (
+            AggFunction::Avg
+            | AggFunction::VarPop
+            | AggFunction::VarSamp
+            | AggFunction::StddevPop
+            | AggFunction::StddevSamp,
+            _,
+        ) => DataType::Double,
+        (AggFunction::BoolAnd | AggFunction::BoolOr, _) => DataType::Boolean,
+        (AggFunction::ArrayAgg, t) => {
+            DataType::List(Box::new(t.cloned().unwrap_or(DataType::String)))
+        }
         (_, Some(DataType::Int)) => DataType::BigInt,
         (_, Some(t)) => t.clone(),
         (_, None) => DataType::BigInt,
@@ -640,9 +723,11 @@ pub(super) fn agg_type(f: AggFunction, arg: Option<&Compiled>) -> DataType {
 pub(super) fn contains_aggregate(e: &E) -> bool {
     let text = e.to_string().to_ascii_uppercase();
     // A cheap pre-check, then the tree.
-    if !["COUNT", "SUM", "MIN", "MAX", "AVG"]
-        .iter()
-        .any(|f| text.contains(f))
+    if ![
+        "COUNT", "SUM", "MIN", "MAX", "AVG", "VAR", "STDDEV", "BOOL_", "EVERY", "_VALUE", "AGG",
+    ]
+    .iter()
+    .any(|f| text.contains(f))
     {
         return false;
     }

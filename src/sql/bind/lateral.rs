@@ -85,36 +85,26 @@ impl Binder<'_> {
             _ => function.columns.iter().map(|(n, _)| n.clone()).collect(),
         };
         let qualifier = alias.as_ref().map(|a| a.name.value.clone());
-        let keep: Vec<usize> = (0..rel.columns.len())
-            .filter(|i| {
-                mentioned.is_none_or(|m| m.contains(&rel.columns[*i].name.to_ascii_lowercase()))
-            })
-            .collect();
-        let moved = |c: usize| keep.iter().position(|k| *k == c);
-        let mut columns: Vec<ScopeColumn> = keep.iter().map(|k| rel.columns[*k].clone()).collect();
-        for (n, (_, t)) in names.into_iter().zip(&function.columns) {
-            columns.push(ScopeColumn {
+        let added = names
+            .into_iter()
+            .zip(&function.columns)
+            .map(|(n, (_, t))| ScopeColumn {
                 name: n,
                 qualifier: qualifier.clone(),
                 ty: t.clone(),
-            });
-        }
+            })
+            .collect();
+        let kept = Kept::of(&rel, mentioned);
+        let out = kept.rel(&rel, added);
         let lateral = lp::lateral::LateralTable {
-            schema: schema_of(&columns),
-            keep: keep.clone(),
+            schema: schema_of(&out.columns),
+            keep: kept.keep,
             args: fitted.into_iter().map(|c| c.eval).collect(),
             function,
             left_outer,
             text: call.to_string(),
         };
         let uid = self.uid(&format!("{name}.lateral"));
-        let out = Rel {
-            columns,
-            time: rel.time.and_then(moved),
-            window: rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?))),
-            window_end: rel.window_end.and_then(moved),
-            ..rel.clone()
-        };
         Ok(self.plan.add(&uid, Op::LateralTable(lateral), &[&rel], out))
     }
 }

@@ -580,6 +580,48 @@ fn scope_columns(schema: &Schema, table: &str) -> Vec<ScopeColumn> {
         .collect()
 }
 
+/// What a step that makes rows from each row (UNNEST, LATERAL TABLE)
+/// keeps of its input: the columns a later clause reads (`mentioned`; all
+/// of them when None). A column nothing reads is not copied into every
+/// new row: word count's line is not.
+struct Kept {
+    keep: Vec<usize>,
+    columns: Vec<ScopeColumn>,
+}
+
+impl Kept {
+    fn of(rel: &Rel, mentioned: Option<&std::collections::BTreeSet<String>>) -> Self {
+        let keep: Vec<usize> = (0..rel.columns.len())
+            .filter(|i| {
+                mentioned.is_none_or(|m| m.contains(&rel.columns[*i].name.to_ascii_lowercase()))
+            })
+            .collect();
+        let columns = keep.iter().map(|k| rel.columns[*k].clone()).collect();
+        Self { keep, columns }
+    }
+
+    /// Where input column `c` is among the kept ones.
+    fn moved(&self, c: usize) -> Option<usize> {
+        self.keep.iter().position(|k| *k == c)
+    }
+
+    /// The new rows' relation: the kept columns, then `added`, with the
+    /// time and window columns of `rel` where they moved.
+    fn rel(&self, rel: &Rel, added: Vec<ScopeColumn>) -> Rel {
+        let mut columns = self.columns.clone();
+        columns.extend(added);
+        Rel {
+            columns,
+            time: rel.time.and_then(|c| self.moved(c)),
+            window: rel
+                .window
+                .and_then(|(s, e)| Some((self.moved(s)?, self.moved(e)?))),
+            window_end: rel.window_end.and_then(|c| self.moved(c)),
+            ..rel.clone()
+        }
+    }
+}
+
 /// Whether `e` calls an aggregate function anywhere.
 /// Every name the SELECT mentions after a join of its FROM (the words of
 /// its list, WHERE, GROUP BY, HAVING and the `later` joins), or None when

@@ -219,6 +219,19 @@ impl Binder<'_> {
             let (call, ty) = match fname.as_str() {
                 _ if aggregate.is_some() => {
                     let function = aggregate.expect("an aggregate");
+                    if !matches!(
+                        function,
+                        AggFunction::Count
+                            | AggFunction::Sum
+                            | AggFunction::Min
+                            | AggFunction::Max
+                            | AggFunction::Avg
+                    ) {
+                        return Err(err(
+                            c,
+                            format!("{fname} OVER (...) is not supported yet: COUNT, SUM, MIN, MAX and AVG are"),
+                        ));
+                    }
                     let arg = match (star, args.as_slice()) {
                         (true, _) if function == AggFunction::Count => None,
                         (false, [a]) => Some(column(a)?),

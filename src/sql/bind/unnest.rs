@@ -33,23 +33,16 @@ impl Binder<'_> {
             .and_then(|a| a.columns.first())
             .map(|c| c.name.value.clone())
             .unwrap_or_else(|| "EXPR$0".into());
-        let keep: Vec<usize> = (0..rel.columns.len())
-            .filter(|i| {
-                mentioned.is_none_or(|m| m.contains(&rel.columns[*i].name.to_ascii_lowercase()))
-            })
-            .collect();
-        let moved = |c: usize| keep.iter().position(|k| *k == c);
-        let mut columns: Vec<ScopeColumn> = keep.iter().map(|k| rel.columns[*k].clone()).collect();
-        columns.push(ScopeColumn {
-            name: column,
-            qualifier: alias_name,
-            ty: item,
-        });
-        let schema = schema_of(&columns);
+        let kept = Kept::of(&rel, mentioned);
+        let out = kept.rel(
+            &rel,
+            vec![ScopeColumn {
+                name: column,
+                qualifier: alias_name,
+                ty: item,
+            }],
+        );
         let uid = self.uid(&format!("{name}.unnest"));
-        let time = rel.time.and_then(moved);
-        let window = rel.window.and_then(|(s, e)| Some((moved(s)?, moved(e)?)));
-        let window_end = rel.window_end.and_then(moved);
         // Each item of a row's array, handed to `each`. UNNEST(WORDS(s))
         // splits s as it goes, without an array between.
         use lp::unnest::Items;
@@ -83,17 +76,10 @@ impl Binder<'_> {
             }
         };
         let unnest = lp::unnest::Unnest {
-            schema,
-            keep,
+            schema: schema_of(&out.columns),
+            keep: kept.keep,
             items,
             text: array.to_string(),
-        };
-        let out = Rel {
-            columns,
-            time,
-            window,
-            window_end,
-            ..rel.clone()
         };
         Ok(self.plan.add(&uid, Op::Unnest(unnest), &[&rel], out))
     }

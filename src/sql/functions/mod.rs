@@ -205,6 +205,31 @@ mod tests {
     }
 
     #[test]
+    fn the_functions_sql_syntax_stands_for_are_in_the_registry() {
+        // `a || b`, SUBSTRING(s FROM i), TRIM(LEADING c FROM s),
+        // POSITION(a IN b), FLOOR(t TO unit) and LISTAGG are compiled
+        // into calls of these by name.
+        for name in [
+            "CONCAT",
+            "SUBSTRING",
+            "TRIM",
+            "LTRIM",
+            "RTRIM",
+            "POSITION",
+            "FLOOR",
+            "CEIL",
+            "ARRAY_JOIN",
+        ] {
+            assert!(registry::forms(name).is_some(), "{name}");
+        }
+        let source = include_str!("../expr.rs");
+        for (i, _) in source.match_indices("functions::call(\"") {
+            let name = source[i + 17..].split('"').next().unwrap();
+            assert!(registry::forms(name).is_some(), "expr.rs calls {name}");
+        }
+    }
+
+    #[test]
     fn an_unknown_function_is_named_with_the_nearest_known_one() {
         let e = E::Identifier(sqlparser::ast::Ident::new("f"));
         let column = || Compiled::column(0, DataType::String);
