@@ -54,7 +54,9 @@ const WORDS_DUCKDB: &str = "SELECT auction, bidder, w AS word, strlen(w) AS len
 const FAULTS_DUCKDB: &str = "SELECT auction, bidder, extra, price,
        CASE WHEN contains(extra, 'x') THEN NULL ELSE strlen(extra) END AS fussy,
        CASE WHEN price < 1000 THEN NULL ELSE (price - 1000) * 2 END AS spun,
-       CASE WHEN contains(extra, 'x') THEN NULL ELSE strlen(extra) END AS panicked
+       CASE WHEN contains(extra, 'x') THEN NULL ELSE strlen(extra) END AS panicked,
+       length('é' || extra || 'ü' || channel || 'é')
+         - length(replace('é' || extra || 'ü' || channel || 'é', 'é', '')) AS accents
      FROM bid";
 
 fn functions_toml(wat: &Path) -> String {
@@ -118,7 +120,8 @@ fn q14_with_count_char_in_rust_and_in_webassembly_is_exact_under_sigkills() {
         (
             "faults",
             "SELECT auction, bidder, extra, price, fussy_length(extra) AS fussy, \
-             spin_if_negative(price - 1000) AS spun, panics_on_x(extra) AS panicked FROM bid"
+             spin_if_negative(price - 1000) AS spun, panics_on_x(extra) AS panicked, \
+             count_char(CONCAT('é', extra, 'ü', channel, 'é'), 'é') AS accents FROM bid"
                 .to_string(),
             FAULTS_DUCKDB,
         ),

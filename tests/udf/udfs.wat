@@ -50,6 +50,18 @@
     (if (i32.eqz (local.get $cn)) (then (return (i64.const 0))))
     (local.set $want (call $decode (local.get $c)))
     (local.set $end (i32.add (local.get $s) (local.get $sn)))
+    ;; An ASCII character: its byte never occurs inside a longer UTF-8
+    ;; sequence, so the bytes are counted without decoding.
+    (if (i32.lt_u (local.get $want) (i32.const 0x80))
+      (then
+        (block $ascii_done
+          (loop $ascii
+            (br_if $ascii_done (i32.ge_u (local.get $s) (local.get $end)))
+            (local.set $count (i64.add (local.get $count)
+              (i64.extend_i32_u (i32.eq (i32.load8_u (local.get $s)) (local.get $want)))))
+            (local.set $s (i32.add (local.get $s) (i32.const 1)))
+            (br $ascii)))
+        (return (local.get $count))))
     (block $done
       (loop $next
         (br_if $done (i32.ge_u (local.get $s) (local.get $end)))
