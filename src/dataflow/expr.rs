@@ -304,7 +304,8 @@ fn rescale(d: &Decimal, scale: u8) -> Option<i128> {
         .checked_mul(10i128.checked_pow(u32::from(scale - d.scale))?)
 }
 
-fn as_decimal(v: &Value) -> Option<Decimal> {
+/// An integer or decimal as a decimal (an integer at scale 0).
+pub(crate) fn as_decimal(v: &Value) -> Option<Decimal> {
     match v {
         Value::Decimal(d) => Some(*d),
         Value::Int(i) => Some(Decimal {

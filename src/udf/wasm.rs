@@ -83,6 +83,8 @@ struct Loaded {
     id: u64,
     module: Module,
     spec: WasmSpec,
+    /// The wasm type of the export's one result (checked at load).
+    result: ValType,
 }
 
 /// The wasm value types a SQL type's argument takes.
@@ -174,6 +176,7 @@ fn load(spec: WasmSpec) -> Result<Arc<Loaded>, String> {
         id: IDS.fetch_add(1, Ordering::Relaxed),
         module,
         spec,
+        result: want_result,
     }))
 }
 
@@ -291,7 +294,7 @@ impl Live {
         }
         .map_err(|e| trap_message(&e, f))?;
         let result = self.raw[0];
-        Ok(match wasm_result(&f.spec.returns)? {
+        Ok(match f.result {
             ValType::I32 => Val::I32(result.get_i32()),
             ValType::F64 => Val::F64(result.get_f64()),
             _ => Val::I64(result.get_i64()),

@@ -9,20 +9,10 @@ use super::super::cast::{as_decimal_type, decimal_type, numeric, rescale_round, 
 use super::super::compiled::{err, Compiled, Ty};
 use super::super::SqlError;
 use super::compose::strict2;
+use crate::dataflow::expr::as_decimal;
 use crate::dataflow::row::{DataType, Decimal, Value};
 
 type Result<T> = std::result::Result<T, SqlError>;
-
-fn to_decimal(v: &Value) -> Option<Decimal> {
-    match v {
-        Value::Decimal(d) => Some(*d),
-        Value::Int(i) => Some(Decimal {
-            unscaled: i128::from(*i),
-            scale: 0,
-        }),
-        _ => None,
-    }
-}
 
 /// `a op b` for `+ - * / %`.
 pub fn arithmetic(op: &'static str, a: Compiled, b: Compiled, e: &E) -> Result<Compiled> {
@@ -133,7 +123,7 @@ fn arith_values(
             r.map(Value::Int).ok_or_else(overflow)
         }
         DataType::Decimal { scale, .. } => {
-            let (Some(p), Some(q)) = (to_decimal(x), to_decimal(y)) else {
+            let (Some(p), Some(q)) = (as_decimal(x), as_decimal(y)) else {
                 return Ok(Value::Null);
             };
             let d = match op {
