@@ -47,6 +47,12 @@ pub fn serve(
         .build()
         .expect("tokio runtime");
     let result = runtime.block_on(async {
+        // Installed first: from here on (and from the admin endpoint's
+        // "listening", which tests and supervisors wait for) a SIGTERM is a
+        // clean stop, not the default action's death by signal.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
         if !config.admin.listen.is_empty() {
             let listener = match tokio::net::TcpListener::bind(&config.admin.listen).await {
                 Ok(l) => l,
@@ -81,9 +87,6 @@ pub fn serve(
         }
         let signal_stop = shared.stop.clone();
         tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
             loop {
                 tokio::select! {
                     _ = term.recv() => {},

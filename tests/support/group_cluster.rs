@@ -24,6 +24,9 @@ pub struct Cluster {
     pub running: BTreeMap<usize, WeirProcess>,
     /// More configuration for every instance (a SQL job's sections).
     pub sections: String,
+    /// How many processes had said "admin endpoint listening" in each
+    /// instance's (appended) log when its running process was started.
+    listening_before: BTreeMap<usize, usize>,
 }
 
 impl Cluster {
@@ -38,6 +41,7 @@ impl Cluster {
                 .collect(),
             running: BTreeMap::new(),
             sections: String::new(),
+            listening_before: BTreeMap::new(),
         }
     }
 
@@ -50,6 +54,7 @@ impl Cluster {
             env: Vec::new(),
             running: BTreeMap::new(),
             sections: sections.to_string(),
+            listening_before: BTreeMap::new(),
         }
     }
 
@@ -77,6 +82,9 @@ impl Cluster {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         env.push(("RUST_LOG", "info"));
+        let listening = std::fs::read_to_string(config.with_file_name("weir.log"))
+            .map_or(0, |log| log.matches("admin endpoint listening").count());
+        self.listening_before.insert(i, listening);
         let w = WeirProcess::start_with(&self.binary, &config, args, &env);
         self.running.insert(i, w);
     }
@@ -158,10 +166,21 @@ impl Cluster {
         all
     }
 
+    /// SIGTERMs every instance and expects a clean stop (a final
+    /// checkpoint). One just (re)started is first waited for until it
+    /// listens, as a supervisor's stop would find it running: a SIGTERM
+    /// before weir installs its handler is the default action's death.
     pub fn stop_all(&mut self) {
         let ids: Vec<usize> = self.running.keys().copied().collect();
         for i in ids {
             let mut w = self.running.remove(&i).unwrap();
+            let before = self.listening_before.get(&i).copied().unwrap_or(0);
+            let up = w.wait_for_log(
+                "admin endpoint listening",
+                before + 1,
+                Duration::from_secs(60),
+            );
+            assert!(up, "i{i} never listened:\n{}", log_tail(&w.log_text()));
             let status = w.stop(Duration::from_secs(60));
             assert!(
                 status.success(),

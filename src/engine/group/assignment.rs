@@ -549,7 +549,11 @@ impl GraphInstance {
     /// with their own); and a restarted incarnation, which announces its
     /// new member id as it joins, is not fenced by a survivor that takes
     /// over what its predecessor wrote (the restart's own
-    /// `init_transactions` aborted that transaction already). An instance
+    /// `init_transactions` aborted that transaction already). Nor is one
+    /// whose latest process announced that it is starting (before its
+    /// producer fenced the predecessor, `announce_starting`): until it
+    /// joins, its predecessor's member id is the one on storage, not in the
+    /// group, and a fence then ended the new process (seen in CI). An instance
     /// that never announced one (a build before this) is not fenced: the
     /// read waits as before.
     ///
@@ -625,6 +629,10 @@ impl GraphInstance {
                     continue;
                 }
             };
+            if presence.is_starting() {
+                debug!(instance, writer = %presence.writer, "the task's last writer is starting again (it fences its predecessor itself): not fenced");
+                continue;
+            }
             if members.iter().any(|m| m.member_id == presence.member) {
                 debug!(instance, member = %presence.member, "the task's last writer is a member of the group: not fenced");
                 continue;

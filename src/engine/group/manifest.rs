@@ -118,6 +118,10 @@ pub fn presence_key(instance: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Presence {
     pub instance: String,
+    /// Empty while a process of the instance is starting
+    /// ([`Presence::starting`]): written before its producer takes the
+    /// transactional id over, so that no survivor fences the new process
+    /// in the moment between that and its joining the group.
     pub member: String,
     /// The process attempt (`<writer>-<incarnation>`) that wrote it.
     pub writer: String,
@@ -127,6 +131,26 @@ pub struct Presence {
     /// group may write once every member reads it (rolling upgrades).
     pub wire_format: u32,
     pub manifest_format: u32,
+}
+
+impl Presence {
+    /// A process of `instance` that has not joined the group yet: its own
+    /// `init_transactions` fences its predecessor and aborts what that one
+    /// left open, so nobody else needs to.
+    pub fn starting(instance: &str, writer: &str) -> Self {
+        Self {
+            instance: instance.to_string(),
+            member: String::new(),
+            writer: writer.to_string(),
+            written_ms: crate::runtime::now_ms(),
+            wire_format: super::wire::FORMAT,
+            manifest_format: FORMAT,
+        }
+    }
+
+    pub fn is_starting(&self) -> bool {
+        self.member.is_empty()
+    }
 }
 
 /// One file of a task checkpoint.

@@ -66,7 +66,7 @@ use std::time::Instant;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use self::manifest::writer_id;
 use self::plan::{partition_writer, task_writer, GroupPlan, Writers};
@@ -373,6 +373,22 @@ fn source_spec(graph: &Graph, node: NodeId) -> &SourceSpec {
     }
 }
 
+/// Says on shared storage that a process of `instance` is starting, before
+/// its producer takes the transactional id over: a survivor taking over a
+/// task this instance last wrote fences the id only when the instance's
+/// latest process is gone, and without this the new process would look
+/// gone (its predecessor's member id, not in the group) from the moment
+/// its producer fenced that predecessor until it joined the group and
+/// announced its own member id, and a fence then ends it. A failed write
+/// is a warning: the window stays open, as before.
+fn announce_starting(storage: &SharedStorage, instance: &str, writer: &str) {
+    let presence = manifest::Presence::starting(instance, writer);
+    let bytes = serde_json::to_vec(&presence).expect("a presence serializes");
+    if let Err(e) = storage.put(&manifest::presence_key(instance), bytes) {
+        warn!(error = %e.report(), "cannot announce that this instance is starting; a survivor may fence it until it joins the group");
+    }
+}
+
 fn run_attempt(
     graph: &Arc<Graph>,
     plan: &Arc<GroupPlan>,
@@ -383,6 +399,9 @@ fn run_attempt(
     drain: bool,
 ) -> Result<()> {
     let cancel = CancellationToken::new();
+    let storage = SharedStorage::open(config)?;
+    let writer = writer_id();
+    announce_starting(&storage, config.instance(), &writer);
     // Fences this instance's previous incarnation and aborts its open
     // transaction, so the offsets read below are final.
     // With a journal: a transaction whose checkpoint is late is renewed
@@ -428,7 +447,6 @@ fn run_attempt(
             w
         })
         .collect();
-    let writer = writer_id();
     let housekeeper = housekeeper::Housekeeper::start(
         config,
         housekeeper::Rules {
@@ -458,7 +476,7 @@ fn run_attempt(
         metrics: shared.metrics.clone(),
         producer: producer.clone(),
         commit: commit.clone(),
-        storage: SharedStorage::open(config)?,
+        storage,
         dead_letters: Vec::new(),
         tasks: BTreeMap::new(),
         failed: None,
