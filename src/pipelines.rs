@@ -193,6 +193,7 @@ pub fn sql_job(c: &Config, b: &BuiltinJob) -> (SqlJob, Catalog) {
         pipeline: SqlPipelineConfig {
             sql: None,
             sql_file: None,
+            time_zone: None,
             allowed_lateness: window.map_or(Duration::ZERO, |w| w.allowed_lateness),
             on_late: if late_to.is_some() {
                 LatePolicy::DeadLetter

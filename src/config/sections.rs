@@ -794,6 +794,11 @@ pub enum SinkChangelog {
 pub struct SqlPipelineConfig {
     pub sql: Option<String>,
     pub sql_file: Option<std::path::PathBuf>,
+    /// The session time zone (Flink's `table.local-time-zone`): where a
+    /// TIMESTAMP_LTZ is shown and its fields read. An IANA name
+    /// (`Europe/Berlin`), `UTC`, or an offset (`+05:30`, `GMT-08:00`);
+    /// UTC when absent.
+    pub time_zone: Option<String>,
     /// How long after its end a window still takes late records.
     #[serde(with = "humantime_serde", default)]
     pub allowed_lateness: Duration,

@@ -175,6 +175,11 @@ pub(super) fn sql_job(
             message,
         })
     };
+    if let Some(zone) = &pipeline.time_zone {
+        if let Err(m) = crate::sql::session::time_zone(zone) {
+            problem("pipeline.time_zone", m);
+        }
+    }
     let (text, origin) = match (&pipeline.sql, &pipeline.sql_file) {
         (Some(_), Some(_)) => {
             problem(

@@ -362,7 +362,7 @@ impl JobBuilder {
             let column = match column {
                 None => None,
                 Some(c) => match source.schema.index_of(c) {
-                    Some(i) if source.schema.fields[i].data_type == DataType::Timestamp => Some(i),
+                    Some(i) if source.schema.fields[i].data_type.is_timestamp() => Some(i),
                     Some(_) => {
                         self.problem(format!(
                             "source {uid:?}: event-time column {c:?} is not TIMESTAMP(3)"
@@ -862,8 +862,8 @@ impl KeyedStream {
         let schema = self.stream.schema();
         let given = match (schema.index_of(start), schema.index_of(end)) {
             (Some(s), Some(e))
-                if schema.fields[s].data_type == DataType::Timestamp
-                    && schema.fields[e].data_type == DataType::Timestamp =>
+                if schema.fields[s].data_type.is_timestamp()
+                    && schema.fields[e].data_type.is_timestamp() =>
             {
                 Some((s, e))
             }

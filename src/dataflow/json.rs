@@ -61,7 +61,7 @@ pub fn from_json(j: &Json, t: &DataType) -> Result<Value, String> {
             other => Value::String(other.to_string()),
         },
         DataType::Bytes => Value::Bytes(j.as_str().ok_or_else(wrong)?.as_bytes().to_vec()),
-        DataType::Timestamp => Value::Timestamp(match j {
+        DataType::Timestamp | DataType::TimestampLtz => Value::Timestamp(match j {
             Json::Number(n) => n.as_i64().ok_or_else(wrong)?,
             Json::String(s) => parse_timestamp(s)?,
             _ => return Err(wrong()),

@@ -262,10 +262,25 @@ pub enum DataType {
     },
     String,
     Bytes,
-    /// TIMESTAMP(3): milliseconds, UTC.
+    /// TIMESTAMP(3): a wall-clock time without a zone, milliseconds as if
+    /// it were UTC.
     Timestamp,
+    /// TIMESTAMP_LTZ(3): an instant, milliseconds since the Unix epoch.
+    /// Carried as [`Value::Timestamp`] like TIMESTAMP; SQL shows it, and
+    /// reads its fields, in the session time zone (`[pipeline]
+    /// time_zone`).
+    TimestampLtz,
     List(Box<DataType>),
     Struct(Vec<Field>),
+}
+
+impl DataType {
+    /// TIMESTAMP or TIMESTAMP_LTZ: milliseconds in a [`Value::Timestamp`],
+    /// what an event-time column, a format's timestamp and a window's
+    /// bounds need.
+    pub fn is_timestamp(&self) -> bool {
+        matches!(self, DataType::Timestamp | DataType::TimestampLtz)
+    }
 }
 
 impl fmt::Display for DataType {
@@ -279,6 +294,7 @@ impl fmt::Display for DataType {
             DataType::String => write!(f, "VARCHAR"),
             DataType::Bytes => write!(f, "BYTES"),
             DataType::Timestamp => write!(f, "TIMESTAMP(3)"),
+            DataType::TimestampLtz => write!(f, "TIMESTAMP_LTZ(3)"),
             DataType::List(t) => write!(f, "ARRAY<{t}>"),
             DataType::Struct(fields) => {
                 write!(f, "ROW<")?;

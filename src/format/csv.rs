@@ -119,10 +119,12 @@ fn parse_field(field: &[u8], t: &DataType) -> Result<Value, String> {
         DataType::Decimal { scale, .. } => Value::Decimal(Decimal::parse(text, *scale)?),
         DataType::String => Value::String(text.to_string()),
         DataType::Bytes => Value::Bytes(field.to_vec()),
-        DataType::Timestamp => Value::Timestamp(match text.trim().parse::<i64>() {
-            Ok(ms) => ms,
-            Err(_) => crate::dataflow::json::parse_timestamp(text)?,
-        }),
+        DataType::Timestamp | DataType::TimestampLtz => {
+            Value::Timestamp(match text.trim().parse::<i64>() {
+                Ok(ms) => ms,
+                Err(_) => crate::dataflow::json::parse_timestamp(text)?,
+            })
+        }
         DataType::List(_) | DataType::Struct(_) => return Err(wrong()),
     })
 }

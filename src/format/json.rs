@@ -134,7 +134,9 @@ fn type_schema(t: &DataType) -> serde_json::Value {
         DataType::Int | DataType::BigInt => json!({"type": ["integer", "null"]}),
         DataType::Double | DataType::Decimal { .. } => json!({"type": ["number", "null"]}),
         DataType::String | DataType::Bytes => json!({"type": ["string", "null"]}),
-        DataType::Timestamp => json!({"type": ["string", "null"], "format": "date-time"}),
+        DataType::Timestamp | DataType::TimestampLtz => {
+            json!({"type": ["string", "null"], "format": "date-time"})
+        }
         DataType::List(item) => json!({"type": ["array", "null"], "items": type_schema(item)}),
         DataType::Struct(fields) => {
             json!({"type": ["object", "null"], "properties": properties(fields)})

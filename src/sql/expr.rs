@@ -339,21 +339,30 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
         } => {
             let x = compile(expr, scope)?;
             let t = sql_type(data_type, e)?;
-            let tried = matches!(kind, CastKind::TryCast | CastKind::SafeCast);
-            let f = x.eval.clone();
-            let target = t.clone();
-            fold(
-                Compiled::new(Ty::Data(t), move |row| match cast_value(f(row)?, &target) {
-                    Ok(v) => Ok(v),
-                    Err(_) if tried => Ok(Value::Null),
-                    Err(m) => Err(m),
-                }),
-                &x,
-            )
+            // To or from a TIMESTAMP_LTZ, through the wall-clock time the
+            // session time zone shows (Flink's casts).
+            let zone = &scope.session.time_zone;
+            let ltz = Ty::Data(DataType::TimestampLtz);
+            let (x, t) = match (&x.ty, &t) {
+                (from, to) if *from == ltz && *to == DataType::TimestampLtz => return Ok(x),
+                (from, to) if *from == ltz => (functions::calendar::to_local(x, zone), to.clone()),
+                (_, DataType::TimestampLtz) => {
+                    let local = cast_to(x, DataType::Timestamp, kind);
+                    return Ok(functions::calendar::to_zoned(local, zone));
+                }
+                _ => (x, t),
+            };
+            Ok(cast_to(x, t, kind))
         }
         E::Extract { field, expr, .. } => {
             let x = compile(expr, scope)?;
             timestamp(&x, expr)?;
+            // A TIMESTAMP_LTZ's fields are those the session's clocks show.
+            let x = if x.ty == Ty::Data(DataType::TimestampLtz) {
+                functions::calendar::to_local(x, &scope.session.time_zone)
+            } else {
+                x
+            };
             let part = extract_part(field, e)?;
             Ok(functions::extract(x, part))
         }
@@ -378,7 +387,7 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
                     ))
                 }
             }
-            functions::call(name, args, e)
+            functions::call_in(scope.session, name, args, e)
         }
         E::Substring {
             expr,
@@ -394,7 +403,7 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             if let Some(f) = substring_for {
                 args.push(compile(f, scope)?);
             }
-            functions::call("SUBSTRING", args, e)
+            functions::call_in(scope.session, "SUBSTRING", args, e)
         }
         E::Trim {
             trim_where,
@@ -412,11 +421,11 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
                 Some(ast::TrimWhereField::Trailing) => "RTRIM",
                 _ => "TRIM",
             };
-            functions::call(side, vec![x, what], e)
+            functions::call_in(scope.session, side, vec![x, what], e)
         }
         E::Position { expr, r#in } => {
             let args = vec![compile(expr, scope)?, compile(r#in, scope)?];
-            functions::call("POSITION", args, e)
+            functions::call_in(scope.session, "POSITION", args, e)
         }
         E::Array(ast::Array { elem, .. }) => {
             if elem.is_empty() {
@@ -761,6 +770,21 @@ pub fn boolean(c: &Compiled, e: &E) -> Result<(), SqlError> {
     }
 }
 
+/// `CAST(c AS t)`, or TRY_CAST's NULL for a value that does not convert.
+fn cast_to(c: Compiled, t: DataType, kind: &CastKind) -> Compiled {
+    let tried = matches!(kind, CastKind::TryCast | CastKind::SafeCast);
+    let f = c.eval.clone();
+    let target = t.clone();
+    functions::compose::fold_if(
+        c.constant.is_some(),
+        Compiled::new(Ty::Data(t), move |row| match cast_value(f(row)?, &target) {
+            Ok(v) => Ok(v),
+            Err(_) if tried => Ok(Value::Null),
+            Err(m) => Err(m),
+        }),
+    )
+}
+
 fn string(c: &Compiled, e: &E) -> Result<(), SqlError> {
     match &c.ty {
         Ty::Null | Ty::Data(DataType::String) => Ok(()),
@@ -770,8 +794,11 @@ fn string(c: &Compiled, e: &E) -> Result<(), SqlError> {
 
 fn timestamp(c: &Compiled, e: &E) -> Result<(), SqlError> {
     match &c.ty {
-        Ty::Null | Ty::Data(DataType::Timestamp) => Ok(()),
-        t => Err(err(e, format!("expected TIMESTAMP(3), found {t}"))),
+        Ty::Null | Ty::Data(DataType::Timestamp | DataType::TimestampLtz) => Ok(()),
+        t => Err(err(
+            e,
+            format!("expected TIMESTAMP(3) or TIMESTAMP_LTZ(3), found {t}"),
+        )),
     }
 }
 
@@ -823,14 +850,25 @@ fn cmp_bool(a: &Value, b: &Value, f: impl Fn(std::cmp::Ordering) -> bool) -> Opt
     }
 }
 
-/// A string constant compared with a timestamp is read as a timestamp.
-fn coerce_for_compare(a: Compiled, other: &Compiled, e: &E) -> Result<Compiled, SqlError> {
-    if let (Some(Value::String(s)), Some(DataType::Timestamp)) = (&a.constant, other.data_type()) {
-        let ms = crate::dataflow::json::parse_timestamp(s).map_err(|m| err(e, m))?;
-        return Ok(Compiled::constant(
-            Value::Timestamp(ms),
-            Ty::Data(DataType::Timestamp),
-        ));
+/// A string constant compared with a timestamp is read as a timestamp (a
+/// TIMESTAMP_LTZ's as the wall-clock time of the session time zone).
+fn coerce_for_compare(
+    a: Compiled,
+    other: &Compiled,
+    e: &E,
+    zone: &jiff::tz::TimeZone,
+) -> Result<Compiled, SqlError> {
+    if let (Some(Value::String(s)), Some(t)) = (&a.constant, other.data_type()) {
+        if t.is_timestamp() {
+            let mut ms = crate::dataflow::json::parse_timestamp(s).map_err(|m| err(e, m))?;
+            if *t == DataType::TimestampLtz {
+                ms = functions::calendar::zoned_ms(zone, ms).map_err(|m| err(e, m))?;
+            }
+            return Ok(Compiled::constant(
+                Value::Timestamp(ms),
+                Ty::Data(t.clone()),
+            ));
+        }
     }
     Ok(a)
 }
@@ -872,8 +910,9 @@ fn binary(
             both_constant(c, &a, &b)
         }
         B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
-            let a = coerce_for_compare(a, &b, left)?;
-            let b = coerce_for_compare(b, &a, right)?;
+            let zone = &scope.session.time_zone;
+            let a = coerce_for_compare(a, &b, left, zone)?;
+            let b = coerce_for_compare(b, &a, right, zone)?;
             comparable(&a, &b, e)?;
             let test: fn(std::cmp::Ordering) -> bool = match op {
                 B::Eq => |o| o.is_eq(),
@@ -889,7 +928,7 @@ fn binary(
             });
             both_constant(c, &a, &b)
         }
-        B::StringConcat => functions::call("CONCAT", vec![a, b], e),
+        B::StringConcat => functions::call_in(scope.session, "CONCAT", vec![a, b], e),
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => {
             let name = match op {
                 B::Plus => "+",

@@ -17,7 +17,6 @@ use super::compiled::err;
 use super::expr::{interval, ScopeColumn};
 use super::SqlError;
 use crate::dataflow::ops::join::Expiry;
-use crate::dataflow::row::DataType;
 
 /// One input of a join step as the condition sees it.
 pub struct JoinSide<'a> {
@@ -171,7 +170,7 @@ fn time_term(e: &E, sides: &[&JoinSide; 2]) -> Option<(usize, usize, i64)> {
         _ => {
             for (s, side) in sides.iter().enumerate() {
                 if let Ok(Some(c)) = resolve(e, side.columns) {
-                    return (side.columns[c].ty == DataType::Timestamp).then_some((s, c, 0));
+                    return (side.columns[c].ty.is_timestamp()).then_some((s, c, 0));
                 }
             }
             None
@@ -294,6 +293,7 @@ pub fn join_kind(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataflow::row::DataType;
 
     fn expr(s: &str) -> E {
         crate::sql::dialect::parse_expr(s).unwrap()

@@ -39,6 +39,20 @@ pub fn expression(
     text: &str,
     columns: &[(&str, crate::dataflow::row::DataType)],
 ) -> Result<compiled::Compiled, SqlError> {
+    expression_in_zone(text, columns, "UTC")
+}
+
+/// As [`expression`], in the session time zone `time_zone` (as `[pipeline]
+/// time_zone` gives it).
+pub fn expression_in_zone(
+    text: &str,
+    columns: &[(&str, crate::dataflow::row::DataType)],
+    time_zone: &str,
+) -> Result<compiled::Compiled, SqlError> {
+    let session = session::Session {
+        time_zone: session::time_zone(time_zone).map_err(SqlError::general)?,
+        ..session::Session::default()
+    };
     let e = dialect::parse_expr(text).map_err(|m| SqlError::general(m.to_string()))?;
     let columns: Vec<expr::ScopeColumn> = columns
         .iter()
@@ -48,10 +62,7 @@ pub fn expression(
             ty: ty.clone(),
         })
         .collect();
-    expr::compile(
-        &e,
-        &mut expr::Scope::plain(&columns, &session::Session::default()),
-    )
+    expr::compile(&e, &mut expr::Scope::plain(&columns, &session))
 }
 
 /// One problem in a job's SQL, where it is.

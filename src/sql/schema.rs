@@ -15,7 +15,7 @@
 use sqlparser::ast::{BinaryOperator, Expr as E};
 
 use super::types::parse_type;
-use crate::dataflow::row::{DataType, Field, Schema};
+use crate::dataflow::row::{Field, Schema};
 
 /// One source's columns as its `schema` declares them.
 #[derive(Debug, Clone)]
@@ -153,7 +153,7 @@ pub fn parse_schema(text: &str) -> Result<TableSchema, String> {
     if let Some((column, _)) = &watermark {
         let physical = fields.iter().find(|f| f.name.eq_ignore_ascii_case(column));
         match physical {
-            Some(f) if f.data_type != DataType::Timestamp => {
+            Some(f) if !f.data_type.is_timestamp() => {
                 return Err(format!(
                     "WATERMARK FOR {column}: the column is {}, not TIMESTAMP(3)",
                     f.data_type

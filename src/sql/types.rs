@@ -154,11 +154,53 @@ impl TypeParser<'_> {
                 let p = self.params()?;
                 if p.first().is_some_and(|p| *p != 3) {
                     return Err(format!(
-                        "TIMESTAMP({}): weir keeps milliseconds, TIMESTAMP(3)",
+                        "{upper}({}): weir keeps milliseconds, {upper}(3)",
                         p[0]
                     ));
                 }
-                DataType::Timestamp
+                // TIMESTAMP(3) WITH LOCAL TIME ZONE is TIMESTAMP_LTZ(3);
+                // WITHOUT TIME ZONE is TIMESTAMP(3).
+                let save = self.chars.clone();
+                let zone = match (self.word().to_ascii_uppercase().as_str(), upper.as_str()) {
+                    ("WITH", "TIMESTAMP") => {
+                        let words = [self.word(), self.word(), self.word()];
+                        if !words
+                            .iter()
+                            .map(|w| w.to_ascii_uppercase())
+                            .eq(["LOCAL", "TIME", "ZONE"])
+                        {
+                            return Err(format!(
+                                "TIMESTAMP WITH {}: weir has TIMESTAMP WITH LOCAL TIME ZONE \
+                                 (TIMESTAMP_LTZ), an instant shown in the session time zone",
+                                words.join(" ")
+                            ));
+                        }
+                        true
+                    }
+                    ("WITHOUT", "TIMESTAMP") => {
+                        let words = [self.word(), self.word()];
+                        if !words
+                            .iter()
+                            .map(|w| w.to_ascii_uppercase())
+                            .eq(["TIME", "ZONE"])
+                        {
+                            return Err(format!(
+                                "TIMESTAMP WITHOUT {}: expected TIME ZONE",
+                                words.join(" ")
+                            ));
+                        }
+                        false
+                    }
+                    _ => {
+                        self.chars = save;
+                        upper == "TIMESTAMP_LTZ"
+                    }
+                };
+                if zone {
+                    DataType::TimestampLtz
+                } else {
+                    DataType::Timestamp
+                }
             }
             "ARRAY" => {
                 self.expect('<')?;
@@ -184,7 +226,7 @@ impl TypeParser<'_> {
             _ => {
                 return Err(format!(
                     "unknown type {word}; weir has BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), \
-                     VARCHAR, BYTES, TIMESTAMP(3), ROW<...> and ARRAY<...>"
+                     VARCHAR, BYTES, TIMESTAMP(3), TIMESTAMP_LTZ(3), ROW<...> and ARRAY<...>"
                 ))
             }
         };
@@ -208,6 +250,12 @@ mod tests {
         assert_eq!(t("bigint"), "BIGINT");
         assert_eq!(t("DECIMAL(10, 2)"), "DECIMAL(10, 2)");
         assert_eq!(t("TIMESTAMP(3)"), "TIMESTAMP(3)");
+        assert_eq!(t("TIMESTAMP_LTZ(3)"), "TIMESTAMP_LTZ(3)");
+        assert_eq!(t("timestamp(3) with local time zone"), "TIMESTAMP_LTZ(3)");
+        assert_eq!(t("TIMESTAMP WITHOUT TIME ZONE"), "TIMESTAMP(3)");
+        assert!(parse_type("TIMESTAMP WITH TIME ZONE")
+            .unwrap_err()
+            .contains("WITH LOCAL TIME ZONE"));
         assert_eq!(t("STRING"), "VARCHAR");
         assert_eq!(t("ARRAY<VARCHAR>"), "ARRAY<VARCHAR>");
         assert_eq!(

@@ -429,12 +429,12 @@ fn cases() -> Vec<Case> {
         duck(
             "UNIX_TIMESTAMP",
             "UNIX_TIMESTAMP(DATE_FORMAT(u, 'yyyy-MM-dd HH:mm:ss'))",
-            "floor(epoch(date_trunc('second', u)))::BIGINT",
+            "floor(epoch(earlier(date_trunc('second', u))))::BIGINT",
         ),
         duck(
             "UNIX_TIMESTAMP",
             "UNIX_TIMESTAMP(DATE_FORMAT(u, 'yyyyMMdd'), 'yyyyMMdd')",
-            "floor(epoch(date_trunc('day', u)))::BIGINT",
+            "floor(epoch(earlier(date_trunc('day', u))))::BIGINT",
         ),
         // Within 317 years of 1970 (DuckDB writes no year before 1; weir's
         // calendar, jiff's, ends at -9999 and 9999).
@@ -445,6 +445,54 @@ fn cases() -> Vec<Case> {
         ),
         duck("FROM_UNIXTIME", "FROM_UNIXTIME(n * 86400, 'yyyy-MM-dd')", "strftime(to_timestamp(n * 86400), '%Y-%m-%d')"),
         flink("FROM_UNIXTIME", "FROM_UNIXTIME(44)", json!("1970-01-01 00:00:44")),
+        // TIMESTAMP_LTZ: an instant, read and shown in the session time
+        // zone (each DuckDB case runs in UTC, New York and Kolkata). A
+        // wall-clock time shown twice (a fall-back fold) is the earlier
+        // instant, java.time's rule: DuckDB's `earlier` (functions.py).
+        duck("UNIX_TIMESTAMP", "UNIX_TIMESTAMP(l)", "floor(epoch(l))::BIGINT"),
+        duck("DATE_FORMAT", "DATE_FORMAT(l, 'yyyy-MM-dd HH')", "strftime(l, '%Y-%m-%d %H')"),
+        duck("DATE_FORMAT", "DATE_FORMAT(l, 'yyyy-MM-dd HH:mm:ss.SSS')", "strftime(l, '%Y-%m-%d %H:%M:%S.%g')"),
+        duck("HOUR", "HOUR(l)", "hour(l)"),
+        duck("MINUTE", "EXTRACT(MINUTE FROM l)", "minute(l)"),
+        duck("DAYOFWEEK", "DAYOFWEEK(l)", "dayofweek(l) + 1"),
+        duck("FLOOR", "FLOOR(l TO DAY)", "date_trunc('day', l)"),
+        // The hour on the clock at l's own offset (ICU's date_trunc takes the
+        // later offset in a fold, a floor after l).
+        duck(
+            "FLOOR",
+            "FLOOR(l TO HOUR)",
+            "make_timestamptz(((floor((epoch_ms(l) + 1000 * date_part('timezone', l)) / 3600000.0) * 3600000 - 1000 * date_part('timezone', l)) * 1000)::BIGINT)",
+        ),
+        duck("CEIL", "CEIL(l TO MONTH)", "CASE WHEN date_trunc('month', l) = l THEN l ELSE date_trunc('month', l) + INTERVAL 1 MONTH END"),
+        duck("TIMESTAMPADD", "TIMESTAMPADD(MONTH, n, l)", "l + to_months(n)"),
+        duck("TO_TIMESTAMP_LTZ", "TO_TIMESTAMP_LTZ(MOD(i, 4000000000000), 3)", "make_timestamptz((i % 4000000000000) * 1000)"),
+        duck("TO_TIMESTAMP_LTZ", "TO_TIMESTAMP_LTZ(n * 86399)", "make_timestamptz(n * 86399000)"),
+        duck("TO_TIMESTAMP_LTZ", "TO_TIMESTAMP_LTZ(n * 86399, 0)", "make_timestamptz(n * 86399000000)"),
+        duck("TO_TIMESTAMP_LTZ", "TO_TIMESTAMP_LTZ(DATE_FORMAT(u, 'yyyy-MM-dd HH:mm:ss.SSS'))", "earlier(u)"),
+        duck(
+            "TO_TIMESTAMP_LTZ",
+            "TO_TIMESTAMP_LTZ(DATE_FORMAT(u, 'dd.MM.yyyy HH:mm'), 'dd.MM.yyyy HH:mm', 'Asia/Tokyo')",
+            "timezone('Asia/Tokyo', date_trunc('minute', u))",
+        ),
+        flink("TO_TIMESTAMP_LTZ", "TO_TIMESTAMP_LTZ(1000, 0)", json!("1970-01-01T00:16:40.000Z")),
+        refused("TO_TIMESTAMP_LTZ", "TO_TIMESTAMP_LTZ(5, 7)", "precision is 0 (seconds) or 3"),
+        duck("CAST", "CAST(l AS TIMESTAMP(3))", "l::TIMESTAMP"),
+        duck("CAST", "CAST(u AS TIMESTAMP_LTZ(3))", "earlier(u)"),
+        duck("CAST", "CAST(l AS VARCHAR)", "strftime(l, '%Y-%m-%d %H:%M:%S.%g')"),
+        duck("CAST", "CAST(DATE_FORMAT(u, 'yyyy-MM-dd HH:mm:ss') AS TIMESTAMP_LTZ(3))", "earlier(date_trunc('second', u))"),
+        duck("CAST", "l < '2000-01-01 00:00:00'", "l < TIMESTAMPTZ '2000-01-01 00:00:00'"),
+        duck(
+            "CONVERT_TZ",
+            "CONVERT_TZ(DATE_FORMAT(u, 'yyyy-MM-dd HH:mm:ss'), 'America/Los_Angeles', 'Europe/Berlin')",
+            "strftime(timezone('Europe/Berlin', earlier_in('America/Los_Angeles', date_trunc('second', u))), '%Y-%m-%d %H:%M:%S')",
+        ),
+        duck(
+            "CONVERT_TZ",
+            "CONVERT_TZ(s, 'UTC', 'Asia/Kolkata')",
+            "strftime(timezone('Asia/Kolkata', timezone('UTC', TRY_CAST(s AS TIMESTAMP))), '%Y-%m-%d %H:%M:%S')",
+        ),
+        flink("CONVERT_TZ", "CONVERT_TZ('1970-01-01 00:00:00', 'UTC', 'America/Los_Angeles')", json!("1969-12-31 16:00:00")),
+        flink("CONVERT_TZ", "CONVERT_TZ('2026-12-07 06:57:04', 'UTC', '+05:30')", json!("2026-12-07 12:27:04")),
         // No watermark has passed where these run: Flink's rule, NULL.
         flink("CURRENT_WATERMARK", "CURRENT_WATERMARK(ts) IS NULL", json!(true)),
         flink("CURRENT_WATERMARK", "CURRENT_WATERMARK(u)", json!(null)),

@@ -8,7 +8,8 @@ Reads one JSON document on stdin:
      "cases": [{"id": 7, "sql": "lpad(s, n, t)"}, ...]}
 
 loads the rows into a DuckDB table `t` (TIMESTAMP values are given as
-'YYYY-MM-DD HH:MM:SS.mmm' text, session time zone UTC), and for each case
+'YYYY-MM-DD HH:MM:SS.mmm' text, TIMESTAMPTZ values with their offset; the
+session time zone is "zone", UTC if absent), and for each case
 runs `SELECT TRY(<sql>) FROM t ORDER BY id`: a value DuckDB cannot compute
 (an overflow, a malformed input) is NULL, as weir writes a value its
 expression could not compute. Prints one JSON line per case:
@@ -38,7 +39,20 @@ def main():
 
     doc = json.load(sys.stdin)
     con = duckdb.connect(":memory:")
-    con.execute("SET TimeZone = 'UTC'")
+    # The session time zone of the run (a TIMESTAMPTZ is shown, cast and
+    # read in it, as weir's [pipeline] time_zone does a TIMESTAMP_LTZ).
+    con.execute("SET TimeZone = '%s'" % doc.get("zone", "UTC"))
+    # The instant at which a zone's clocks show a wall-clock time, by
+    # java.time's rule (Flink's): the earlier of the two in a fall-back
+    # fold. DuckDB's casts (ICU) take the later one.
+    con.execute(
+        "CREATE MACRO earlier(ts) AS CASE "
+        "WHEN ((ts - INTERVAL 1 HOUR)::TIMESTAMPTZ + INTERVAL 1 HOUR)::TIMESTAMP = ts "
+        "THEN (ts - INTERVAL 1 HOUR)::TIMESTAMPTZ + INTERVAL 1 HOUR ELSE ts::TIMESTAMPTZ END")
+    con.execute(
+        "CREATE MACRO earlier_in(z, ts) AS CASE "
+        "WHEN timezone(z, timezone(z, ts - INTERVAL 1 HOUR) + INTERVAL 1 HOUR) = ts "
+        "THEN timezone(z, ts - INTERVAL 1 HOUR) + INTERVAL 1 HOUR ELSE timezone(z, ts) END")
     columns = doc["columns"]
     con.execute("CREATE TABLE t (%s)" % ", ".join("%s %s" % (n, ty) for n, ty in columns))
     marks = ", ".join("?" for _ in columns)

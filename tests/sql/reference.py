@@ -262,6 +262,9 @@ SCHEMAS = {
     "product_changes": dict(seq="BIGINT", id="BIGINT", name="VARCHAR", price="BIGINT",
                             category="BIGINT", deleted="BOOLEAN"),
     "orders": dict(order_id="BIGINT", product_id="BIGINT", qty="BIGINT"),
+    # Events at instants across daylight saving's end in New York
+    # (tests/time_zones.rs): `ms` since 1970, `v` a value to sum.
+    "events": dict(id="BIGINT", ms="BIGINT", v="BIGINT"),
     # Keyed events with the "life" of their key: 1 for an event after its
     # key's state expired (tests/sql_plan.rs, state_ttl).
     "ttl_events": dict(seq="BIGINT", k="BIGINT", v="BIGINT", life="BIGINT"),

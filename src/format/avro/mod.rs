@@ -175,7 +175,9 @@ fn default_value(d: &serde_json::Value, t: &DataType) -> Option<Value> {
             n.as_i64().map(Value::Int)
         }
         (serde_json::Value::Number(n), DataType::Double) => n.as_f64().map(Value::Double),
-        (serde_json::Value::Number(n), DataType::Timestamp) => n.as_i64().map(Value::Timestamp),
+        (serde_json::Value::Number(n), DataType::Timestamp | DataType::TimestampLtz) => {
+            n.as_i64().map(Value::Timestamp)
+        }
         (serde_json::Value::String(s), DataType::String) => Some(Value::String(s.clone())),
         (serde_json::Value::String(s), DataType::Bytes) => {
             // Avro's JSON for bytes: one code point per byte.

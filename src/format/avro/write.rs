@@ -48,7 +48,9 @@ fn type_json(t: &DataType, name: &str, counter: &mut usize) -> serde_json::Value
         }
         DataType::String => json!("string"),
         DataType::Bytes => json!("bytes"),
-        DataType::Timestamp => json!({"type": "long", "logicalType": "timestamp-millis"}),
+        DataType::Timestamp | DataType::TimestampLtz => {
+            json!({"type": "long", "logicalType": "timestamp-millis"})
+        }
         DataType::List(item) => {
             json!({"type": "array", "items": ["null", type_json(item, name, counter)]})
         }

@@ -495,7 +495,9 @@ pub(super) fn plan_value(
             return Ok((Reader::Message(Box::new(plan)), Value::Null));
         }
         let reader = match (WellKnown::of(m), ty) {
-            (Some(WellKnown::Timestamp), DataType::Timestamp) => Reader::Timestamp,
+            (Some(WellKnown::Timestamp), DataType::Timestamp | DataType::TimestampLtz) => {
+                Reader::Timestamp
+            }
             (Some(WellKnown::Duration), DataType::BigInt) => Reader::Duration,
             (Some(WellKnown::Wrapper(scalar)), ty) => {
                 let inner = m.get_field(1).expect("a wrapper has field 1").kind();

@@ -167,7 +167,7 @@ pub(super) fn enc_fields(
                 DataType::Decimal { .. } => EncKind::Decimal,
                 DataType::String => EncKind::String,
                 DataType::Bytes => EncKind::Bytes,
-                DataType::Timestamp => EncKind::Timestamp,
+                DataType::Timestamp | DataType::TimestampLtz => EncKind::Timestamp,
                 DataType::Struct(fields) => {
                     let type_name = types.take(camel(&name));
                     let mut inner_outer = outer.to_vec();

@@ -428,6 +428,25 @@ impl Binder<'_> {
                 },
             ));
         }
+        // Flink aligns windows over a TIMESTAMP_LTZ to the session time
+        // zone's days and hours, which daylight saving makes 23 or 25
+        // hours long; weir's windows are fixed lengths of the UTC
+        // timeline, which agree with that only where the zone is UTC.
+        let time = rel.time.expect("checked above");
+        if rel.columns[time].ty == DataType::TimestampLtz
+            && self.session.time_zone.to_fixed_offset().ok() != Some(jiff::tz::Offset::UTC)
+        {
+            return Err(err(
+                args[1],
+                format!(
+                    "a window over the TIMESTAMP_LTZ column {descriptor:?} would be aligned to the \
+                     session time zone ([pipeline] time_zone = {:?}), and weir's windows are aligned \
+                     to UTC: declare the column TIMESTAMP(3) (the wall-clock time), or leave \
+                     time_zone at UTC",
+                    self.session.time_zone.iana_name().unwrap_or("its offset")
+                ),
+            ));
+        }
         if rel.updating.is_some() {
             return Err(err(e, "a window over an updating result is not supported"));
         }

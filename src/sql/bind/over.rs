@@ -181,7 +181,7 @@ impl Binder<'_> {
         };
         if let (true, Frame::Range(_)) = (kept_current, frame) {
             let by = order[0];
-            if by.descending || rel.columns[by.column].ty != DataType::Timestamp {
+            if by.descending || !rel.columns[by.column].ty.is_timestamp() {
                 return Err(err(
                     &o.expr,
                     "a RANGE frame reaches back over its ORDER BY column: a TIMESTAMP, ascending",

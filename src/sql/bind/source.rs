@@ -86,7 +86,7 @@ impl Binder<'_> {
             )));
         }
         if let Some(t) = time {
-            if columns[t].ty != DataType::Timestamp {
+            if !columns[t].ty.is_timestamp() {
                 return Err(fail(format!(
                     "WATERMARK FOR {}: the column is {}, not TIMESTAMP(3)",
                     columns[t].name, columns[t].ty

@@ -19,12 +19,16 @@ pub fn arithmetic(op: &'static str, a: Compiled, b: Compiled, e: &E) -> Result<C
     use DataType as T;
     // Timestamps and intervals.
     match (&a.ty, &b.ty, op) {
-        (Ty::Data(T::Timestamp), Ty::Interval, "+" | "-")
-        | (Ty::Interval, Ty::Data(T::Timestamp), "+") => {
+        // A day-time interval is milliseconds, on a TIMESTAMP's wall clock
+        // or a TIMESTAMP_LTZ's instant alike (as Flink adds it).
+        (Ty::Data(t), Ty::Interval, "+" | "-") | (Ty::Interval, Ty::Data(t), "+")
+            if t.is_timestamp() =>
+        {
             let sign = if op == "-" { -1 } else { 1 };
+            let ty = Ty::Data(t.clone());
             let (f, g) = (a.eval, b.eval);
-            let a_is_ts = matches!(a.ty, Ty::Data(T::Timestamp));
-            return Ok(strict2(Ty::Data(T::Timestamp), f, g, move |x, y| {
+            let a_is_ts = matches!(&a.ty, Ty::Data(t) if t.is_timestamp());
+            return Ok(strict2(ty, f, g, move |x, y| {
                 let (ts, iv) = if a_is_ts { (x, y) } else { (y, x) };
                 match (ts, iv) {
                     (Value::Timestamp(t), Value::Int(ms)) => t

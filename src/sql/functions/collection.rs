@@ -3,7 +3,7 @@
 
 use super::super::compiled::{Compiled, Ty};
 use super::compose::{strict, text};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{optional, p, Kind::*};
 use crate::dataflow::expr::compare;
 use crate::dataflow::row::{DataType as T, Value};
@@ -63,13 +63,13 @@ fn list(v: &Value) -> &[Value] {
     }
 }
 
-fn cardinality(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn cardinality(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::Int, args, |v| {
         Ok(Value::Int(list(&v[0]).len() as i64))
     }))
 }
 
-fn element(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn element(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let t = element_type(&args[0]);
     Ok(strict(t, args, |v| match list(&v[0]) {
         [] => Ok(Value::Null),
@@ -81,7 +81,7 @@ fn element(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn array_contains(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn array_contains(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let want = element_type(&args[0]);
     match &args[1].ty {
         Ty::Data(t)
@@ -111,7 +111,7 @@ fn array_contains(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn array_join(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn array_join(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     if element_type(&args[0]) != T::String {
         return Err(format!(
             "ARRAY_JOIN joins an array of VARCHAR, not {}",

@@ -9,7 +9,7 @@ use sqlparser::ast::Expr as E;
 use super::super::cast::{coerce_to, common_type};
 use super::super::compiled::{Compiled, EvalFn, Ty};
 use super::compose::{all_constant, fold_if};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{many, p, Kind::*};
 use crate::dataflow::expr::compare;
 use crate::dataflow::row::Value;
@@ -77,7 +77,8 @@ fn common(name: &str, args: Vec<Compiled>) -> Result<(Ty, Vec<Arc<EvalFn>>), Str
     Ok((ty, fs))
 }
 
-fn if_(name: &str, mut args: Vec<Compiled>) -> Result<Compiled, String> {
+fn if_(call: &Call, mut args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let constant = all_constant(&args);
     let condition = args.remove(0).eval;
     let (ty, fs) = common(name, args)?;
@@ -94,7 +95,8 @@ fn if_(name: &str, mut args: Vec<Compiled>) -> Result<Compiled, String> {
     ))
 }
 
-fn coalesce(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn coalesce(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let constant = all_constant(&args);
     let (ty, fs) = common(name, args)?;
     Ok(fold_if(
@@ -111,7 +113,8 @@ fn coalesce(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     ))
 }
 
-fn nullif(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn nullif(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let constant = all_constant(&args);
     // Compared in their common type; the result is x as it is.
     let (ty, original) = (args[0].ty.clone(), args[0].eval.clone());
@@ -131,7 +134,8 @@ fn nullif(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     ))
 }
 
-fn extreme(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn extreme(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let greatest = name == "GREATEST";
     let constant = all_constant(&args);
     let (ty, fs) = common(name, args)?;

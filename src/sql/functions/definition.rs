@@ -6,9 +6,18 @@
 use super::super::compiled::Compiled;
 use super::signature::{show, Param};
 
-/// Builds a call from its checked arguments; gets the name it was called
-/// by (a function may have several).
-pub type Build = fn(&str, Vec<Compiled>) -> Result<Compiled, String>;
+/// Builds a call from its checked arguments.
+pub type Build = fn(&Call, Vec<Compiled>) -> Result<Compiled, String>;
+
+/// What a call's implementation knows besides its arguments.
+pub struct Call<'a> {
+    /// The name it was called by (a function may have several).
+    pub name: &'a str,
+    /// The session time zone: where a function that reads or writes a
+    /// wall-clock time of an instant (FROM_UNIXTIME, TO_TIMESTAMP_LTZ's
+    /// text, UNIX_TIMESTAMP) reads or writes it.
+    pub zone: &'a jiff::tz::TimeZone,
+}
 
 /// One form of one function.
 #[derive(Debug)]

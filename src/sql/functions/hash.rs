@@ -7,7 +7,7 @@ use sha2::{Digest, Sha224, Sha256, Sha384, Sha512};
 
 use super::super::compiled::Compiled;
 use super::compose::{int, strict, text};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{p, Kind::*};
 use crate::dataflow::row::{DataType as T, Value};
 
@@ -64,7 +64,8 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn digest(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn digest(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let name = name.to_string();
     Ok(strict(T::String, args, move |v| {
         let s = text(&v[0]).as_bytes();

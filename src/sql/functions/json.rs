@@ -3,7 +3,7 @@
 
 use super::super::compiled::Compiled;
 use super::compose::{constant_text, strict, text};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{constant, p, Kind::*};
 use crate::dataflow::row::{DataType as T, Value};
 
@@ -105,7 +105,7 @@ fn path_and_json(args: Vec<Compiled>) -> Result<(Vec<PathStep>, Vec<Compiled>), 
     Ok((path, args.into_iter().take(1).collect()))
 }
 
-fn json_value(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn json_value(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let (path, json) = path_and_json(args)?;
     Ok(strict(T::String, json, move |v| {
         Ok(match find(text(&v[0]), &path) {
@@ -121,7 +121,7 @@ fn json_value(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn json_query(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn json_query(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let (path, json) = path_and_json(args)?;
     Ok(strict(T::String, json, move |v| {
         Ok(match find(text(&v[0]), &path) {
@@ -133,7 +133,7 @@ fn json_query(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn json_exists(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn json_exists(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let (path, json) = path_and_json(args)?;
     Ok(strict(T::Boolean, json, move |v| {
         Ok(Value::Bool(find(text(&v[0]), &path).is_some()))

@@ -47,7 +47,7 @@ pub fn call_in(
     args: Vec<Compiled>,
     e: &E,
 ) -> Result<Compiled, SqlError> {
-    registry::call(name, args.clone()).or_else(|problem| match problem {
+    registry::call(name, args.clone(), &session.time_zone).or_else(|problem| match problem {
         CallError::Refused(m) => Err(err(e, m)),
         CallError::Unknown if session.functions.get_scalar(name).is_some() => {
             let f = session.functions.get_scalar(name).expect("just found");

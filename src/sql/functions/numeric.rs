@@ -8,7 +8,7 @@ use super::super::cast::rescale_round;
 use super::super::compiled::{Compiled, Ty};
 use super::arithmetic::arithmetic;
 use super::compose::{double, int, strict, text, type_of};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{optional, p, Kind::*};
 use crate::dataflow::row::{DataType as T, Decimal, Value};
 
@@ -201,7 +201,7 @@ pub const FUNCTIONS: &[Function] = &[
     ),
 ];
 
-fn modulo(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn modulo(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let mut a = args.into_iter();
     let (x, y) = (a.next().expect("2"), a.next().expect("2"));
     // Only the message is kept: the caller places it.
@@ -209,7 +209,7 @@ fn modulo(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     arithmetic("%", x, y, &here).map_err(|e| e.message)
 }
 
-fn abs(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn abs(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let t = type_of(&args[0]);
     Ok(strict(t, args, |v| {
         Ok(match &v[0] {
@@ -228,7 +228,8 @@ fn div_ceil(a: i128, b: i128) -> i128 {
     -((-a).div_euclid(b))
 }
 
-fn floor_ceil(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn floor_ceil(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let up = name != "FLOOR";
     let t = match type_of(&args[0]) {
         T::Decimal { precision, .. } => T::Decimal {
@@ -254,7 +255,8 @@ fn floor_ceil(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn round_truncate(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn round_truncate(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let round = name == "ROUND";
     let places = match args.get(1) {
         None => 0,
@@ -312,7 +314,7 @@ fn round_double(d: f64, places: u8, round: bool) -> f64 {
     exact.map_or(d, |e| e.to_f64())
 }
 
-fn sign(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn sign(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let t = type_of(&args[0]);
     Ok(strict(t, args, |v| {
         Ok(match &v[0] {
@@ -329,7 +331,8 @@ fn sign(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
 }
 
 /// A function of one real number.
-fn real(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn real(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let f: fn(f64) -> f64 = match name {
         "SQRT" => f64::sqrt,
         "EXP" => f64::exp,
@@ -356,7 +359,8 @@ fn real(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
 }
 
 /// A function of two real numbers.
-fn real2(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn real2(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let f: fn(f64, f64) -> f64 = match name {
         "POWER" | "POW" => f64::powf,
         "LOG" => |base, x| x.ln() / base.ln(),
@@ -368,7 +372,8 @@ fn real2(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn real0(name: &str, _: Vec<Compiled>) -> Result<Compiled, String> {
+fn real0(call: &Call, _: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let x = if name == "PI" {
         std::f64::consts::PI
     } else {
@@ -377,13 +382,13 @@ fn real0(name: &str, _: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(Compiled::constant(Value::Double(x), Ty::Data(T::Double)))
 }
 
-fn bin(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn bin(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         Ok(Value::String(format!("{:b}", int(&v[0]))))
     }))
 }
 
-fn hex(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn hex(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         Ok(Value::String(match &v[0] {
             Value::Int(i) => format!("{i:X}"),

@@ -4,7 +4,7 @@
 //! exactly-once output needs the same ones.
 
 use super::super::compiled::Compiled;
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{any_number, p, Kind::*};
 
 /// Any arguments: the refusal does not depend on them.
@@ -72,7 +72,8 @@ pub const FUNCTIONS: &[Function] = &[
     ),
 ];
 
-fn wall_clock(name: &str, _: Vec<Compiled>) -> Result<Compiled, String> {
+fn wall_clock(call: &Call, _: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     Err(format!(
         "{name} is not deterministic: it reads the wall clock, so a replay after a crash \
          would compute other values, and exactly-once output needs the same ones; use the \
@@ -80,7 +81,8 @@ fn wall_clock(name: &str, _: Vec<Compiled>) -> Result<Compiled, String> {
     ))
 }
 
-fn random(name: &str, _: Vec<Compiled>) -> Result<Compiled, String> {
+fn random(call: &Call, _: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     Err(format!(
         "{name} is not deterministic: a replay after a crash would draw other values, and \
          exactly-once output needs the same ones"

@@ -8,9 +8,14 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use super::super::compiled::Compiled;
+use jiff::tz::TimeZone;
+
+use super::super::compiled::{Compiled, Ty};
+use super::calendar::back_to_zoned;
+use super::definition::Call;
 pub use super::definition::Function;
-use super::signature::{check, show};
+use super::signature::{check, show, Kind};
+use crate::dataflow::row::DataType;
 
 /// A family of functions: one module, one section of the reference.
 pub struct Family {
@@ -86,14 +91,33 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 /// `name(args)`, checked and built; Err says what does not fit (without
 /// where: the caller knows the call's place).
-pub fn call(name: &str, args: Vec<Compiled>) -> Result<Compiled, CallError> {
+///
+/// A TIMESTAMP_LTZ argument of a function over TIMESTAMPs is the wall-clock
+/// time `zone` shows, and a TIMESTAMP result of such a call is the
+/// TIMESTAMP_LTZ at which `zone` shows it, as Flink's functions read an
+/// LTZ in the session time zone: `HOUR(ltz)` is the hour there,
+/// `FLOOR(ltz TO DAY)` the instant of that day's local midnight.
+pub fn call(name: &str, args: Vec<Compiled>, zone: &TimeZone) -> Result<Compiled, CallError> {
     let Some(forms) = forms(name) else {
         return Err(CallError::Unknown);
     };
     let mut problems = Vec::new();
+    let zoned = args
+        .iter()
+        .find(|a| a.ty == Ty::Data(DataType::TimestampLtz))
+        .cloned();
     for f in forms {
-        match check(name, f.params, args.clone()) {
-            Ok(checked) => return (f.build)(name, checked).map_err(CallError::Refused),
+        match check(name, f.params, args.clone(), zone) {
+            Ok(checked) => {
+                let built = (f.build)(&Call { name, zone }, checked).map_err(CallError::Refused)?;
+                let takes_timestamps = f.params.iter().any(|p| p.kind == Kind::Timestamp);
+                return Ok(match zoned {
+                    Some(from) if takes_timestamps && built.ty == Ty::Data(DataType::Timestamp) => {
+                        back_to_zoned(built, &from, zone)
+                    }
+                    _ => built,
+                });
+            }
             Err(m) => problems.push(m),
         }
     }

@@ -5,8 +5,11 @@
 
 use std::fmt;
 
+use jiff::tz::TimeZone;
+
 use super::super::cast::{coerce_to, numeric};
 use super::super::compiled::{Compiled, Ty};
+use super::calendar::to_local;
 use crate::dataflow::row::{DataType, Value};
 
 /// What a parameter takes.
@@ -21,8 +24,11 @@ pub enum Kind {
     /// Any number, cast to DOUBLE.
     Double,
     Boolean,
-    /// TIMESTAMP(3).
+    /// TIMESTAMP(3); a TIMESTAMP_LTZ(3) as the session time zone shows it
+    /// (and a TIMESTAMP result back at that zone: `registry::call`).
     Timestamp,
+    /// TIMESTAMP_LTZ(3) as the instant it is.
+    Instant,
     /// BYTES (VARBINARY).
     Bytes,
     /// An ARRAY of anything.
@@ -45,7 +51,8 @@ impl Kind {
             Kind::Integer => matches!(t, DataType::Int | DataType::BigInt),
             Kind::Number | Kind::Double => numeric(t),
             Kind::Boolean => *t == DataType::Boolean,
-            Kind::Timestamp => *t == DataType::Timestamp,
+            Kind::Timestamp => t.is_timestamp(),
+            Kind::Instant => *t == DataType::TimestampLtz,
             Kind::Bytes => *t == DataType::Bytes,
             Kind::Array => matches!(t, DataType::List(_)),
             Kind::Any => true,
@@ -63,6 +70,7 @@ impl Kind {
             Kind::Number => DataType::Double,
             Kind::Boolean => DataType::Boolean,
             Kind::Timestamp => DataType::Timestamp,
+            Kind::Instant => DataType::TimestampLtz,
             Kind::Bytes => DataType::Bytes,
             Kind::Array | Kind::Any => return c,
         };
@@ -85,6 +93,7 @@ impl fmt::Display for Kind {
             Kind::Double => "DOUBLE",
             Kind::Boolean => "BOOLEAN",
             Kind::Timestamp => "TIMESTAMP(3)",
+            Kind::Instant => "TIMESTAMP_LTZ(3)",
             Kind::Bytes => "BYTES",
             Kind::Array => "ARRAY",
             Kind::Any => "ANY",
@@ -200,9 +209,15 @@ pub fn assign(params: &[Param], args: usize) -> Result<Vec<&Param>, String> {
         .collect())
 }
 
-/// Checks `args` against `params` and applies the implicit casts; Err
-/// names the argument that does not fit.
-pub fn check(name: &str, params: &[Param], args: Vec<Compiled>) -> Result<Vec<Compiled>, String> {
+/// Checks `args` against `params` and applies the implicit casts (a
+/// TIMESTAMP_LTZ where a TIMESTAMP is wanted: the wall-clock time `zone`
+/// shows); Err names the argument that does not fit.
+pub fn check(
+    name: &str,
+    params: &[Param],
+    args: Vec<Compiled>,
+    zone: &TimeZone,
+) -> Result<Vec<Compiled>, String> {
     let assigned = assign(params, args.len())?;
     let mut out = Vec::with_capacity(args.len());
     for (i, (param, arg)) in assigned.into_iter().zip(args).enumerate() {
@@ -221,6 +236,10 @@ pub fn check(name: &str, params: &[Param], args: Vec<Compiled>) -> Result<Vec<Co
                 i + 1,
                 param.name
             ));
+        }
+        if param.kind == Kind::Timestamp && arg.ty == Ty::Data(DataType::TimestampLtz) {
+            out.push(to_local(arg, zone));
+            continue;
         }
         out.push(param.kind.fit(arg));
     }

@@ -7,7 +7,7 @@ use base64::Engine as _;
 
 use super::super::compiled::{Compiled, EvalFn, Ty};
 use super::compose::{all_constant, constant_text, fold_if, int, regex, strict, text, Outcome};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::signature::{constant, many, optional, p, Kind::*};
 use crate::dataflow::row::{DataType as T, Value};
 
@@ -379,7 +379,8 @@ pub const FUNCTIONS: &[Function] = &[
     ),
 ];
 
-fn case(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn case(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let up = name == "UPPER";
     let [a] = <[Compiled; 1]>::try_from(args).map_err(|_| "one argument")?;
     // The argument's value is this call's own: ASCII text changes case
@@ -404,7 +405,7 @@ fn case(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(fold_if(a.constant.is_some(), c))
 }
 
-fn initcap(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn initcap(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let mut out = String::with_capacity(text(&v[0]).len());
         let mut start = true;
@@ -425,7 +426,8 @@ fn initcap(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn trim(name: &str, mut args: Vec<Compiled>) -> Result<Compiled, String> {
+fn trim(call: &Call, mut args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     if args.len() == 1 {
         args.push(Compiled::constant(Value::from(" "), Ty::Data(T::String)));
     }
@@ -446,7 +448,7 @@ fn trim(name: &str, mut args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn length(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn length(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::Int, args, |v| {
         Ok(Value::Int(text(&v[0]).chars().count() as i64))
     }))
@@ -455,7 +457,7 @@ fn length(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
 /// Flink's (and Hive's) rule: a start of 1 is the first character, 0 the
 /// first too, a negative start counts from the end; a negative length
 /// is NULL.
-fn substring(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn substring(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let s = text(&v[0]);
         let count = s.chars().count() as i64;
@@ -480,7 +482,8 @@ fn substring(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn left_right(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn left_right(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let left = name == "LEFT";
     Ok(strict(T::String, args, move |v| {
         let s = text(&v[0]);
@@ -494,7 +497,8 @@ fn left_right(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn pad(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn pad(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let left = name == "LPAD";
     Ok(strict(T::String, args, move |v| {
         let (s, pad) = (text(&v[0]), text(&v[2]));
@@ -528,7 +532,7 @@ fn too_long(name: &str, chars: usize) -> String {
     format!("{name} would build {chars} characters, more than {MAX_BUILT_CHARS}")
 }
 
-fn repeat(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn repeat(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let s = text(&v[0]);
         let n = usize::try_from(int(&v[1])).unwrap_or(0);
@@ -539,13 +543,13 @@ fn repeat(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn reverse(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn reverse(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         Ok(Value::String(text(&v[0]).chars().rev().collect()))
     }))
 }
 
-fn replace(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn replace(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let search = text(&v[1]);
         if search.is_empty() {
@@ -555,7 +559,7 @@ fn replace(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn translate(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn translate(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let from: Vec<char> = text(&v[1]).chars().collect();
         let to: Vec<char> = text(&v[2]).chars().collect();
@@ -589,26 +593,26 @@ fn find_from(needle: &str, hay: &str, from: i64) -> i64 {
     }
 }
 
-fn position(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn position(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::Int, args, |v| {
         let from = v.get(2).map_or(1, int);
         Ok(Value::Int(find_from(text(&v[0]), text(&v[1]), from)))
     }))
 }
 
-fn instr(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn instr(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::Int, args, |v| {
         Ok(Value::Int(find_from(text(&v[1]), text(&v[0]), 1)))
     }))
 }
 
-fn concat(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn concat(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         Ok(Value::String(v.iter().map(text).collect()))
     }))
 }
 
-fn concat_ws(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn concat_ws(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let constant = all_constant(&args);
     let fs: Vec<Arc<EvalFn>> = args.into_iter().map(|a| a.eval).collect();
     let c = Compiled::new(Ty::Data(T::String), move |row| {
@@ -633,7 +637,7 @@ fn concat_ws(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(fold_if(constant, c))
 }
 
-fn split_index(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn split_index(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let i = int(&v[2]);
         let sep = text(&v[1]);
@@ -647,7 +651,7 @@ fn split_index(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn split(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn split(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::List(Box::new(T::String)), args, |v| {
         let sep = text(&v[1]);
         let x = text(&v[0]);
@@ -660,7 +664,7 @@ fn split(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn words(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn words(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::List(Box::new(T::String)), args, |v| {
         Ok(Value::List(
             text(&v[0])
@@ -676,14 +680,15 @@ fn first(args: Vec<Compiled>) -> Vec<Compiled> {
     args.into_iter().take(1).collect()
 }
 
-fn regexp_like(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn regexp_like(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let re = regex(&constant_text(&args, 1).unwrap_or_default())?;
     Ok(strict(T::Boolean, first(args), move |v| {
         Ok(Value::Bool(re.is_match(text(&v[0]))))
     }))
 }
 
-fn regexp_extract(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn regexp_extract(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let re = regex(&constant_text(&args, 1).unwrap_or_default())?;
     let group = match args.get(2).and_then(|c| c.constant.as_ref()) {
         None => 0,
@@ -703,7 +708,7 @@ fn regexp_extract(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn regexp_replace(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn regexp_replace(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let re = regex(&constant_text(&args, 1).unwrap_or_default())?;
     let mut a = args.into_iter();
     let (x, _, r) = (a.next(), a.next(), a.next());
@@ -715,7 +720,7 @@ fn regexp_replace(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn ascii(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn ascii(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::Int, args, |v| {
         Ok(Value::Int(
             text(&v[0])
@@ -726,7 +731,7 @@ fn ascii(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn chr(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn chr(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let mut n = int(&v[0]);
         if n < 0 {
@@ -740,7 +745,7 @@ fn chr(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn to_base64(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn to_base64(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         Ok(Value::String(
             base64::engine::general_purpose::STANDARD.encode(text(&v[0])),
@@ -748,7 +753,7 @@ fn to_base64(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn from_base64(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn from_base64(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text(&v[0]))
@@ -761,7 +766,7 @@ fn from_base64(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
 
 /// Java's `URLEncoder.encode(s, UTF_8)`: letters, digits and `.-*_` kept,
 /// a space as `+`, every other byte as `%XX`.
-fn url_encode(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn url_encode(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let mut out = String::new();
         for b in text(&v[0]).bytes() {
@@ -777,7 +782,7 @@ fn url_encode(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn url_decode(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn url_decode(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         Ok(form_decode(text(&v[0])).map_or(Value::Null, Value::String))
     }))
@@ -807,7 +812,7 @@ fn form_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn parse_url(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn parse_url(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(strict(T::String, args, |v| {
         let part = text(&v[1]).to_ascii_uppercase();
         let Some(u) = Url::parse(text(&v[0])) else {

@@ -5,9 +5,9 @@
 use jiff::civil::DateTime;
 
 use super::super::compiled::{Compiled, Ty};
-use super::calendar::{civil, instant};
+use super::calendar::{civil, instant, local_ms, zoned_ms};
 use super::compose::{constant_text, int, strict, text, Outcome};
-use super::definition::Function;
+use super::definition::{Call, Function};
 use super::patterns::{format_pattern, java_pattern, parse_pattern};
 use super::signature::{constant, optional, p, Kind::*};
 use crate::dataflow::json::parse_timestamp;
@@ -156,10 +156,21 @@ pub const FUNCTIONS: &[Function] = &[
         unix_timestamp,
     )
     .doc(
-        "the seconds since 1970-01-01 00:00:00 UTC of the timestamp `s` writes, by `format` \
-         (`yyyy-MM-dd HH:mm:ss` if left out); without an argument it is refused (the wall \
-         clock)",
+        "the seconds since 1970-01-01 00:00:00 UTC of the time `s` writes in the session time \
+         zone, by `format` (`yyyy-MM-dd HH:mm:ss` if left out); without an argument it is \
+         refused (the wall clock)",
         "UNIX_TIMESTAMP('1970-01-01 00:01:40')",
+        "100",
+    ),
+    Function::new(
+        "UNIX_TIMESTAMP",
+        &[p("t", Instant)],
+        "BIGINT",
+        unix_timestamp,
+    )
+    .doc(
+        "the seconds since 1970-01-01 00:00:00 UTC of the instant `t`",
+        "UNIX_TIMESTAMP(TO_TIMESTAMP_LTZ(100, 0))",
         "100",
     ),
     Function::new(
@@ -174,6 +185,47 @@ pub const FUNCTIONS: &[Function] = &[
         "100",
     ),
     Function::new(
+        "TO_TIMESTAMP_LTZ",
+        &[p("n", Integer), optional(constant("precision", Integer))],
+        "TIMESTAMP_LTZ(3)",
+        to_timestamp_ltz,
+    )
+    .doc(
+        "the instant `n` seconds (`precision` 0) or milliseconds (`precision` 3, the default) \
+         after 1970-01-01 00:00:00 UTC",
+        "CAST(TO_TIMESTAMP_LTZ(1796626624000, 3) AS VARCHAR)",
+        "'2026-12-07 06:57:04'",
+    ),
+    Function::new(
+        "TO_TIMESTAMP_LTZ",
+        &[
+            p("s", Text),
+            optional(constant("format", Text)),
+            optional(constant("zone", Text)),
+        ],
+        "TIMESTAMP_LTZ(3)",
+        to_timestamp_ltz,
+    )
+    .doc(
+        "the instant at which the clocks of `zone` (the session time zone if left out) show \
+         the time `s` writes by `format` (`yyyy-MM-dd HH:mm:ss[.SSS]` if left out)",
+        "UNIX_TIMESTAMP(TO_TIMESTAMP_LTZ('2026-12-07 12:27:04', 'yyyy-MM-dd HH:mm:ss', \
+         'Asia/Kolkata'))",
+        "1796626624",
+    ),
+    Function::new(
+        "CONVERT_TZ",
+        &[p("s", Text), p("from", Text), p("to", Text)],
+        "VARCHAR",
+        convert_tz,
+    )
+    .doc(
+        "the time `s` (`yyyy-MM-dd HH:mm:ss`) on the clocks of time zone `from`, as the \
+         clocks of `to` show it at that instant",
+        "CONVERT_TZ('2026-12-07 06:57:04', 'UTC', 'Asia/Kolkata')",
+        "'2026-12-07 12:27:04'",
+    ),
+    Function::new(
         "FROM_UNIXTIME",
         &[p("seconds", Integer), optional(constant("format", Text))],
         "VARCHAR",
@@ -181,7 +233,7 @@ pub const FUNCTIONS: &[Function] = &[
     )
     .doc(
         "`seconds` since 1970-01-01 00:00:00 UTC written by `format` (`yyyy-MM-dd HH:mm:ss` \
-         if left out)",
+         if left out) as the session time zone's clocks show it",
         "FROM_UNIXTIME(44)",
         "'1970-01-01 00:00:44'",
     ),
@@ -229,7 +281,8 @@ pub fn extract(x: Compiled, part: &'static str) -> Compiled {
     })
 }
 
-fn part(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn part(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let part = match name {
         "DAYOFMONTH" => "DAY",
         "DAYOFYEAR" => "DOY",
@@ -300,7 +353,8 @@ fn unit_at(args: &[Compiled], i: usize, function: &str) -> Result<Unit, String> 
     Unit::parse(&constant_text(args, i).unwrap_or_default(), function)
 }
 
-fn floor_ceil(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn floor_ceil(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let unit = unit_at(&args, 1, name)?;
     if unit == Unit::Week {
         return Err(format!(
@@ -353,7 +407,8 @@ fn shift(ms: i64, unit: Unit, n: i64) -> Result<i64, String> {
     }
 }
 
-fn timestamp_add(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn timestamp_add(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let unit = unit_at(&args, 0, name)?;
     let rest = args.into_iter().skip(1).collect();
     Ok(strict(T::Timestamp, rest, move |v| {
@@ -377,7 +432,8 @@ fn months_between(a: DateTime, b: DateTime) -> Result<i64, String> {
     Ok(if reached > b { m - 1 } else { m })
 }
 
-fn timestamp_diff(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn timestamp_diff(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let name = call.name;
     let unit = unit_at(&args, 0, name)?;
     let rest = args.into_iter().skip(1).collect();
     Ok(strict(T::BigInt, rest, move |v| {
@@ -392,7 +448,7 @@ fn timestamp_diff(name: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn date_format(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn date_format(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let pattern = java_pattern(&constant_text(&args, 1).unwrap_or_default());
     let first = args.into_iter().take(1).collect();
     Ok(strict(T::String, first, move |v| {
@@ -404,7 +460,7 @@ fn date_format(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn to_timestamp(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn to_timestamp(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let pattern = constant_text(&args, 1).map(|p| java_pattern(&p));
     let first = args.into_iter().take(1).collect();
     Ok(strict(T::Timestamp, first, move |v| {
@@ -416,32 +472,94 @@ fn to_timestamp(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-fn unix_timestamp(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn unix_timestamp(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let pattern =
         java_pattern(&constant_text(&args, 1).unwrap_or_else(|| "yyyy-MM-dd HH:mm:ss".to_string()));
+    let zone = call.zone.clone();
     let first = args.into_iter().take(1).collect();
     Ok(strict(T::BigInt, first, move |v| {
         let ms = match &v[0] {
             Value::Timestamp(ms) => *ms,
-            s => parse_pattern(text(s), &pattern).or_else(|_| parse_timestamp(text(s)))?,
+            s => {
+                let local =
+                    parse_pattern(text(s), &pattern).or_else(|_| parse_timestamp(text(s)))?;
+                zoned_ms(&zone, local)?
+            }
         };
         Ok(Value::Int(ms.div_euclid(1000)))
     }))
 }
 
-fn from_unixtime(_: &str, args: Vec<Compiled>) -> Result<Compiled, String> {
+fn from_unixtime(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let pattern =
         java_pattern(&constant_text(&args, 1).unwrap_or_else(|| "yyyy-MM-dd HH:mm:ss".to_string()));
+    let zone = call.zone.clone();
     let first = args.into_iter().take(1).collect();
     Ok(strict(T::String, first, move |v| -> Outcome {
         let ms = int(&v[0])
             .checked_mul(1000)
             .ok_or("FROM_UNIXTIME: seconds out of range")?;
-        Ok(Value::String(format_pattern(ms, &pattern)?))
+        Ok(Value::String(format_pattern(
+            local_ms(&zone, ms)?,
+            &pattern,
+        )?))
     }))
 }
 
-fn current_watermark(_: &str, _: Vec<Compiled>) -> Result<Compiled, String> {
+fn to_timestamp_ltz(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    if args[0].ty == Ty::Data(T::String) {
+        let pattern = constant_text(&args, 1).map(|p| java_pattern(&p));
+        let zone = match constant_text(&args, 2) {
+            Some(name) => crate::sql::session::time_zone(&name)?,
+            None => call.zone.clone(),
+        };
+        let first = args.into_iter().take(1).collect();
+        return Ok(strict(T::TimestampLtz, first, move |v| {
+            let s = text(&v[0]);
+            let local = match &pattern {
+                None => parse_timestamp(s)?,
+                Some(p) => parse_pattern(s, p)?,
+            };
+            Ok(Value::Timestamp(zoned_ms(&zone, local)?))
+        }));
+    }
+    let scale = match args.get(1).and_then(|a| a.constant.as_ref()) {
+        None => 1,
+        Some(Value::Int(3)) => 1,
+        Some(Value::Int(0)) => 1000,
+        Some(other) => {
+            return Err(format!(
+                "TO_TIMESTAMP_LTZ's precision is 0 (seconds) or 3 (milliseconds), not {other:?}"
+            ))
+        }
+    };
+    let first = args.into_iter().take(1).collect();
+    Ok(strict(T::TimestampLtz, first, move |v| {
+        int(&v[0])
+            .checked_mul(scale)
+            .map(Value::Timestamp)
+            .ok_or_else(|| "TO_TIMESTAMP_LTZ: out of range".to_string())
+    }))
+}
+
+fn convert_tz(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    // Zones that are constants are looked up once.
+    let fixed = |i: usize| constant_text(&args, i).map(|z| crate::sql::session::time_zone(&z));
+    let (from, to) = (fixed(1).transpose()?, fixed(2).transpose()?);
+    let pattern = java_pattern("yyyy-MM-dd HH:mm:ss");
+    Ok(strict(T::String, args, move |v| {
+        let zone = |given: &Option<jiff::tz::TimeZone>, i: usize| match given {
+            Some(z) => Ok(z.clone()),
+            None => crate::sql::session::time_zone(text(&v[i])),
+        };
+        let local = parse_timestamp(text(&v[0]))?;
+        let instant = zoned_ms(&zone(&from, 1)?, local)?;
+        let there = local_ms(&zone(&to, 2)?, instant)?;
+        Ok(Value::String(format_pattern(there, &pattern)?))
+    }))
+}
+
+fn current_watermark(_: &Call, _: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(Compiled::new(Ty::Data(T::Timestamp), |_| {
         let w = crate::dataflow::operator::task_watermark();
         Ok(if w == crate::time::MIN_WATERMARK {
