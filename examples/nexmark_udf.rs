@@ -1,7 +1,7 @@
 //! The `weir` binary with user-defined functions written in Rust: Nexmark
 //! q14's `count_char`, the table function `split_words_rust`, and
-//! `panics_on_x`, which panics (for the tests: a panic is a bad value,
-//! never a crash). Run it as `weir`:
+//! `panics_on_x`, which panics (for the tests: a row it fails on is a bad
+//! record, never a crash), and the aggregate `price_span`. Run it as `weir`:
 //!
 //! ```text
 //! cargo run --example nexmark_udf -- run --config weir.toml
@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 
 use weir::dataflow::row::{DataType, Value};
-use weir::udf::{Functions, ScalarFunction, TableFunction};
+use weir::udf::{AggregateFunction, Functions, ScalarFunction, TableFunction};
 
 /// Nexmark's `CountChar`: how many characters of `s` are the first
 /// character of `c`.
@@ -33,6 +33,50 @@ fn split_words(args: &[Value]) -> Result<Vec<Vec<Value>>, String> {
         .filter(|w| !w.is_empty())
         .map(|w| vec![Value::String(w.to_string()), Value::Int(w.len() as i64)])
         .collect())
+}
+
+/// The aggregate `price_span(x)`: the largest value less the smallest.
+/// Its accumulator is a ROW of the two, kept in weir's state and
+/// checkpointed with it. It merges (SESSION windows) but has no retract
+/// step (the next extreme is not kept), so weir refuses it over an
+/// updating input.
+fn price_span() -> AggregateFunction {
+    let parts = |acc: &Value| match acc {
+        Value::Struct(f) => (
+            f[0].as_int().unwrap_or(i64::MAX),
+            f[1].as_int().unwrap_or(i64::MIN),
+        ),
+        _ => (i64::MAX, i64::MIN),
+    };
+    AggregateFunction::new(
+        "price_span",
+        DataType::BigInt,
+        DataType::BigInt,
+        || Value::Struct(vec![Value::Null, Value::Null]),
+        move |acc, args| {
+            let x = args[0].as_int().ok_or("price_span takes a BIGINT")?;
+            let (lo, hi) = parts(&acc);
+            Ok(Value::Struct(vec![
+                Value::Int(lo.min(x)),
+                Value::Int(hi.max(x)),
+            ]))
+        },
+        move |acc| {
+            let (lo, hi) = parts(acc);
+            Ok(if lo > hi {
+                Value::Null
+            } else {
+                Value::Int(hi - lo)
+            })
+        },
+    )
+    .with_merge(move |a, b| {
+        let ((a0, a1), (b0, b1)) = (parts(&a), parts(b));
+        Ok(Value::Struct(vec![
+            Value::Int(a0.min(b0)),
+            Value::Int(a1.max(b1)),
+        ]))
+    })
 }
 
 fn main() -> ExitCode {
@@ -58,6 +102,7 @@ fn main() -> ExitCode {
             &[DataType::String],
             &[("word", DataType::String), ("len", DataType::BigInt)],
             split_words,
-        ));
+        ))
+        .aggregate(price_span());
     weir::main_with_functions(functions)
 }

@@ -29,15 +29,9 @@ fn graph(input: &str, output: &str) -> weir::Result<Graph> {
     // Only payments: `WHERE amount > 0`, a filter over a row expression.
     let payments = payments.filter_where("paid", Expr::col("amount").gt(Expr::lit(0)));
     let amount = payments.schema().index_of("amount");
-    let totals = payments.key_by(&["user"]).aggregate(
-        "totals",
-        vec![Agg {
-            function: AggFunction::Sum,
-            column: amount,
-            name: "total".into(),
-            distinct: false,
-        }],
-    );
+    let totals = payments
+        .key_by(&["user"])
+        .aggregate("totals", vec![Agg::of(AggFunction::Sum, amount, "total")]);
     totals
         .key_by(&["total"])
         .aggregate("users-per-total", vec![Agg::count("users")])

@@ -51,6 +51,7 @@ fn columns() -> Vec<Column> {
         // An instant: given to DuckDB with its offset (+00), shown by both
         // in the session time zone of the run.
         c("l", DataType::TimestampLtz, "TIMESTAMPTZ"),
+        c("dt", DataType::Date, "DATE"),
         c("b", DataType::Boolean, "BOOLEAN"),
         c("a", DataType::List(Box::new(DataType::String)), "VARCHAR[]"),
         c("j", DataType::String, "VARCHAR"),
@@ -134,6 +135,17 @@ fn edges(column: &str) -> Vec<Json> {
             "1969-12-31 23:59:59.999+00",
             "1900-03-01 06:07:08.009+00"
         ]),
+        "dt" => json!([
+            null,
+            "1970-01-01",
+            "2026-12-07",
+            "2024-02-29",
+            "1969-12-31",
+            "2000-03-01",
+            "1900-01-01",
+            "2026-03-08",
+            "2026-11-01"
+        ]),
         "b" => json!([null, true, false]),
         "a" => json!([
             null,
@@ -199,6 +211,12 @@ fn random_value(column: &str, rng: &mut Rng) -> Json {
             let t = jiff::Timestamp::from_millisecond(ms).unwrap();
             json!(format!("{}+00", t.strftime("%Y-%m-%d %H:%M:%S%.3f")))
         }
+        "dt" => {
+            // 1960 to 2040.
+            let ms = (rng.below(29_220) as i64 - 3_653) * 86_400_000;
+            let t = jiff::Timestamp::from_millisecond(ms).unwrap();
+            json!(t.strftime("%Y-%m-%d").to_string())
+        }
         "b" => json!(rng.below(2) == 0),
         "a" => {
             let n = rng.below(4);
@@ -239,6 +257,9 @@ fn weir_value(v: &Json, t: &DataType) -> Value {
         (Json::String(s), DataType::Timestamp) => {
             let ms = weir::dataflow::json::parse_timestamp(s).unwrap();
             Value::Timestamp(ms)
+        }
+        (Json::String(s), DataType::Date) => {
+            Value::Timestamp(weir::dataflow::json::parse_date(s).unwrap())
         }
         (Json::String(s), DataType::TimestampLtz) => {
             let utc = s.strip_suffix("+00").expect("an instant at +00");
@@ -407,7 +428,13 @@ fn weir_values(sql: &str, rows: &[Vec<Json>], zone: &str) -> Result<Vec<Json>, S
                 .zip(&columns)
                 .map(|(v, c)| weir_value(v, &c.weir))
                 .collect();
-            canonical(&(compiled.eval)(&values).unwrap_or(Value::Null))
+            match (compiled.eval)(&values).unwrap_or(Value::Null) {
+                // A DATE is its day, as DuckDB gives it.
+                Value::Timestamp(ms) if compiled.data_type() == Some(&DataType::Date) => {
+                    json!(weir::dataflow::json::format_date(ms))
+                }
+                v => canonical(&v),
+            }
         })
         .collect())
 }

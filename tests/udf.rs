@@ -49,15 +49,46 @@ const WORDS_DUCKDB: &str = "SELECT auction, bidder, w AS word, strlen(w) AS len
      FROM bid, unnest(string_split(extra || ' ' || channel || ' ' || extra, ' ')) AS t(w)
      WHERE w <> ''";
 
-/// A function that traps, one that runs out of fuel and one that panics:
-/// each row's value is NULL where it failed, and the job goes on.
+/// A function that traps (an x in `extra`), one that runs out of fuel (a
+/// price under 1000) and one that panics (every seventh auction): a row any
+/// of them fails on is a bad record under the source's `on_bad_record`.
+/// `bid` dead-letters it and `bid_skipping` (the same bids, on a topic of
+/// its own) skips it; the job goes on, and every other row is whole.
 const FAULTS_DUCKDB: &str = "SELECT auction, bidder, extra, price,
-       CASE WHEN contains(extra, 'x') THEN NULL ELSE strlen(extra) END AS fussy,
-       CASE WHEN price < 1000 THEN NULL ELSE (price - 1000) * 2 END AS spun,
-       CASE WHEN contains(extra, 'x') THEN NULL ELSE strlen(extra) END AS panicked,
+       strlen(extra) AS fussy, (price - 1000) * 2 AS spun, 2 AS panicked,
        length('é' || extra || 'ü' || channel || 'é')
          - length(replace('é' || extra || 'ü' || channel || 'é', 'é', '')) AS accents
-     FROM bid";
+     FROM bid
+     WHERE NOT contains(extra, 'x') AND (price IS NULL OR price >= 1000) AND auction % 7 <> 0";
+
+/// The rows the functions fail on: the dead letters of `bid`'s query.
+const FAILED_DUCKDB: &str = "SELECT auction, bidder, extra, price FROM bid
+     WHERE contains(extra, 'x') OR price < 1000 OR auction % 7 = 0";
+
+/// Evaluated in order, so each fails first on rows of its own: the trap on
+/// an x in `extra`, the fuel on a price under 1000, the panic on every
+/// seventh auction.
+const FAULTS_SQL: &str = "SELECT auction, bidder, extra, price, fussy_length(extra) AS fussy, \
+     spin_if_negative(price - 1000) AS spun, \
+     panics_on_x(IF(MOD(auction, 7) = 0, 'x', 'ok')) AS panicked, \
+     count_char(CONCAT('é', extra, 'ü', channel, 'é'), 'é') AS accents FROM";
+
+/// `[sources.bid_skipping]`: the bids again, with `on_bad_record = "skip"`.
+fn skipping_source(topic: &str) -> String {
+    format!(
+        r#"
+[sources.bid_skipping]
+topics = ["{topic}"]
+format = "json"
+schema = """
+  auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+  date_time TIMESTAMP(3), extra VARCHAR,
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
+"""
+on_bad_record = "skip"
+"#
+    )
+}
 
 fn functions_toml(wat: &Path) -> String {
     let wat = wat.display();
@@ -117,13 +148,18 @@ fn q14_with_count_char_in_rust_and_in_webassembly_is_exact_under_sigkills() {
             ),
             WORDS_DUCKDB,
         ),
+        ("faults", format!("{FAULTS_SQL} bid"), FAULTS_DUCKDB),
         (
-            "faults",
-            "SELECT auction, bidder, extra, price, fussy_length(extra) AS fussy, \
-             spin_if_negative(price - 1000) AS spun, panics_on_x(extra) AS panicked, \
-             count_char(CONCAT('é', extra, 'ü', channel, 'é'), 'é') AS accents FROM bid"
-                .to_string(),
+            "faults_skipped",
+            format!("{FAULTS_SQL} bid_skipping"),
             FAULTS_DUCKDB,
+        ),
+        // An aggregate written in Rust, its accumulator (a ROW) in state.
+        (
+            "span_rust",
+            "SELECT auction, price_span(price) AS span, COUNT(*) AS n FROM bid GROUP BY auction"
+                .to_string(),
+            "SELECT auction, max(price) - min(price) AS span, count(*) AS n FROM bid GROUP BY auction",
         ),
     ];
     let sinks: Vec<(String, String)> = queries
@@ -138,7 +174,13 @@ fn q14_with_count_char_in_rust_and_in_webassembly_is_exact_under_sigkills() {
         .map(|(name, q, _)| format!("INSERT INTO {name}\n{q};\n"))
         .collect();
     let wat = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/udf/udfs.wat");
-    let sections = sql_sections(&bid_topic, &dlq, &sinks, &sql) + &functions_toml(&wat);
+    // The skipping source reads the same bids from a topic of its own
+    // (a topic has one source).
+    let skipping_topic = unique("udf-bid-skipping");
+    create_topic(&skipping_topic, 2);
+    let sections = sql_sections(&bid_topic, &dlq, &sinks, &sql)
+        + &skipping_source(&skipping_topic)
+        + &functions_toml(&wat);
     let config = graph_config_with(
         dir.path(),
         &unique("udf-nexmark"),
@@ -151,41 +193,71 @@ fn q14_with_count_char_in_rust_and_in_webassembly_is_exact_under_sigkills() {
         .map(<[String]>::to_vec)
         .collect();
     chunks.push(flush);
-    let mut weir = feed_with_kills(
+    let mut weir = feed_with_kills_by(
         &Job {
             binary: example("nexmark_udf"),
             config: &config,
             env: &[],
         },
-        (&bid_topic, 2),
-        &chunks,
+        chunks.len(),
         4,
         &mut rng,
+        |i| {
+            weir_testkit::produce(&bid_topic, 2, &chunks[i]);
+            weir_testkit::produce(&skipping_topic, 2, &chunks[i]);
+        },
     );
     for ((name, _, duckdb_sql), (_, topic)) in queries.iter().zip(&sinks) {
         let q = Query {
             sink: name,
             weir: "",
             duckdb: duckdb_sql,
-            updating: false,
+            updating: *name == "span_rust",
             compare: &[],
         };
         assert_matches_duckdb(&q, topic, &data, Duration::from_secs(90), &|| {
             format!("seed {seed}; log: {}", log_tail(&weir.log_text()))
         });
     }
-    let faults = read_topic(
-        &sinks[4].1,
-        Isolation::Committed,
-        Duration::from_secs(30),
-        Duration::from_secs(1),
-        |_| true,
-    );
-    let nulls = |column: &str| faults.iter().filter(|r| json(r)[column].is_null()).count();
+    // The dead letters: each row a function failed on, once, as JSON,
+    // with the error naming the function.
+    let failed = duckdb(&data, FAILED_DUCKDB);
     assert!(
-        nulls("fussy") > 0 && nulls("spun") > 0 && nulls("panicked") > 0,
-        "some rows made each function fail; seed {seed}"
+        !failed.is_empty(),
+        "no row made a function fail; seed {seed}"
     );
+    let letters = read_topic(
+        &dlq,
+        Isolation::Committed,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        |r| r.len() >= failed.len(),
+    );
+    let row = |v: &serde_json::Value| {
+        ["auction", "bidder", "extra", "price"]
+            .map(|c| canon(&v[c]))
+            .join(" ")
+    };
+    let mut want: Vec<String> = failed.iter().map(row).collect();
+    let mut got: Vec<String> = letters.iter().map(|r| row(&json(r))).collect();
+    want.sort();
+    got.sort();
+    assert_eq!(
+        got, want,
+        "the dead letters are the rows a function failed on; seed {seed}"
+    );
+    for r in &letters {
+        let error = r
+            .headers
+            .get("weir.function.error")
+            .map_or("", String::as_str);
+        assert!(
+            ["FUSSY_LENGTH", "SPIN_IF_NEGATIVE", "PANICS_ON_X"]
+                .iter()
+                .any(|f| error.contains(f)),
+            "a dead letter names the function that failed: {error:?}"
+        );
+    }
     let log = weir.log_text();
     weir.stop(Duration::from_secs(30));
     assert!(
@@ -193,8 +265,13 @@ fn q14_with_count_char_in_rust_and_in_webassembly_is_exact_under_sigkills() {
         "the job was restarted after each kill"
     );
     assert!(
-        log.contains("trapped") && log.contains("ran out of fuel") && log.contains("panicked"),
-        "a failing function is logged with why: {}",
+        ["trapped", "ran out of fuel", "panicked"]
+            .iter()
+            .all(|why| letters.iter().any(|r| r
+                .headers
+                .get("weir.function.error")
+                .is_some_and(|e| e.contains(why)))),
+        "each way a function fails is named: {}",
         log_tail(&log)
     );
 }
@@ -277,4 +354,113 @@ fn validate_names_what_is_wrong_with_a_user_defined_function() {
             && bad_type.contains("unknown type VARCHR"),
         "{bad_type}"
     );
+}
+
+/// Under `on_bad_record = "fail"`, a row a function fails on stops the job
+/// with an error that names the function, why and the row: at once, not
+/// after a loop of restarts that would meet the row again each time.
+#[test]
+fn a_function_failing_under_on_bad_record_fail_stops_the_job_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bid_topic = unique("udf-fail-bid");
+    let out_topic = unique("udf-fail-out");
+    create_topic(&bid_topic, 1);
+    create_topic(&out_topic, 1);
+    let bid = |auction: u32, extra: &str| {
+        format!(
+            r#"{{"auction":{auction},"bidder":1,"price":5000,"channel":"c","url":"u","date_time":"2026-12-07T10:00:00.000Z","extra":"{extra}"}}"#
+        )
+    };
+    weir_testkit::produce(
+        &bid_topic,
+        1,
+        &[bid(1, "fine"), bid(2, "an x here"), bid(3, "fine")],
+    );
+    let sinks = vec![("out".to_string(), out_topic.clone())];
+    let wat = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/udf/udfs.wat");
+    let sections = sql_sections(
+        &bid_topic,
+        "unused-dlq",
+        &sinks,
+        "INSERT INTO out SELECT auction, fussy_length(extra) AS n FROM bid;",
+    )
+    .replace(
+        "on_bad_record = \"dead-letter\"\ndead_letter_topic = \"unused-dlq\"",
+        "on_bad_record = \"fail\"",
+    ) + &functions_toml(&wat);
+    assert!(sections.contains("on_bad_record = \"fail\""));
+    let config = graph_config_with(
+        dir.path(),
+        &unique("udf-fail"),
+        1,
+        &dir.path().join("checkpoints"),
+        &sections,
+    );
+    let mut weir = weir_testkit::WeirProcess::start(&weir(), &config, &[]);
+    let status = weir.wait(Duration::from_secs(120));
+    let log = weir.log_text();
+    let status = status.unwrap_or_else(|| {
+        weir.kill9();
+        panic!("weir did not stop: {}", log_tail(&log))
+    });
+    assert!(!status.success(), "the job failed: {}", log_tail(&log));
+    assert!(
+        log.contains("FUSSY_LENGTH")
+            && log.contains("trapped")
+            && log.contains("an x here")
+            && log.contains("on_bad_record"),
+        "the error names the function, why and the row: {}",
+        log_tail(&log)
+    );
+    assert!(
+        log.contains("a restart would not fix this")
+            && !log.contains("restarting from the last checkpoint"),
+        "it stops at once, without restarts: {}",
+        log_tail(&log)
+    );
+}
+
+/// `weir validate` of the binary with Rust functions refuses a
+/// user-defined aggregate without a retract step over an updating result,
+/// and DISTINCT in one, each at its line and column.
+#[test]
+fn validate_refuses_a_user_aggregate_where_it_cannot_be_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |sql: &str| -> String {
+        let sinks = vec![("out".to_string(), "udf-validate-agg-out".to_string())];
+        let sections = sql_sections("udf-validate-agg-in", "udf-validate-agg-dlq", &sinks, sql);
+        let config = graph_config_with(
+            dir.path(),
+            "udf-validate-agg",
+            1,
+            &dir.path().join("checkpoints"),
+            &sections,
+        );
+        let out = std::process::Command::new(example("nexmark_udf"))
+            .args(["validate", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+    };
+    let updating = check(
+        "INSERT INTO out SELECT bidder, price_span(top) AS span FROM \
+         (SELECT auction, bidder, MAX(price) AS top FROM bid GROUP BY auction, bidder) \
+         GROUP BY bidder;",
+    );
+    assert!(
+        updating.contains("PRICE_SPAN over an updating result needs a retract step"),
+        "{updating}"
+    );
+    let distinct = check(
+        "INSERT INTO out SELECT auction, price_span(DISTINCT price) AS span FROM bid GROUP BY auction;",
+    );
+    assert!(
+        distinct.contains("DISTINCT in the user-defined aggregate PRICE_SPAN"),
+        "{distinct}"
+    );
+    let fine = check(
+        "INSERT INTO out SELECT auction, price_span(price) AS span FROM bid GROUP BY auction;",
+    );
+    assert!(!fine.contains("error"), "{fine}");
 }

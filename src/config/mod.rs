@@ -286,6 +286,26 @@ impl Config {
                 }
             }
         };
+        // `[functions.NAME]` are called by a SQL job's statements: another
+        // job would load them and never call them.
+        if tree.contains_key("functions")
+            && !matches!(kind, Some(JobKind::Sql(_)))
+            && !sql::is_sql_job(&tree)
+        {
+            problems.push(ConfigProblem {
+                key: "functions".into(),
+                message: if graph {
+                    "[functions.NAME] are WebAssembly functions for a SQL job's statements; a \
+                     job built with the Rust API calls Rust functions itself (or registers them \
+                     with weir::udf for its SQL); remove [functions]"
+                        .into()
+                } else {
+                    "[functions.NAME] are WebAssembly functions for a SQL job's statements \
+                     ([pipeline] sql); a built-in pipeline calls none; remove [functions]"
+                        .into()
+                },
+            });
+        }
         let sink_ok = sink.is_some() || !tree.contains_key("sink");
         let (
             Some(job),
@@ -799,6 +819,20 @@ topic = "word-counts"
         let e = load_graph(&format!("{}[sink]\ntopic = \"out\"\n", common())).unwrap_err();
         assert_eq!(keys(&e), ["sink.topic"], "{e}");
         assert!(e.to_string().contains("graph names"), "{e}");
+    }
+
+    #[test]
+    fn functions_outside_a_sql_job_are_refused_by_their_key() {
+        let functions = "\n[functions.f]\nwasm = \"f.wasm\"\nreturns = \"BIGINT\"\n";
+        let e = load(&format!("{VALID}{functions}"), &[]).unwrap_err();
+        assert_eq!(keys(&e), ["functions"], "{e}");
+        assert!(e.to_string().contains("built-in pipeline"), "{e}");
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(format!("{}{functions}", common()).as_bytes())
+            .unwrap();
+        let e = Config::load_for_graph(f.path()).unwrap_err();
+        assert_eq!(keys(&e), ["functions"], "{e}");
+        assert!(e.to_string().contains("Rust API"), "{e}");
     }
 
     #[test]

@@ -482,6 +482,25 @@ impl Stream {
         self.then(uid, "map", schema, stateless(Map(Arc::new(f))))
     }
 
+    /// A stateless operator of your own, of `kind`, whose output rows
+    /// have `schema`; the records it sets aside
+    /// ([`super::operator::Context::late`]) go to
+    /// `dead_letters` (or are dropped and counted without it).
+    pub fn stateless(
+        &self,
+        uid: &str,
+        kind: &str,
+        schema: Schema,
+        op: impl Operator + Clone + Sync + 'static,
+        dead_letters: Option<String>,
+    ) -> Stream {
+        let mut body = stateless(op);
+        if let NodeBody::Operator(spec) = &mut body {
+            spec.late_topic = dead_letters;
+        }
+        self.then(uid, kind, schema, body)
+    }
+
     /// [`Stream::map`] over an updating stream: an update that maps to
     /// the row its old row mapped to is dropped ([`ChangeMap`]).
     pub fn map_changes(
@@ -1168,6 +1187,7 @@ mod tests {
                 column: Some(9),
                 name: "s".into(),
                 distinct: false,
+                user: None,
             }],
         );
         w.sink("split", KafkaSink::upsert("out", &[]));

@@ -66,6 +66,15 @@ pub fn from_json(j: &Json, t: &DataType) -> Result<Value, String> {
             Json::String(s) => parse_timestamp(s)?,
             _ => return Err(wrong()),
         }),
+        // `"2026-12-07"`, or a day count since 1970-01-01 (Avro's).
+        DataType::Date => Value::Timestamp(match j {
+            Json::Number(n) => n
+                .as_i64()
+                .and_then(|d| d.checked_mul(MS_PER_DAY))
+                .ok_or_else(wrong)?,
+            Json::String(s) => parse_date(s)?,
+            _ => return Err(wrong()),
+        }),
         DataType::List(item) => Value::List(
             j.as_array()
                 .ok_or_else(wrong)?
@@ -103,6 +112,31 @@ pub fn parse_timestamp(s: &str) -> Result<i64, String> {
         .to_zoned(jiff::tz::TimeZone::UTC)
         .map(|z| z.timestamp().as_millisecond())
         .map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Milliseconds in a day: a DATE is carried as its midnight's.
+pub const MS_PER_DAY: i64 = 86_400_000;
+
+/// The milliseconds of the midnight (UTC) of `yyyy-MM-dd`.
+pub fn parse_date(s: &str) -> Result<i64, String> {
+    let d = s
+        .trim()
+        .parse::<jiff::civil::Date>()
+        .map_err(|_| format!("{s:?} is not a date (yyyy-MM-dd)"))?;
+    d.to_zoned(jiff::tz::TimeZone::UTC)
+        .map(|z| z.timestamp().as_millisecond())
+        .map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// `2026-11-30`: the day of a DATE's milliseconds.
+pub fn format_date(ms: i64) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(ts) => {
+            let z = ts.to_zoned(jiff::tz::TimeZone::UTC);
+            format!("{:04}-{:02}-{:02}", z.year(), z.month(), z.day())
+        }
+        Err(_) => ms.to_string(),
+    }
 }
 
 /// `2026-11-30T10:00:00.000Z`.
@@ -155,6 +189,7 @@ pub fn write_value(v: &Value, t: &DataType, out: &mut Vec<u8>) {
         }
         Value::String(s) => write_str(s, out),
         Value::Bytes(b) => write_str(&String::from_utf8_lossy(b), out),
+        Value::Timestamp(ms) if *t == DataType::Date => write_str(&format_date(*ms), out),
         Value::Timestamp(ms) => write_str(&format_timestamp(*ms), out),
         Value::List(items) => {
             let item = match t {
@@ -299,6 +334,19 @@ mod tests {
             ),
             ("missing", DataType::Boolean),
         ])
+    }
+
+    #[test]
+    fn a_date_reads_its_day_and_writes_it_back() {
+        let date = DataType::Date;
+        let v = from_json(&serde_json::json!("2024-02-29"), &date).unwrap();
+        assert_eq!(v, Value::Timestamp(1_709_164_800_000));
+        assert_eq!(from_json(&serde_json::json!(19_782), &date).unwrap(), v);
+        let mut out = Vec::new();
+        write_value(&v, &date, &mut out);
+        assert_eq!(out, b"\"2024-02-29\"");
+        let e = from_json(&serde_json::json!("2024-02-30"), &date).unwrap_err();
+        assert!(e.contains("is not a date"), "{e}");
     }
 
     #[test]

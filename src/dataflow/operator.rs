@@ -42,6 +42,10 @@ pub struct LateRecord {
     /// (`KafkaSource::with_origin`): the dead letter gets its key and the
     /// `weir.source.*` headers, as a bad record's does.
     pub origin: Option<RecordOrigin>,
+    /// Set aside because a user-defined function failed on it, not for
+    /// being late: counted as such (`weir_function_failures_total`), not
+    /// as a late record.
+    pub failed: bool,
 }
 
 /// Where a row was read: its Kafka record's key, topic, partition and

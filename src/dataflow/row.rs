@@ -265,6 +265,9 @@ pub enum DataType {
     /// TIMESTAMP(3): a wall-clock time without a zone, milliseconds as if
     /// it were UTC.
     Timestamp,
+    /// DATE: a day, carried as [`Value::Timestamp`] at its midnight (as if
+    /// UTC), so that the functions over timestamps read its fields.
+    Date,
     /// TIMESTAMP_LTZ(3): an instant, milliseconds since the Unix epoch.
     /// Carried as [`Value::Timestamp`] like TIMESTAMP; SQL shows it, and
     /// reads its fields, in the session time zone (`[pipeline]
@@ -295,6 +298,7 @@ impl fmt::Display for DataType {
             DataType::Bytes => write!(f, "BYTES"),
             DataType::Timestamp => write!(f, "TIMESTAMP(3)"),
             DataType::TimestampLtz => write!(f, "TIMESTAMP_LTZ(3)"),
+            DataType::Date => write!(f, "DATE"),
             DataType::List(t) => write!(f, "ARRAY<{t}>"),
             DataType::Struct(fields) => {
                 write!(f, "ROW<")?;

@@ -277,10 +277,11 @@ impl Chain {
         let records = ctx.take_late_records();
         match late {
             Some(output) if !records.is_empty() => {
+                let late = records.iter().filter(|r| !r.failed).count();
                 self.metrics
                     .late_records
                     .with_label_values(&["dead-letter"])
-                    .inc_by(records.len() as u64);
+                    .inc_by(late as u64);
                 for r in records {
                     // With its origin, the dead letter names its Kafka
                     // record as a bad record's does.
@@ -299,7 +300,7 @@ impl Chain {
                     }))?;
                 }
             }
-            _ => dropped += records.len() as u64,
+            _ => dropped += records.iter().filter(|r| !r.failed).count() as u64,
         }
         if dropped > 0 {
             self.metrics

@@ -125,6 +125,7 @@ fn parse_field(field: &[u8], t: &DataType) -> Result<Value, String> {
                 Err(_) => crate::dataflow::json::parse_timestamp(text)?,
             })
         }
+        DataType::Date => Value::Timestamp(crate::dataflow::json::parse_date(text)?),
         DataType::List(_) | DataType::Struct(_) => return Err(wrong()),
     })
 }

@@ -137,6 +137,7 @@ fn type_schema(t: &DataType) -> serde_json::Value {
         DataType::Timestamp | DataType::TimestampLtz => {
             json!({"type": ["string", "null"], "format": "date-time"})
         }
+        DataType::Date => json!({"type": ["string", "null"], "format": "date"}),
         DataType::List(item) => json!({"type": ["array", "null"], "items": type_schema(item)}),
         DataType::Struct(fields) => {
             json!({"type": ["object", "null"], "properties": properties(fields)})

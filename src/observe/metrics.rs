@@ -28,6 +28,21 @@ pub static EXPRESSION_ERRORS: std::sync::LazyLock<IntCounterVec> = std::sync::La
     .expect("metric")
 });
 
+/// Rows a user-defined function failed on (an error, a panic, a trap),
+/// per operator and what the row became under its source's
+/// `on_bad_record` (`sql::plan::on_failure`). Global for the reason
+/// [`EXPRESSION_ERRORS`] is.
+pub static FUNCTION_FAILURES: std::sync::LazyLock<IntCounterVec> = std::sync::LazyLock::new(|| {
+    IntCounterVec::new(
+            Opts::new(
+                "weir_function_failures_total",
+                "Rows a user-defined function failed on, per operator and policy (skip, dead-letter, fail)",
+            ),
+            &["operator", "policy"],
+        )
+        .expect("metric")
+});
+
 /// One sample of one metric, as `/metrics` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Sample {
@@ -304,6 +319,8 @@ impl Metrics {
         r.register(Box::new(m.late_records.clone()))
             .expect("register");
         r.register(Box::new(EXPRESSION_ERRORS.clone()))
+            .expect("register");
+        r.register(Box::new(FUNCTION_FAILURES.clone()))
             .expect("register");
         r.register(Box::new(m.open_windows.clone()))
             .expect("register");

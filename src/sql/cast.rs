@@ -117,6 +117,11 @@ pub fn coerce_to(c: Compiled, ty: &Ty) -> Compiled {
     }
 }
 
+/// The midnight of the day of `ms`.
+pub fn day(ms: i64) -> i64 {
+    ms.div_euclid(crate::dataflow::json::MS_PER_DAY) * crate::dataflow::json::MS_PER_DAY
+}
+
 /// `CAST(v AS t)`.
 pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
     use DataType as T;
@@ -173,6 +178,13 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
             }
             Value::Decimal(d)
         }
+        // A DATE from text (`yyyy-MM-dd`, or a timestamp's day) and from a
+        // timestamp (its day).
+        (T::Date, Value::String(s)) => Value::Timestamp(
+            crate::dataflow::json::parse_date(&s)
+                .or_else(|_| crate::dataflow::json::parse_timestamp(&s).map(day))?,
+        ),
+        (T::Date, Value::Timestamp(ms)) => Value::Timestamp(day(ms)),
         (T::Timestamp, Value::Timestamp(ms)) => Value::Timestamp(ms),
         (T::Timestamp, Value::String(s)) => {
             Value::Timestamp(crate::dataflow::json::parse_timestamp(&s)?)

@@ -136,7 +136,36 @@ impl Dialect for FlinkDialect {
         let is_table = matches!(&parser.peek_token_ref().token,
             Token::Word(w) if w.keyword == Keyword::TABLE);
         let then_name = matches!(&parser.peek_nth_token_ref(1).token, Token::Word(_));
-        (is_table && then_name).then(|| table_argument(parser))
+        if is_table && then_name {
+            return Some(table_argument(parser));
+        }
+        // The SQL/JSON calls whose clauses are not function arguments.
+        let called = parser.peek_nth_token_ref(1).token == Token::LParen;
+        match &parser.peek_token_ref().token {
+            Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_VALUE") => {
+                Some(super::json_syntax::json_value(parser))
+            }
+            Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_OBJECT") => {
+                Some(super::json_syntax::json_object(parser))
+            }
+            Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_ARRAY") => {
+                Some(super::json_syntax::json_array(parser))
+            }
+            _ => None,
+        }
+    }
+
+    fn parse_infix(
+        &self,
+        parser: &mut Parser,
+        expr: &Expr,
+        _precedence: u8,
+    ) -> Option<Result<Expr, ParserError>> {
+        // `s IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]`.
+        let word = |n: usize, k: Keyword| matches!(&parser.peek_nth_token_ref(n).token, Token::Word(w) if w.keyword == k);
+        let is_json = word(0, Keyword::IS)
+            && (word(1, Keyword::JSON) || (word(1, Keyword::NOT) && word(2, Keyword::JSON)));
+        is_json.then(|| super::json_syntax::is_json(parser, expr.clone()))
     }
 }
 
@@ -185,7 +214,7 @@ fn table_argument(parser: &mut Parser) -> Result<Expr, ParserError> {
     Ok(call(TABLE_ARGUMENT, keyword.span, args))
 }
 
-fn call(name: &str, span: sqlparser::tokenizer::Span, args: Vec<Expr>) -> Expr {
+pub(super) fn call(name: &str, span: sqlparser::tokenizer::Span, args: Vec<Expr>) -> Expr {
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::with_span(span, name)]),
         uses_odbc_syntax: false,

@@ -74,8 +74,13 @@ impl<'a> Scope<'a> {
     }
 }
 
-/// The aggregate functions weir computes.
+/// The aggregate functions weir computes, and the user-defined ones the
+/// binary registered ([`crate::udf::register`]).
 pub fn is_aggregate(name: &str) -> bool {
+    builtin_aggregate(name) || crate::udf::registered().get_aggregate(name).is_some()
+}
+
+fn builtin_aggregate(name: &str) -> bool {
     matches!(
         name.to_ascii_uppercase().as_str(),
         "COUNT"
@@ -349,6 +354,21 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
                 (_, DataType::TimestampLtz) => {
                     let local = cast_to(x, DataType::Timestamp, kind);
                     return Ok(functions::calendar::to_zoned(local, zone));
+                }
+                // A DATE as text is its day, not its midnight.
+                (Ty::Data(DataType::Date), DataType::String) => {
+                    let f = x.eval.clone();
+                    return Ok(functions::compose::fold_if(
+                        x.constant.is_some(),
+                        Compiled::new(Ty::Data(DataType::String), move |row| {
+                            Ok(match f(row)? {
+                                Value::Timestamp(ms) => {
+                                    Value::String(crate::dataflow::json::format_date(ms))
+                                }
+                                other => other,
+                            })
+                        }),
+                    ));
                 }
                 _ => (x, t),
             };
@@ -805,7 +825,16 @@ fn timestamp(c: &Compiled, e: &E) -> Result<(), SqlError> {
 fn comparable(a: &Compiled, b: &Compiled, e: &E) -> Result<(), SqlError> {
     let ok = match (&a.ty, &b.ty) {
         (Ty::Null, _) | (_, Ty::Null) => true,
-        (Ty::Data(x), Ty::Data(y)) => x == y || (numeric(x) && numeric(y)),
+        // A DATE is compared with a TIMESTAMP as its midnight, as Flink
+        // casts it.
+        (Ty::Data(x), Ty::Data(y)) => {
+            x == y
+                || (numeric(x) && numeric(y))
+                || matches!(
+                    (x, y),
+                    (DataType::Date, DataType::Timestamp) | (DataType::Timestamp, DataType::Date)
+                )
+        }
         _ => false,
     };
     if ok {
@@ -858,6 +887,13 @@ fn coerce_for_compare(
     e: &E,
     zone: &jiff::tz::TimeZone,
 ) -> Result<Compiled, SqlError> {
+    if let (Some(Value::String(s)), Some(DataType::Date)) = (&a.constant, other.data_type()) {
+        let ms = crate::dataflow::json::parse_date(s).map_err(|m| err(e, m))?;
+        return Ok(Compiled::constant(
+            Value::Timestamp(ms),
+            Ty::Data(DataType::Date),
+        ));
+    }
     if let (Some(Value::String(s)), Some(t)) = (&a.constant, other.data_type()) {
         if t.is_timestamp() {
             let mut ms = crate::dataflow::json::parse_timestamp(s).map_err(|m| err(e, m))?;

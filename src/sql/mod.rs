@@ -20,6 +20,7 @@ pub mod expr;
 pub mod formats;
 pub mod functions;
 pub mod joins;
+pub mod json_syntax;
 pub mod names;
 pub mod plan;
 pub mod schema;

@@ -202,6 +202,7 @@ impl TypeParser<'_> {
                     DataType::Timestamp
                 }
             }
+            "DATE" => DataType::Date,
             "ARRAY" => {
                 self.expect('<')?;
                 let item = self.data_type()?;
@@ -226,7 +227,7 @@ impl TypeParser<'_> {
             _ => {
                 return Err(format!(
                     "unknown type {word}; weir has BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), \
-                     VARCHAR, BYTES, TIMESTAMP(3), TIMESTAMP_LTZ(3), ROW<...> and ARRAY<...>"
+                     VARCHAR, BYTES, DATE, TIMESTAMP(3), TIMESTAMP_LTZ(3), ROW<...> and ARRAY<...>"
                 ))
             }
         };
@@ -251,6 +252,7 @@ mod tests {
         assert_eq!(t("DECIMAL(10, 2)"), "DECIMAL(10, 2)");
         assert_eq!(t("TIMESTAMP(3)"), "TIMESTAMP(3)");
         assert_eq!(t("TIMESTAMP_LTZ(3)"), "TIMESTAMP_LTZ(3)");
+        assert_eq!(t("date"), "DATE");
         assert_eq!(t("timestamp(3) with local time zone"), "TIMESTAMP_LTZ(3)");
         assert_eq!(t("TIMESTAMP WITHOUT TIME ZONE"), "TIMESTAMP(3)");
         assert!(parse_type("TIMESTAMP WITH TIME ZONE")

@@ -493,6 +493,27 @@ fn cases() -> Vec<Case> {
         ),
         flink("CONVERT_TZ", "CONVERT_TZ('1970-01-01 00:00:00', 'UTC', 'America/Los_Angeles')", json!("1969-12-31 16:00:00")),
         flink("CONVERT_TZ", "CONVERT_TZ('2026-12-07 06:57:04', 'UTC', '+05:30')", json!("2026-12-07 12:27:04")),
+        // DATE: a day; the functions over timestamps read it as its midnight.
+        same("YEAR", "YEAR(dt)"),
+        duck("DAYOFWEEK", "DAYOFWEEK(dt)", "dayofweek(dt) + 1"),
+        duck("DATE_FORMAT", "DATE_FORMAT(dt, 'yyyy/MM/dd')", "strftime(dt, '%Y/%m/%d')"),
+        same("CAST", "CAST(dt AS VARCHAR)"),
+        same("CAST", "CAST(ts AS DATE)"),
+        duck("CAST", "CAST(dt AS TIMESTAMP(3))", "CAST(dt AS TIMESTAMP)"),
+        same("CAST", "CAST(l AS DATE)"),
+        same("CAST", "dt < DATE '2000-01-01'"),
+        same("CAST", "dt = CAST(u AS DATE)"),
+        same("CAST", "dt <= ts"),
+        duck("TO_DATE", "TO_DATE(DATE_FORMAT(ts, 'yyyy-MM-dd'))", "CAST(ts AS DATE)"),
+        duck("TO_DATE", "TO_DATE(DATE_FORMAT(u, 'dd.MM.yyyy'), 'dd.MM.yyyy')", "CAST(u AS DATE)"),
+        duck("TO_DATE", "TO_DATE(CAST(dt AS VARCHAR))", "dt"),
+        flink("TO_DATE", "CAST(TO_DATE('2026-12-07') AS VARCHAR)", json!("2026-12-07")),
+        duck("DATE_ADD", "DATE_ADD(dt, n)", "dt + n::INTEGER"),
+        duck("DATE_ADD", "DATE_ADD(ts, n * 100)", "CAST(ts AS DATE) + (n * 100)::INTEGER"),
+        duck("DATE_ADD", "DATE_ADD(CAST(dt AS VARCHAR), 1)", "dt + 1"),
+        duck("DATE_SUB", "DATE_SUB(dt, n)", "dt - n::INTEGER"),
+        duck("DATE_SUB", "DATE_SUB(u, 30)", "CAST(u AS DATE) - 30"),
+        duck("DATE_SUB", "DATE_SUB(DATE_FORMAT(u, 'yyyy-MM-dd'), n)", "CAST(u AS DATE) - n::INTEGER"),
         // No watermark has passed where these run: Flink's rule, NULL.
         flink("CURRENT_WATERMARK", "CURRENT_WATERMARK(ts) IS NULL", json!(true)),
         flink("CURRENT_WATERMARK", "CURRENT_WATERMARK(u)", json!(null)),
@@ -552,6 +573,93 @@ fn cases() -> Vec<Case> {
             "JSON_EXISTS",
             "JSON_EXISTS(j, '$[0]')",
             "CASE WHEN j IS NULL THEN NULL WHEN json_valid(j) THEN json_exists(j, '$[0]') ELSE false END",
+        ),
+        // RETURNING, ON EMPTY and ON ERROR: nothing at the path (or a JSON
+        // null) is empty; text that is not JSON, an object or array, or a
+        // scalar that does not convert is an error.
+        duck(
+            "JSON_VALUE",
+            "JSON_VALUE(j, '$.f' RETURNING DOUBLE)",
+            "CASE WHEN json_type(j, '$.f') IN ('OBJECT', 'ARRAY', 'NULL') THEN NULL ELSE TRY_CAST(json_extract_string(j, '$.f') AS DOUBLE) END",
+        ),
+        duck(
+            "JSON_VALUE",
+            "JSON_VALUE(j, '$.a' RETURNING BIGINT DEFAULT -1 ON EMPTY DEFAULT -2 ON ERROR)",
+            "CASE WHEN j IS NULL THEN NULL
+                  WHEN NOT coalesce(json_valid(j), false) THEN -2
+                  WHEN json_type(j, '$.a') IS NULL OR json_type(j, '$.a') = 'NULL' THEN -1
+                  WHEN json_type(j, '$.a') IN ('OBJECT', 'ARRAY') THEN -2
+                  ELSE coalesce(TRY_CAST(json_extract_string(j, '$.a') AS BIGINT), -2) END",
+        ),
+        duck(
+            "JSON_VALUE",
+            "JSON_VALUE(j, '$.s' RETURNING INT NULL ON EMPTY DEFAULT 0 ON ERROR)",
+            "CASE WHEN j IS NULL THEN NULL
+                  WHEN NOT coalesce(json_valid(j), false) THEN 0
+                  WHEN json_type(j, '$.s') IS NULL OR json_type(j, '$.s') = 'NULL' THEN NULL
+                  WHEN json_type(j, '$.s') IN ('OBJECT', 'ARRAY') THEN 0
+                  ELSE coalesce(TRY_CAST(json_extract_string(j, '$.s') AS INT), 0) END",
+        ),
+        duck(
+            "JSON_VALUE",
+            "JSON_VALUE(j, '$.t' RETURNING BOOLEAN DEFAULT FALSE ON EMPTY)",
+            "CASE WHEN j IS NULL THEN NULL
+                  WHEN NOT coalesce(json_valid(j), false) THEN NULL
+                  WHEN json_type(j, '$.t') IS NULL OR json_type(j, '$.t') = 'NULL' THEN false
+                  WHEN json_type(j, '$.t') IN ('OBJECT', 'ARRAY') THEN NULL
+                  ELSE TRY_CAST(json_extract_string(j, '$.t') AS BOOLEAN) END",
+        ),
+        flink("JSON_VALUE", "JSON_VALUE('{\"a\": true}', '$.a' RETURNING BOOLEAN)", json!(true)),
+        flink("JSON_VALUE", "JSON_VALUE('{\"a\": 1}', '$.b' DEFAULT 'dummy' ON EMPTY)", json!("dummy")),
+        flink("JSON_VALUE", "JSON_VALUE('[1, 2]', '$' DEFAULT 'arr' ON ERROR)", json!("arr")),
+        flink("JSON_VALUE", "JSON_VALUE('{\"a\": \"x\"}', '$.a' RETURNING INT ERROR ON ERROR)", json!(null)),
+        // JSON_OBJECT: NULL ON NULL unless told otherwise; keys in order.
+        duck("JSON_OBJECT", "JSON_OBJECT('a' VALUE i, 's' VALUE s)", "json_object('a', i, 's', s)::VARCHAR"),
+        duck(
+            "JSON_OBJECT",
+            "JSON_OBJECT(KEY 'x' VALUE s, KEY 'n' VALUE n ABSENT ON NULL)",
+            "CASE WHEN s IS NULL AND n IS NULL THEN '{}'
+                  WHEN s IS NULL THEN json_object('n', n)::VARCHAR
+                  WHEN n IS NULL THEN json_object('x', s)::VARCHAR
+                  ELSE json_object('x', s, 'n', n)::VARCHAR END",
+        ),
+        duck("JSON_OBJECT", "JSON_OBJECT(t VALUE b)", "json_object(t, b)::VARCHAR"),
+        flink(
+            "JSON_OBJECT",
+            "JSON_OBJECT(KEY 'K1' VALUE 'V1', KEY 'K2' VALUE JSON_OBJECT(KEY 'K3' VALUE 'V3'))",
+            json!("{\"K1\":\"V1\",\"K2\":{\"K3\":\"V3\"}}"),
+        ),
+        flink("JSON_OBJECT", "JSON_OBJECT(KEY 'K1' VALUE CAST(NULL AS VARCHAR) ABSENT ON NULL)", json!("{}")),
+        flink("JSON_OBJECT", "JSON_OBJECT()", json!("{}")),
+        // JSON_ARRAY: ABSENT ON NULL unless told otherwise.
+        duck("JSON_ARRAY", "JSON_ARRAY(i, s NULL ON NULL)", "json_array(i, s)::VARCHAR"),
+        duck(
+            "JSON_ARRAY",
+            "JSON_ARRAY(i, s)",
+            "CASE WHEN i IS NULL AND s IS NULL THEN '[]'
+                  WHEN i IS NULL THEN json_array(s)::VARCHAR
+                  WHEN s IS NULL THEN json_array(i)::VARCHAR
+                  ELSE json_array(i, s)::VARCHAR END",
+        ),
+        flink("JSON_ARRAY", "JSON_ARRAY(1, JSON_ARRAY(2, 'b'), JSON_OBJECT('k' VALUE FALSE))", json!("[1,[2,\"b\"],{\"k\":false}]")),
+        flink("JSON_ARRAY", "JSON_ARRAY()", json!("[]")),
+        // IS JSON: FALSE for NULL (DuckDB's json_valid is NULL).
+        duck("IS_JSON", "j IS JSON", "coalesce(json_valid(j), false)"),
+        duck("IS_JSON", "s IS NOT JSON VALUE", "NOT coalesce(json_valid(s), false)"),
+        duck(
+            "IS_JSON",
+            "j IS JSON OBJECT",
+            "CASE WHEN coalesce(json_valid(j), false) THEN json_type(j) = 'OBJECT' ELSE false END",
+        ),
+        duck(
+            "IS_JSON",
+            "j IS JSON ARRAY",
+            "CASE WHEN coalesce(json_valid(j), false) THEN json_type(j) = 'ARRAY' ELSE false END",
+        ),
+        duck(
+            "IS_JSON",
+            "CAST(i AS VARCHAR) IS JSON SCALAR",
+            "i IS NOT NULL",
         ),
         // --- conditions ---
         duck("IF", "IF(b, s, t)", "CASE WHEN b THEN s ELSE t END"),

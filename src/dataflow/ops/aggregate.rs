@@ -39,6 +39,9 @@ pub enum AggFunction {
     /// out the first equal value (Flink's `ArrayAggFunction`). LISTAGG is
     /// ARRAY_AGG joined by its separator.
     ArrayAgg,
+    /// A user-defined aggregate function ([`Agg::user`]): the part keeps
+    /// its accumulator.
+    User,
 }
 
 impl AggFunction {
@@ -79,6 +82,7 @@ impl AggFunction {
             AggFunction::FirstValue => "first_value",
             AggFunction::LastValue => "last_value",
             AggFunction::ArrayAgg => "array_agg",
+            AggFunction::User => "user-defined",
         }
     }
 
@@ -106,7 +110,28 @@ pub struct Agg {
     /// are planned so (Flink's `MinWithRetract`): MIN(DISTINCT x) is
     /// MIN(x), and a retracted minimum leaves the next one in the set.
     pub distinct: bool,
+    /// The function of [`AggFunction::User`].
+    pub user: Option<UserAggregate>,
 }
+
+/// A user-defined aggregate function in an [`Agg`], the same as another
+/// of the same name.
+#[derive(Clone)]
+pub struct UserAggregate(pub std::sync::Arc<crate::udf::AggregateFunction>);
+
+impl std::fmt::Debug for UserAggregate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserAggregate({})", self.0.name)
+    }
+}
+
+impl PartialEq for UserAggregate {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for UserAggregate {}
 
 impl Agg {
     /// `COUNT(*)` named `name`.
@@ -116,11 +141,38 @@ impl Agg {
             column: None,
             name: name.into(),
             distinct: false,
+            user: None,
+        }
+    }
+
+    /// `function(column)` named `name` (`column` None: `COUNT(*)`).
+    pub fn of(function: AggFunction, column: Option<usize>, name: &str) -> Self {
+        Self {
+            function,
+            column,
+            name: name.into(),
+            distinct: false,
+            user: None,
+        }
+    }
+
+    /// The user-defined aggregate `f` of `column`, named `name`.
+    pub fn user_defined(
+        f: crate::udf::AggregateFunction,
+        column: Option<usize>,
+        name: &str,
+    ) -> Self {
+        Self {
+            user: Some(UserAggregate(std::sync::Arc::new(f))),
+            ..Self::of(AggFunction::User, column, name)
         }
     }
 
     /// The output column's type given the input schema.
     pub fn data_type(&self, input: &Schema) -> DataType {
+        if let Some(u) = &self.user {
+            return u.0.returns.clone();
+        }
         match (self.function, self.column) {
             (AggFunction::Count, _) => DataType::BigInt,
             (AggFunction::Avg, _) => DataType::Double,
@@ -525,6 +577,15 @@ impl Accumulators {
                     }
                 }
                 AggFunction::LastValue => p.value = v.clone(),
+                AggFunction::User => {
+                    let f = &a
+                        .user
+                        .as_ref()
+                        .ok_or("a user-defined aggregate without its function")?
+                        .0;
+                    let acc = std::mem::replace(&mut p.value, Value::Null);
+                    p.value = f.step(acc, std::slice::from_ref(v), retract)?;
+                }
                 AggFunction::ArrayAgg => {
                     let mut items = match std::mem::replace(&mut p.value, Value::Null) {
                         Value::List(items) => items,
@@ -588,6 +649,14 @@ impl Accumulators {
                         }
                         _ => o.value.clone(),
                     },
+                    AggFunction::User => {
+                        let f = &a
+                            .user
+                            .as_ref()
+                            .ok_or("a user-defined aggregate without its function")?
+                            .0;
+                        f.merge_accumulators(p.value.clone(), &o.value)?
+                    }
                     _ => unreachable!("every aggregate function is matched"),
                 }
             };
@@ -609,6 +678,16 @@ impl Accumulators {
                 f if f.spread() => spread_result(f, &p.value, p.n),
                 AggFunction::BoolAnd => Value::Bool(p.value.as_int() == Some(p.n)),
                 AggFunction::BoolOr => Value::Bool(p.value.as_int().unwrap_or(0) > 0),
+                AggFunction::User => match a.user.as_ref().map(|u| u.0.value(&p.value)) {
+                    Some(Ok(v)) => v,
+                    // A result that fails is a bad value, as a failed
+                    // expression's: NULL, counted and logged.
+                    Some(Err(e)) => {
+                        crate::sql::note_eval_error(&a.name, &e);
+                        Value::Null
+                    }
+                    None => Value::Null,
+                },
                 _ => p.value.clone(),
             });
         }
@@ -1265,6 +1344,7 @@ mod tests {
                 column: Some(1),
                 name: "s".into(),
                 distinct: false,
+                user: None,
             },
         ];
         let mut h = Harness::keyed(
@@ -1429,6 +1509,7 @@ mod tests {
             column: Some(1),
             name: "m".into(),
             distinct: false,
+            user: None,
         }];
         let mut on_change = Harness::keyed(
             GroupAggregate::new(aggs.clone(), vec![0]),
@@ -1483,6 +1564,7 @@ mod tests {
             column: Some(1),
             name: "lo".into(),
             distinct: false,
+            user: None,
         }];
         let mut h = Harness::keyed(
             GroupAggregate::new(aggs, vec![0]),
@@ -1508,6 +1590,7 @@ mod distinct_tests {
             column: Some(0),
             name: "users".into(),
             distinct: true,
+            user: None,
         }]
     }
 
@@ -1569,6 +1652,7 @@ mod retracting_extreme_tests {
             column: Some(0),
             name: function.name().into(),
             distinct: true,
+            user: None,
         })
         .collect()
     }
@@ -1626,6 +1710,7 @@ mod retracting_extreme_tests {
             column: Some(0),
             name: "a".into(),
             distinct: false,
+            user: None,
         }]
     }
 

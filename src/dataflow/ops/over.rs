@@ -394,6 +394,7 @@ mod tests {
             column: Some(column),
             name: "s".into(),
             distinct: false,
+            user: None,
         })
     }
 

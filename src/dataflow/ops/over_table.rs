@@ -315,6 +315,7 @@ mod tests {
             column: Some(column),
             name: "a".into(),
             distinct: false,
+            user: None,
         })
     }
 
@@ -324,6 +325,7 @@ mod tests {
             column: Some(column),
             name: "m".into(),
             distinct: false,
+            user: None,
         })
     }
 

@@ -229,6 +229,7 @@ impl WindowAggregate {
             origin: self
                 .late_origin
                 .and_then(|c| RecordOrigin::from_value(r.row.get(c))),
+            failed: false,
         });
     }
 }
@@ -402,6 +403,7 @@ mod tests {
                 column: Some(1),
                 name: "hi".into(),
                 distinct: false,
+                user: None,
             },
         ];
         let input = Schema::new(vec![

@@ -51,6 +51,7 @@ fn type_json(t: &DataType, name: &str, counter: &mut usize) -> serde_json::Value
         DataType::Timestamp | DataType::TimestampLtz => {
             json!({"type": "long", "logicalType": "timestamp-millis"})
         }
+        DataType::Date => json!({"type": "int", "logicalType": "date"}),
         DataType::List(item) => {
             json!({"type": "array", "items": ["null", type_json(item, name, counter)]})
         }
@@ -116,6 +117,9 @@ fn write_value(v: &Value, t: &DataType, out: &mut Vec<u8>) -> Result<(), String>
     match (v, t) {
         (Value::Bool(b), _) => out.push(u8::from(*b)),
         (Value::Int(i), DataType::Double) => out.extend_from_slice(&(*i as f64).to_le_bytes()),
+        (Value::Timestamp(ms), DataType::Date) => {
+            write_zigzag(ms.div_euclid(crate::dataflow::json::MS_PER_DAY), out)
+        }
         (Value::Int(i), _) | (Value::Timestamp(i), _) => write_zigzag(*i, out),
         (Value::Double(d), _) => out.extend_from_slice(&d.to_le_bytes()),
         (Value::Decimal(d), DataType::Decimal { scale, .. }) => {
@@ -305,14 +309,16 @@ fn write_for(schema: &Avro, t: &DataType, names: &Names<'_>, path: &str) -> Resu
                 _ => None,
             },
         },
-        (Avro::TimestampMillis | Avro::LocalTimestampMillis, T::Timestamp) => Write::Timestamp(1),
-        (Avro::TimestampMicros | Avro::LocalTimestampMicros, T::Timestamp) => {
+        (Avro::TimestampMillis | Avro::LocalTimestampMillis, T::Timestamp | T::TimestampLtz) => {
+            Write::Timestamp(1)
+        }
+        (Avro::TimestampMicros | Avro::LocalTimestampMicros, T::Timestamp | T::TimestampLtz) => {
             Write::Timestamp(1000)
         }
-        (Avro::TimestampNanos | Avro::LocalTimestampNanos, T::Timestamp) => {
+        (Avro::TimestampNanos | Avro::LocalTimestampNanos, T::Timestamp | T::TimestampLtz) => {
             Write::Timestamp(1_000_000)
         }
-        (Avro::Date, T::Timestamp) => Write::Date,
+        (Avro::Date, T::Timestamp | T::Date) => Write::Date,
         (Avro::Array(a), T::List(item)) => Write::Array(Box::new(write_for(
             &a.items,
             item,

@@ -167,7 +167,9 @@ pub(super) fn enc_fields(
                 DataType::Decimal { .. } => EncKind::Decimal,
                 DataType::String => EncKind::String,
                 DataType::Bytes => EncKind::Bytes,
-                DataType::Timestamp | DataType::TimestampLtz => EncKind::Timestamp,
+                // A DATE as the Timestamp of its midnight (UTC): Protobuf's
+                // well-known types have no date.
+                DataType::Timestamp | DataType::TimestampLtz | DataType::Date => EncKind::Timestamp,
                 DataType::Struct(fields) => {
                     let type_name = types.take(camel(&name));
                     let mut inner_outer = outer.to_vec();

@@ -154,6 +154,8 @@ impl Binder<'_> {
         }
         // Aggregate calls, collected while the SELECT list compiles.
         let mut calls: Vec<(E, AggFunction, Option<Compiled>, bool)> = Vec::new();
+        // Each call's user-defined aggregate function, if it is one.
+        let mut users: Vec<Option<UserAggregate>> = Vec::new();
         let mut hook = |f: &ast::Function, whole: &E| -> Result<Compiled, SqlError> {
             // LISTAGG(x [, sep]) is ARRAY_JOIN(ARRAY_AGG(x), sep): the
             // aggregate keeps the values, a projection joins them.
@@ -195,6 +197,7 @@ impl Binder<'_> {
                         let distinct = matches!(&f.args, ast::FunctionArguments::List(l)
                             if matches!(l.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)));
                         calls.push((array_expr, AggFunction::ArrayAgg, Some(arg), distinct));
+                        users.push(None);
                         base + calls.len() - 1
                     }
                 };
@@ -203,7 +206,10 @@ impl Binder<'_> {
                 return crate::sql::functions::call("ARRAY_JOIN", vec![list, sep], whole);
             }
             if let Some(i) = calls.iter().position(|(e, _, _, _)| e == whole) {
-                let t = agg_type(calls[i].1, calls[i].2.as_ref());
+                let t = match &users[i] {
+                    Some(u) => u.0.returns.clone(),
+                    None => agg_type(calls[i].1, calls[i].2.as_ref()),
+                };
                 return Ok(Compiled::column(base + i, t));
             }
             let fname = function_name(f).to_ascii_uppercase();
@@ -228,7 +234,31 @@ impl Binder<'_> {
             // MIN(DISTINCT x) is MIN(x), so the distinct set is that multiset.
             let distinct =
                 distinct || (rel.updating.is_some() && matches!(fname.as_str(), "MIN" | "MAX"));
-            let function = AggFunction::from_sql_name(&fname).unwrap_or(AggFunction::Avg);
+            let user = session
+                .functions
+                .get_aggregate(&fname)
+                .map(|f| UserAggregate(Arc::new(f.clone())));
+            let function = match &user {
+                Some(_) => AggFunction::User,
+                None => AggFunction::from_sql_name(&fname).unwrap_or(AggFunction::Avg),
+            };
+            if let Some(u) = &user {
+                if distinct {
+                    return Err(err(
+                        whole,
+                        format!("DISTINCT in the user-defined aggregate {fname} is not supported"),
+                    ));
+                }
+                if rel.updating.is_some() && u.0.retract.is_none() {
+                    return Err(err(
+                        whole,
+                        format!(
+                            "{fname} over an updating result needs a retract step \
+                             (AggregateFunction::with_retract): rows are taken back"
+                        ),
+                    ));
+                }
+            }
             if matches!(function, AggFunction::FirstValue | AggFunction::LastValue) {
                 if rel.updating.is_some() {
                     return Err(err(
@@ -265,8 +295,15 @@ impl Binder<'_> {
                     return Err(err(a, "an aggregate inside an aggregate is not allowed"));
                 }
                 let c = compile(a, &mut Scope::plain(&input_scope_cols, &self.session))?;
+                let c = match &user {
+                    Some(u) => crate::sql::functions::user::fit(&u.0.name, &u.0.params, vec![c])
+                        .map_err(|m| err(a, m))?
+                        .pop()
+                        .expect("one argument"),
+                    None => c,
+                };
                 match (function, c.data_type()) {
-                    (AggFunction::Count, _) => {}
+                    (AggFunction::Count | AggFunction::User, _) => {}
                     (
                         AggFunction::FirstValue | AggFunction::LastValue | AggFunction::ArrayAgg,
                         _,
@@ -309,8 +346,12 @@ impl Binder<'_> {
                 }
                 (a, _) => a,
             };
-            let t = agg_type(function, arg.as_ref());
+            let t = match &user {
+                Some(u) => u.0.returns.clone(),
+                None => agg_type(function, arg.as_ref()),
+            };
             calls.push((whole.clone(), function, arg, distinct));
+            users.push(user);
             Ok(Compiled::column(base + calls.len() - 1, t))
         };
         let mut outputs = Vec::new();
@@ -394,6 +435,7 @@ impl Binder<'_> {
                 None,
                 false,
             ));
+            users.push(None);
         }
         // The aggregate's input: the keys and arguments, computed if any is not a column.
         let plain_keys: Option<Vec<usize>> = key_exprs
@@ -402,9 +444,12 @@ impl Binder<'_> {
             .collect();
         let plain_args: Option<Vec<Option<usize>>> = calls
             .iter()
-            .map(|(e, _, a, _)| match (e, a) {
+            .zip(&users)
+            .map(|((e, _, a, _), user)| match (e, a) {
                 (_, None) => Some(None),
-                (E::Function(f), Some(_)) if f.filter.is_none() => {
+                // A user-defined aggregate's argument is fitted to its
+                // parameter (perhaps cast): computed.
+                (E::Function(f), Some(_)) if f.filter.is_none() && user.is_none() => {
                     let args = call_args(f, e).ok()?;
                     column_index(args[0], &rel.columns).map(Some)
                 }
@@ -529,6 +574,7 @@ impl Binder<'_> {
                 column: *col,
                 name: agg_names[i].clone(),
                 distinct: *distinct,
+                user: users[i].clone(),
             })
             .collect();
         let key_names: Vec<String> = key_cols
@@ -643,7 +689,10 @@ impl Binder<'_> {
             agg_columns.push(ScopeColumn {
                 name: agg_names[i].clone(),
                 qualifier: None,
-                ty: agg_type(*f, a.as_ref()),
+                ty: match &users[i] {
+                    Some(u) => u.0.returns.clone(),
+                    None => agg_type(*f, a.as_ref()),
+                },
             });
         }
         let updated_by = updating.is_some().then(|| agg_uid.clone());
@@ -728,6 +777,9 @@ pub(super) fn contains_aggregate(e: &E) -> bool {
     ]
     .iter()
     .any(|f| text.contains(f))
+        && !crate::udf::registered()
+            .aggregate_names()
+            .any(|n| text.contains(n))
     {
         return false;
     }

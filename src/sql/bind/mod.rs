@@ -50,7 +50,7 @@ use super::joins;
 use super::schema::parse_schema;
 use super::{note_eval_error, SqlError};
 use crate::config::{BadRecordPolicy, Config, FormatName, LatePolicy, SqlJob};
-use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit};
+use crate::dataflow::ops::aggregate::{Agg, AggFunction, AggregateEmit, UserAggregate};
 use crate::dataflow::ops::join::{JoinCondition, JoinKind, JoinSpec};
 use crate::dataflow::ops::temporal_join::TemporalJoinSpec;
 use crate::dataflow::ops::top_n::{SortKey, TopNSpec};
@@ -513,6 +513,7 @@ impl Binder<'_> {
                 schema: left_schema,
                 outputs,
                 over_updating: false,
+                on_failure: Default::default(),
             };
             let renamed = Rel {
                 columns: a.columns.clone(),

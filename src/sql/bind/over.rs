@@ -249,6 +249,7 @@ impl Binder<'_> {
                         column: arg.map(|(i, _)| i),
                         name: format!("$over{}", spec_calls.len()),
                         distinct: false,
+                        user: None,
                     };
                     (OverCall::Aggregate(agg), ty)
                 }

@@ -214,6 +214,8 @@ impl Binder<'_> {
         let filter = lp::filter::Filter {
             text: text.to_string(),
             predicate,
+            on_failure: self.on_function_failure(&rel),
+            over_updating: rel.updating.is_some(),
         };
         self.plan
             .add(&uid, Op::Filter(filter), &[&rel], rel.clone())
@@ -362,6 +364,7 @@ impl Binder<'_> {
             schema,
             outputs,
             over_updating: rel.updating.is_some(),
+            on_failure: self.on_function_failure(&rel),
         };
         let projected = Rel {
             node: 0,

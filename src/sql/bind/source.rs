@@ -240,6 +240,24 @@ impl Binder<'_> {
     }
 
     /// The dead-letter topic of the source `name`, if it has one.
+    /// What a row of `rel` a user-defined function fails on becomes: its
+    /// one source's `on_bad_record` (`sql::plan::on_failure`). A relation
+    /// of several sources, or of a table built in Rust, keeps the NULL.
+    /// A job without user-defined functions keeps the plain map (no
+    /// failure of one to route).
+    pub(super) fn on_function_failure(&self, rel: &Rel) -> lp::on_failure::OnFunctionFailure {
+        if self.session.functions.is_empty() {
+            return lp::on_failure::OnFunctionFailure::Null;
+        }
+        match rel.source.as_deref().and_then(|n| self.sql.sources.get(n)) {
+            Some(s) => lp::on_failure::OnFunctionFailure::of_source(
+                s.on_bad_record,
+                s.dead_letter_topic.as_deref(),
+            ),
+            None => lp::on_failure::OnFunctionFailure::Null,
+        }
+    }
+
     pub(super) fn dead_letter_topic(&self, name: &str) -> Option<String> {
         match self.sql.sources.get(name) {
             Some(s) => s.dead_letter_topic.clone(),

@@ -200,6 +200,7 @@ impl Binder<'_> {
             schema: schema_of(&columns),
             outputs,
             over_updating: false,
+            on_failure: Default::default(),
         };
         let keyed = Rel {
             columns,

@@ -30,6 +30,10 @@ pub struct Function {
     /// A call, and what it gives, as SQL literals.
     pub example: (&'static str, &'static str),
     pub build: Build,
+    /// How a call is written, where that is not `NAME(params)` (a form the
+    /// dialect parses into this call: `s IS JSON`, `JSON_OBJECT(KEY k VALUE
+    /// v)`); the docs show it instead of the parameters.
+    pub written: Option<&'static str>,
 }
 
 impl Function {
@@ -46,6 +50,15 @@ impl Function {
             summary: "",
             example: ("", ""),
             build,
+            written: None,
+        }
+    }
+
+    /// How a call is written, for a form the dialect parses into this one.
+    pub const fn written(self, syntax: &'static str) -> Self {
+        Self {
+            written: Some(syntax),
+            ..self
         }
     }
 
@@ -65,6 +78,9 @@ impl Function {
 
     /// `LPAD(s VARCHAR, len INT, pad VARCHAR) → VARCHAR`.
     pub fn signature(&self) -> String {
-        format!("{} → {}", show(self.name, self.params), self.returns)
+        match self.written {
+            Some(w) => format!("{w} → {}", self.returns),
+            None => format!("{} → {}", show(self.name, self.params), self.returns),
+        }
     }
 }

@@ -25,7 +25,8 @@ pub enum Kind {
     Double,
     Boolean,
     /// TIMESTAMP(3); a TIMESTAMP_LTZ(3) as the session time zone shows it
-    /// (and a TIMESTAMP result back at that zone: `registry::call`).
+    /// (and a TIMESTAMP result back at that zone: `registry::call`); a
+    /// DATE as its midnight.
     Timestamp,
     /// TIMESTAMP_LTZ(3) as the instant it is.
     Instant,
@@ -51,7 +52,7 @@ impl Kind {
             Kind::Integer => matches!(t, DataType::Int | DataType::BigInt),
             Kind::Number | Kind::Double => numeric(t),
             Kind::Boolean => *t == DataType::Boolean,
-            Kind::Timestamp => t.is_timestamp(),
+            Kind::Timestamp => t.is_timestamp() || *t == DataType::Date,
             Kind::Instant => *t == DataType::TimestampLtz,
             Kind::Bytes => *t == DataType::Bytes,
             Kind::Array => matches!(t, DataType::List(_)),

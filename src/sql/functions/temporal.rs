@@ -185,6 +185,62 @@ pub const FUNCTIONS: &[Function] = &[
         "100",
     ),
     Function::new(
+        "TO_DATE",
+        &[p("s", Text), optional(constant("format", Text))],
+        "DATE",
+        to_date,
+    )
+    .doc(
+        "the date `s` writes, by `format` (`yyyy-MM-dd` if left out); an error when it does \
+         not match",
+        "TO_DATE('07/12/2026', 'dd/MM/yyyy')",
+        "DATE '2026-12-07'",
+    ),
+    Function::new(
+        "DATE_ADD",
+        &[p("d", Timestamp), p("days", Integer)],
+        "DATE",
+        date_add,
+    )
+    .doc(
+        "the day of `d` (a DATE, or a timestamp's day) plus `days` days",
+        "DATE_ADD(DATE '2026-02-27', 2)",
+        "DATE '2026-03-01'",
+    ),
+    Function::new(
+        "DATE_ADD",
+        &[p("s", Text), p("days", Integer)],
+        "DATE",
+        date_add,
+    )
+    .doc(
+        "the date text `s` (`yyyy-MM-dd`, or a timestamp's text) plus `days` days",
+        "DATE_ADD('2026-12-31', 1)",
+        "DATE '2027-01-01'",
+    ),
+    Function::new(
+        "DATE_SUB",
+        &[p("d", Timestamp), p("days", Integer)],
+        "DATE",
+        date_add,
+    )
+    .doc(
+        "the day of `d` less `days` days",
+        "DATE_SUB(DATE '2024-03-01', 1)",
+        "DATE '2024-02-29'",
+    ),
+    Function::new(
+        "DATE_SUB",
+        &[p("s", Text), p("days", Integer)],
+        "DATE",
+        date_add,
+    )
+    .doc(
+        "the date text `s` less `days` days",
+        "DATE_SUB('2026-01-01', 1)",
+        "DATE '2025-12-31'",
+    ),
+    Function::new(
         "TO_TIMESTAMP_LTZ",
         &[p("n", Integer), optional(constant("precision", Integer))],
         "TIMESTAMP_LTZ(3)",
@@ -539,6 +595,40 @@ fn to_timestamp_ltz(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String
             .checked_mul(scale)
             .map(Value::Timestamp)
             .ok_or_else(|| "TO_TIMESTAMP_LTZ: out of range".to_string())
+    }))
+}
+
+fn to_date(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let pattern = constant_text(&args, 1).map(|p| java_pattern(&p));
+    let first = args.into_iter().take(1).collect();
+    Ok(strict(T::Date, first, move |v| {
+        let s = text(&v[0]);
+        Ok(Value::Timestamp(match &pattern {
+            None => crate::dataflow::json::parse_date(s)?,
+            Some(p) => crate::sql::cast::day(parse_pattern(s, p)?),
+        }))
+    }))
+}
+
+/// DATE_ADD and DATE_SUB (Hive's, which Flink's Hive dialect has): whole
+/// days on the calendar of the day given.
+fn date_add(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let sign = if call.name == "DATE_SUB" { -1 } else { 1 };
+    let name = call.name.to_string();
+    Ok(strict(T::Date, args, move |v| {
+        let day = match &v[0] {
+            Value::Timestamp(ms) => crate::sql::cast::day(*ms),
+            s => crate::dataflow::json::parse_date(text(s))
+                .or_else(|_| parse_timestamp(text(s)).map(crate::sql::cast::day))?,
+        };
+        let days = int(&v[1])
+            .checked_mul(sign)
+            .ok_or("DATE_ADD: days out of range")?;
+        let d = civil(day)?
+            .date()
+            .checked_add(jiff::Span::new().days(days))
+            .map_err(|e| format!("{name}: {e}"))?;
+        instant(d.to_datetime(jiff::civil::Time::midnight())).map(Value::Timestamp)
     }))
 }
 

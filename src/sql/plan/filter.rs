@@ -6,10 +6,17 @@ use crate::dataflow::prelude::*;
 use crate::sql::expr::EvalFn;
 use crate::sql::note_eval_error;
 
+use super::on_failure::{Guarded, OnFunctionFailure, Step};
+
 pub struct Filter {
     /// The predicate as written, for `weir explain`.
     pub text: String,
     pub predicate: Arc<EvalFn>,
+    /// What a row a user-defined function fails on becomes (over an
+    /// append-only input; over an updating one, the row is dropped as a
+    /// NULL condition drops it).
+    pub on_failure: OnFunctionFailure,
+    pub over_updating: bool,
 }
 
 impl Filter {
@@ -19,6 +26,28 @@ impl Filter {
 
     pub fn lower(&self, uid: &str, input: Stream) -> Stream {
         let (f, op) = (self.predicate.clone(), uid.to_string());
+        if !self.over_updating && self.on_failure != OnFunctionFailure::Null {
+            let step: Step = Arc::new(move |v, emit| {
+                match f(v) {
+                    Ok(Value::Bool(true)) => emit(v.to_vec()),
+                    Ok(_) => {}
+                    Err(e) if crate::udf::is_failure(&e) => return Err(e),
+                    Err(e) => note_eval_error(&op, &e),
+                }
+                Ok(())
+            });
+            let dead_letters = match &self.on_failure {
+                OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
+                _ => None,
+            };
+            let schema = input.schema();
+            let guarded = Guarded {
+                step,
+                policy: self.on_failure.clone(),
+                input: schema.clone(),
+            };
+            return input.stateless(uid, "filter", schema, guarded, dead_letters);
+        }
         input.filter(uid, move |v| match f(v) {
             Ok(Value::Bool(b)) => b,
             Ok(_) => false,

@@ -8,6 +8,8 @@ use crate::sql::expr::EvalFn;
 use crate::sql::note_eval_error;
 use crate::udf::TableFunction;
 
+use super::on_failure::{Guarded, OnFunctionFailure, Step};
+
 pub struct LateralTable {
     pub schema: Schema,
     /// The input columns each of the function's rows keeps, before its own.
@@ -19,6 +21,8 @@ pub struct LateralTable {
     pub left_outer: bool,
     /// The call as written, for `weir explain`.
     pub text: String,
+    /// What an input row the function fails on becomes.
+    pub on_failure: OnFunctionFailure,
 }
 
 impl LateralTable {
@@ -31,11 +35,16 @@ impl LateralTable {
         let (keep, args, f) = (self.keep.clone(), self.args.clone(), self.function.clone());
         let (left, op) = (self.left_outer, uid.to_string());
         let width = f.columns.len();
-        input.flat_map(uid, self.schema.clone(), move |v, emit| {
-            let rows = call(&args, &f, v).unwrap_or_else(|e| {
-                note_eval_error(&op, &e);
-                Vec::new()
-            });
+        let guarded = self.on_failure != OnFunctionFailure::Null;
+        let step: Step = Arc::new(move |v, emit| {
+            let rows = match call(&args, &f, v) {
+                Ok(rows) => rows,
+                Err(e) if guarded && crate::udf::is_failure(&e) => return Err(e),
+                Err(e) => {
+                    note_eval_error(&op, &e);
+                    Vec::new()
+                }
+            };
             let with_input = |mut own: Vec<Value>| {
                 let mut row = Vec::with_capacity(keep.len() + width + 1);
                 row.extend(keep.iter().map(|k| v[*k].clone()));
@@ -49,7 +58,23 @@ impl LateralTable {
             for r in rows {
                 emit(with_input(r));
             }
-        })
+            Ok(())
+        });
+        if !guarded {
+            return input.flat_map(uid, self.schema.clone(), move |v, emit| {
+                let _ = step(v, emit);
+            });
+        }
+        let dead_letters = match &self.on_failure {
+            OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
+            _ => None,
+        };
+        let op = Guarded {
+            step,
+            policy: self.on_failure.clone(),
+            input: input.schema(),
+        };
+        input.stateless(uid, "flat-map", self.schema.clone(), op, dead_letters)
     }
 }
 
@@ -66,7 +91,8 @@ fn call(args: &[Arc<EvalFn>], f: &TableFunction, v: &[Value]) -> Result<Vec<Vec<
     let rows = f.call(&values)?;
     match rows.iter().find(|r| r.len() != f.columns.len()) {
         Some(r) => Err(format!(
-            "{} gave a row of {} columns; it declares {}",
+            "{}{} gave a row of {} columns; it declares {}",
+            crate::udf::FAILURE,
             f.name,
             r.len(),
             f.columns.len()

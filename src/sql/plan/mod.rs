@@ -17,6 +17,7 @@ pub mod aggregate;
 pub mod filter;
 pub mod join;
 pub mod lateral;
+pub mod on_failure;
 pub mod over;
 pub mod project;
 pub mod rules;

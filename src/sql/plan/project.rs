@@ -6,6 +6,8 @@ use crate::dataflow::prelude::*;
 use crate::sql::expr::EvalFn;
 use crate::sql::note_eval_error;
 
+use super::on_failure::{Guarded, OnFunctionFailure, Step};
+
 #[derive(Clone)]
 pub struct Project {
     pub schema: Schema,
@@ -17,6 +19,9 @@ pub struct Project {
     /// A projection merged into this one ([`super::rules`]): its row is
     /// computed first, once, and `outputs` read it.
     pub inner: Option<Box<Project>>,
+    /// What a row a user-defined function fails on becomes (over an
+    /// append-only input; over an updating one, the value is NULL).
+    pub on_failure: OnFunctionFailure,
 }
 
 impl Project {
@@ -48,6 +53,33 @@ impl Project {
             .collect()
     }
 
+    /// As [`Project::evaluate_as`], but a user-defined function's failure
+    /// is the Err, for [`OnFunctionFailure`].
+    pub fn try_evaluate(&self, op: &str, v: &[Value]) -> Result<Vec<Value>, String> {
+        let inner;
+        let v = match &self.inner {
+            Some(p) => {
+                inner = p.try_evaluate(op, v)?;
+                &inner[..]
+            }
+            None => v,
+        };
+        self.outputs
+            .iter()
+            .map(|(from, f)| match from {
+                Some(i) => Ok(v[*i].clone()),
+                None => match f(v) {
+                    Ok(value) => Ok(value),
+                    Err(e) if crate::udf::is_failure(&e) => Err(e),
+                    Err(e) => {
+                        note_eval_error(op, &e);
+                        Ok(Value::Null)
+                    }
+                },
+            })
+            .collect()
+    }
+
     #[cfg(test)]
     pub fn evaluate(&self, v: &[Value]) -> Vec<Value> {
         self.evaluate_as("test", v)
@@ -56,6 +88,22 @@ impl Project {
     pub fn lower(&self, uid: &str, input: Stream) -> Stream {
         let this = self.clone();
         let op = uid.to_string();
+        if !self.over_updating && self.on_failure != OnFunctionFailure::Null {
+            let step: Step = Arc::new(move |v, emit| {
+                emit(this.try_evaluate(&op, v)?);
+                Ok(())
+            });
+            let dead_letters = match &self.on_failure {
+                OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
+                _ => None,
+            };
+            let guarded = Guarded {
+                step,
+                policy: self.on_failure.clone(),
+                input: input.schema(),
+            };
+            return input.stateless(uid, "map", self.schema.clone(), guarded, dead_letters);
+        }
         let f = move |v: &[Value]| this.evaluate_as(&op, v);
         if self.over_updating {
             input.map_changes(uid, self.schema.clone(), f)

@@ -24,6 +24,7 @@
 use std::sync::Arc;
 
 use super::filter::Filter;
+use super::on_failure::OnFunctionFailure;
 use super::project::Project;
 use super::{LogicalPlan, Node, NodeId, Op, Rel};
 use crate::dataflow::row::Value;
@@ -126,6 +127,8 @@ fn merge_filters(a: Filter, b: Filter) -> Filter {
             Value::Bool(true) => q(v),
             _ => Ok(Value::Bool(false)),
         }),
+        on_failure: stricter(a.on_failure, b.on_failure),
+        over_updating: a.over_updating || b.over_updating,
     }
 }
 
@@ -146,16 +149,28 @@ fn merge_projections(a: Project, b: Project) -> Project {
             outputs,
             over_updating,
             inner: a.inner,
+            on_failure: stricter(a.on_failure, b.on_failure),
         };
     }
     Project {
         schema: b.schema,
         outputs: b.outputs,
         over_updating,
+        on_failure: stricter(a.on_failure.clone(), b.on_failure),
         inner: Some(Box::new(Project {
             over_updating: false,
             ..a
         })),
+    }
+}
+
+/// The policy of two merged nodes for a user-defined function's failure:
+/// one that is not NULL, as each had in its own node.
+fn stricter(a: OnFunctionFailure, b: OnFunctionFailure) -> OnFunctionFailure {
+    if a == OnFunctionFailure::Null {
+        b
+    } else {
+        a
     }
 }
 
@@ -231,6 +246,8 @@ mod tests {
             predicate: Arc::new(move |v: &[Value]| {
                 Ok(Value::Bool(v[column].as_int().is_some_and(|x| x > than)))
             }),
+            on_failure: Default::default(),
+            over_updating: false,
         }
     }
 
@@ -270,6 +287,7 @@ mod tests {
             ],
             over_updating: false,
             inner: None,
+            on_failure: Default::default(),
         };
         let plus: Arc<crate::sql::expr::EvalFn> =
             Arc::new(|v: &[Value]| Ok(Value::Int(v[1].as_int().unwrap() + 100)));
@@ -281,6 +299,7 @@ mod tests {
             ],
             over_updating: false,
             inner: None,
+            on_failure: Default::default(),
         };
         add(
             &mut plan,
@@ -303,6 +322,7 @@ mod tests {
                 .collect(),
             over_updating: false,
             inner: None,
+            on_failure: Default::default(),
         };
         add(
             &mut plan,
