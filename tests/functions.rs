@@ -52,6 +52,7 @@ fn columns() -> Vec<Column> {
         // in the session time zone of the run.
         c("l", DataType::TimestampLtz, "TIMESTAMPTZ"),
         c("dt", DataType::Date, "DATE"),
+        c("tm", DataType::Time, "TIME"),
         c("b", DataType::Boolean, "BOOLEAN"),
         c("a", DataType::List(Box::new(DataType::String)), "VARCHAR[]"),
         c("j", DataType::String, "VARCHAR"),
@@ -146,6 +147,7 @@ fn edges(column: &str) -> Vec<Json> {
             "2026-03-08",
             "2026-11-01"
         ]),
+        "tm" => json!([null, "00:00:00", "23:59:59", "12:00:00", "10:30:15", "01:02:03"]),
         "b" => json!([null, true, false]),
         "a" => json!([
             null,
@@ -217,6 +219,10 @@ fn random_value(column: &str, rng: &mut Rng) -> Json {
             let t = jiff::Timestamp::from_millisecond(ms).unwrap();
             json!(t.strftime("%Y-%m-%d").to_string())
         }
+        "tm" => {
+            let s = rng.below(86_400);
+            json!(format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60))
+        }
         "b" => json!(rng.below(2) == 0),
         "a" => {
             let n = rng.below(4);
@@ -257,6 +263,9 @@ fn weir_value(v: &Json, t: &DataType) -> Value {
         (Json::String(s), DataType::Timestamp) => {
             let ms = weir::dataflow::json::parse_timestamp(s).unwrap();
             Value::Timestamp(ms)
+        }
+        (Json::String(s), DataType::Time) => {
+            Value::Timestamp(weir::dataflow::json::parse_time(s).unwrap())
         }
         (Json::String(s), DataType::Date) => {
             Value::Timestamp(weir::dataflow::json::parse_date(s).unwrap())
@@ -432,6 +441,10 @@ fn weir_values(sql: &str, rows: &[Vec<Json>], zone: &str) -> Result<Vec<Json>, S
                 // A DATE is its day, as DuckDB gives it.
                 Value::Timestamp(ms) if compiled.data_type() == Some(&DataType::Date) => {
                     json!(weir::dataflow::json::format_date(ms))
+                }
+                // A TIME, as DuckDB gives it (whole seconds here).
+                Value::Timestamp(ms) if compiled.data_type() == Some(&DataType::Time) => {
+                    json!(weir::dataflow::json::format_time(ms))
                 }
                 v => canonical(&v),
             }

@@ -526,16 +526,16 @@ impl Stream {
     /// FALSE drop a row). Its columns and types are checked now.
     pub fn filter_where(&self, uid: &str, predicate: Expr) -> Stream {
         let schema = self.schema();
-        let predicate = match predicate.resolve(&schema) {
+        let predicate = match predicate.compile(&schema) {
             Ok((p, Some(DataType::Boolean) | None)) => p,
             Ok((_, Some(t))) => {
                 self.job
                     .problem(format!("filter {uid:?}: the predicate is {t}, not BOOLEAN"));
-                Expr::lit(false)
+                Arc::new(|_: &[Value]| Ok(Value::Bool(false)))
             }
             Err(e) => {
                 self.job.problem(format!("filter {uid:?}: {e}"));
-                Expr::lit(false)
+                Arc::new(|_: &[Value]| Ok(Value::Bool(false)))
             }
         };
         self.then(uid, "filter", schema, stateless(WhereFilter { predicate }))

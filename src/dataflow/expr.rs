@@ -102,200 +102,108 @@ impl Expr {
         Expr::IsNull(Box::new(self))
     }
 
-    /// Column names to indexes of `schema`, and the expression's type
-    /// (None for a NULL literal, which fits any); Err names the problem.
-    pub fn resolve(self, schema: &Schema) -> Result<(Expr, Option<DataType>), String> {
-        type Resolved = (Box<Expr>, Option<DataType>, Box<Expr>, Option<DataType>);
-        let two = |a: Box<Expr>, b: Box<Expr>| -> Result<Resolved, String> {
-            let (a, ta) = a.resolve(schema)?;
-            let (b, tb) = b.resolve(schema)?;
-            Ok((Box::new(a), ta, Box::new(b), tb))
-        };
-        let boolean = Some(DataType::Boolean);
+    /// The expression compiled by weir's one expression compiler, SQL's
+    /// ([`crate::sql::expression`]), over `schema`'s columns: closures made
+    /// once, no walk of this tree per row, and the same types, NULL logic,
+    /// decimals and errors as a SQL job's. Also its type (None for an
+    /// untyped NULL); Err names the problem (a column `schema` lacks, types
+    /// that do not fit).
+    pub fn compile(
+        &self,
+        schema: &Schema,
+    ) -> Result<
+        (
+            std::sync::Arc<crate::sql::compiled::EvalFn>,
+            Option<DataType>,
+        ),
+        String,
+    > {
+        let text = self.to_sql(schema)?;
+        let columns: Vec<(&str, DataType)> = schema
+            .fields
+            .iter()
+            .map(|f| (f.name.as_str(), f.data_type.clone()))
+            .collect();
+        let c = crate::sql::expression(&text, &columns).map_err(|e| e.message)?;
+        Ok((c.eval, c.ty.data().cloned()))
+    }
+
+    /// The expression as SQL text for [`Expr::compile`]: columns quoted by
+    /// name, literals typed as they are.
+    fn to_sql(&self, schema: &Schema) -> Result<String, String> {
+        let column = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
         Ok(match self {
             Expr::Named(name) => {
                 let i = schema
-                    .index_of(&name)
+                    .index_of(name)
                     .ok_or_else(|| format!("no column {name:?} in ({schema})"))?;
-                (Expr::Column(i), Some(schema.fields[i].data_type.clone()))
+                column(&schema.fields[i].name)
             }
-            Expr::Column(i) => {
-                let f = schema
+            Expr::Column(i) => column(
+                &schema
                     .fields
-                    .get(i)
-                    .ok_or_else(|| format!("no column {i} in ({schema})"))?;
-                (Expr::Column(i), Some(f.data_type.clone()))
-            }
-            Expr::Literal(v) => {
-                let t = literal_type(&v);
-                (Expr::Literal(v), t)
-            }
+                    .get(*i)
+                    .ok_or_else(|| format!("no column {i} in ({schema})"))?
+                    .name,
+            ),
+            Expr::Literal(v) => literal_sql(v)?,
             Expr::Compare(op, a, b) => {
-                let (a, ta, b, tb) = two(a, b)?;
-                if !comparable(ta.as_ref(), tb.as_ref()) {
-                    return Err(format!(
-                        "cannot compare {} with {}",
-                        show(ta.as_ref()),
-                        show(tb.as_ref())
-                    ));
-                }
-                (Expr::Compare(op, a, b), boolean)
+                let op = match op {
+                    CmpOp::Eq => "=",
+                    CmpOp::Ne => "<>",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                format!("({} {op} {})", a.to_sql(schema)?, b.to_sql(schema)?)
             }
             Expr::Arith(op, a, b) => {
-                let (a, ta, b, tb) = two(a, b)?;
-                let t = arith_type(ta.as_ref(), tb.as_ref()).ok_or_else(|| {
-                    format!(
-                        "no arithmetic between {} and {}",
-                        show(ta.as_ref()),
-                        show(tb.as_ref())
-                    )
-                })?;
-                (Expr::Arith(op, a, b), t)
+                let op = match op {
+                    ArithOp::Add => "+",
+                    ArithOp::Sub => "-",
+                    ArithOp::Mul => "*",
+                    ArithOp::Div => "/",
+                };
+                format!("({} {op} {})", a.to_sql(schema)?, b.to_sql(schema)?)
             }
-            Expr::And(a, b) => {
-                let (a, ta, b, tb) = two(a, b)?;
-                is_boolean(ta.as_ref())?;
-                is_boolean(tb.as_ref())?;
-                (Expr::And(a, b), boolean)
-            }
-            Expr::Or(a, b) => {
-                let (a, ta, b, tb) = two(a, b)?;
-                is_boolean(ta.as_ref())?;
-                is_boolean(tb.as_ref())?;
-                (Expr::Or(a, b), boolean)
-            }
-            Expr::Not(a) => {
-                let (a, t) = a.resolve(schema)?;
-                is_boolean(t.as_ref())?;
-                (Expr::Not(Box::new(a)), boolean)
-            }
-            Expr::IsNull(a) => {
-                let (a, _) = a.resolve(schema)?;
-                (Expr::IsNull(Box::new(a)), boolean)
-            }
+            Expr::And(a, b) => format!("({} AND {})", a.to_sql(schema)?, b.to_sql(schema)?),
+            Expr::Or(a, b) => format!("({} OR {})", a.to_sql(schema)?, b.to_sql(schema)?),
+            Expr::Not(a) => format!("(NOT {})", a.to_sql(schema)?),
+            Expr::IsNull(a) => format!("({} IS NULL)", a.to_sql(schema)?),
         })
     }
-
-    /// The value for `row` (NULL propagates); Err on an overflow or a
-    /// division by zero.
-    pub fn eval(&self, row: &[Value]) -> Result<Value, String> {
-        Ok(match self {
-            Expr::Named(name) => return Err(format!("column {name:?} was not resolved")),
-            Expr::Column(i) => row.get(*i).cloned().unwrap_or(Value::Null),
-            Expr::Literal(v) => v.clone(),
-            Expr::Compare(op, a, b) => {
-                let (a, b) = (a.eval(row)?, b.eval(row)?);
-                if a.is_null() || b.is_null() {
-                    return Ok(Value::Null);
-                }
-                let o = compare(&a, &b);
-                Value::Bool(match op {
-                    CmpOp::Eq => o == Ordering::Equal,
-                    CmpOp::Ne => o != Ordering::Equal,
-                    CmpOp::Lt => o == Ordering::Less,
-                    CmpOp::Le => o != Ordering::Greater,
-                    CmpOp::Gt => o == Ordering::Greater,
-                    CmpOp::Ge => o != Ordering::Less,
-                })
-            }
-            Expr::Arith(op, a, b) => arith(*op, &a.eval(row)?, &b.eval(row)?)?,
-            Expr::And(a, b) => match (truth(&a.eval(row)?), truth(&b.eval(row)?)) {
-                (Some(false), _) | (_, Some(false)) => Value::Bool(false),
-                (Some(true), Some(true)) => Value::Bool(true),
-                _ => Value::Null,
-            },
-            Expr::Or(a, b) => match (truth(&a.eval(row)?), truth(&b.eval(row)?)) {
-                (Some(true), _) | (_, Some(true)) => Value::Bool(true),
-                (Some(false), Some(false)) => Value::Bool(false),
-                _ => Value::Null,
-            },
-            Expr::Not(a) => match truth(&a.eval(row)?) {
-                Some(t) => Value::Bool(!t),
-                None => Value::Null,
-            },
-            Expr::IsNull(a) => Value::Bool(a.eval(row)?.is_null()),
-        })
-    }
-
-    /// Whether the predicate is TRUE for `row` (NULL and FALSE drop it).
-    pub fn holds(&self, row: &[Value]) -> Result<bool, String> {
-        Ok(truth(&self.eval(row)?) == Some(true))
-    }
 }
 
-fn truth(v: &Value) -> Option<bool> {
-    match v {
-        Value::Bool(b) => Some(*b),
-        _ => None,
-    }
-}
-
-fn show(t: Option<&DataType>) -> String {
-    t.map_or("NULL".to_string(), |t| t.to_string())
-}
-
-fn is_boolean(t: Option<&DataType>) -> Result<(), String> {
-    match t {
-        None | Some(DataType::Boolean) => Ok(()),
-        Some(t) => Err(format!("{t} is not BOOLEAN")),
-    }
-}
-
-/// A literal's type; None for NULL.
-fn literal_type(v: &Value) -> Option<DataType> {
-    Some(match v {
-        Value::Null | Value::List(_) | Value::Struct(_) => return None,
-        Value::Bool(_) => DataType::Boolean,
-        Value::Int(_) => DataType::BigInt,
-        Value::Double(_) => DataType::Double,
-        Value::Decimal(d) => DataType::Decimal {
-            precision: 38,
-            scale: d.scale,
-        },
-        Value::String(_) => DataType::String,
-        Value::Bytes(_) => DataType::Bytes,
-        Value::Timestamp(_) => DataType::Timestamp,
+/// A literal as SQL text of its own type.
+fn literal_sql(v: &Value) -> Result<String, String> {
+    Ok(match v {
+        Value::Null => "NULL".into(),
+        Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
+        Value::Int(i) => format!("CAST({i} AS BIGINT)"),
+        Value::Double(d) if d.is_finite() => format!("CAST({d:?} AS DOUBLE)"),
+        Value::Double(d) => format!("CAST('{d}' AS DOUBLE)"),
+        Value::Decimal(d) => {
+            let digits = d.to_string();
+            let precision = digits.chars().filter(char::is_ascii_digit).count().max(1);
+            format!(
+                "CAST({digits} AS DECIMAL({}, {}))",
+                precision.max(usize::from(d.scale)),
+                d.scale
+            )
+        }
+        Value::String(s) => format!("'{}'", s.replace('\'', "''")),
+        Value::Timestamp(ms) => {
+            let t = super::json::format_timestamp(*ms);
+            format!(
+                "TIMESTAMP '{}'",
+                t.trim_end_matches('Z').replacen('T', " ", 1)
+            )
+        }
+        Value::Bytes(_) | Value::List(_) | Value::Struct(_) => {
+            return Err(format!("a literal {v:?} is not supported in an expression"))
+        }
     })
-}
-
-fn numeric(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Int | DataType::BigInt | DataType::Double | DataType::Decimal { .. }
-    )
-}
-
-fn comparable(a: Option<&DataType>, b: Option<&DataType>) -> bool {
-    match (a, b) {
-        (None, _) | (_, None) => true,
-        (Some(a), Some(b)) => a == b || (numeric(a) && numeric(b)),
-    }
-}
-
-fn arith_type(a: Option<&DataType>, b: Option<&DataType>) -> Option<Option<DataType>> {
-    use DataType as T;
-    Some(Some(match (a, b) {
-        (None, None) => return Some(None),
-        (None, Some(t)) | (Some(t), None) if numeric(t) => t.clone(),
-        (Some(a), Some(b)) if !(numeric(a) && numeric(b)) => return None,
-        (Some(T::Double), _) | (_, Some(T::Double)) => T::Double,
-        (
-            Some(T::Decimal {
-                precision: p,
-                scale: s,
-            }),
-            Some(T::Decimal {
-                precision: q,
-                scale: r,
-            }),
-        ) => T::Decimal {
-            precision: (*p).max(*q),
-            scale: (*s).max(*r),
-        },
-        (Some(d @ T::Decimal { .. }), _) | (_, Some(d @ T::Decimal { .. })) => d.clone(),
-        (Some(_), Some(_)) => T::BigInt,
-        _ => return None,
-    }))
 }
 
 /// `d` at scale `scale` (>= its own), or None on overflow.
@@ -353,65 +261,6 @@ fn float(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
-fn arith(op: ArithOp, a: &Value, b: &Value) -> Result<Value, String> {
-    use Value::*;
-    if a.is_null() || b.is_null() {
-        return Ok(Null);
-    }
-    let name = match op {
-        ArithOp::Add => "+",
-        ArithOp::Sub => "-",
-        ArithOp::Mul => "*",
-        ArithOp::Div => "/",
-    };
-    let overflow = || format!("overflow in {a:?} {name} {b:?}");
-    Ok(match (a, b) {
-        (Int(x), Int(y)) => Int(match op {
-            ArithOp::Add => x.checked_add(*y),
-            ArithOp::Sub => x.checked_sub(*y),
-            ArithOp::Mul => x.checked_mul(*y),
-            ArithOp::Div if *y == 0 => return Err(format!("division by zero: {x} / 0")),
-            ArithOp::Div => x.checked_div(*y),
-        }
-        .ok_or_else(overflow)?),
-        (Double(_), _) | (_, Double(_)) => {
-            let (x, y) = (float(a), float(b));
-            Double(match op {
-                ArithOp::Add => x + y,
-                ArithOp::Sub => x - y,
-                ArithOp::Mul => x * y,
-                ArithOp::Div => x / y,
-            })
-        }
-        _ => {
-            let (Some(x), Some(y)) = (as_decimal(a), as_decimal(b)) else {
-                return Err(format!("no arithmetic between {a:?} and {b:?}"));
-            };
-            match op {
-                ArithOp::Add | ArithOp::Sub => {
-                    let s = x.scale.max(y.scale);
-                    let (p, q) = (
-                        rescale(&x, s).ok_or_else(overflow)?,
-                        rescale(&y, s).ok_or_else(overflow)?,
-                    );
-                    let unscaled = if op == ArithOp::Add {
-                        p.checked_add(q)
-                    } else {
-                        p.checked_sub(q)
-                    }
-                    .ok_or_else(overflow)?;
-                    Decimal(super::row::Decimal { unscaled, scale: s })
-                }
-                ArithOp::Mul => Decimal(super::row::Decimal {
-                    unscaled: x.unscaled.checked_mul(y.unscaled).ok_or_else(overflow)?,
-                    scale: x.scale.checked_add(y.scale).ok_or_else(overflow)?,
-                }),
-                ArithOp::Div => return Err("division of decimals is not supported yet".to_string()),
-            }
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,9 +285,9 @@ mod tests {
     }
 
     fn holds(e: Expr, row: &[Value]) -> bool {
-        let (e, t) = e.resolve(&schema()).unwrap();
+        let (e, t) = e.compile(&schema()).unwrap();
         assert_eq!(t, Some(DataType::Boolean));
-        e.holds(row).unwrap()
+        e(row).unwrap() == Value::Bool(true)
     }
 
     #[test]
@@ -478,8 +327,8 @@ mod tests {
     fn arithmetic_and_its_errors() {
         let row = [Value::from("u1"), Value::Int(7), dec(1050, 2)];
         let eval = |e: Expr| {
-            let (e, _) = e.resolve(&schema()).unwrap();
-            e.eval(&row)
+            let (e, _) = e.compile(&schema()).unwrap();
+            e(&row)
         };
         assert_eq!(
             eval(Expr::col("amount").times(Expr::lit(3))),
@@ -511,23 +360,27 @@ mod tests {
     fn problems_are_named_when_the_job_is_built() {
         let e = Expr::col("nope")
             .gt(Expr::lit(1))
-            .resolve(&schema())
+            .compile(&schema())
+            .map(|_| ())
             .unwrap_err();
         assert!(e.contains("no column \"nope\""), "{e}");
         let e = Expr::col("user")
             .gt(Expr::lit(1))
-            .resolve(&schema())
+            .compile(&schema())
+            .map(|_| ())
             .unwrap_err();
         assert!(e.contains("cannot compare VARCHAR with BIGINT"), "{e}");
         let e = Expr::col("user")
             .plus(Expr::lit(1))
-            .resolve(&schema())
+            .compile(&schema())
+            .map(|_| ())
             .unwrap_err();
         assert!(e.contains("no arithmetic"), "{e}");
         let e = Expr::col("amount")
             .and(Expr::lit(true))
-            .resolve(&schema())
+            .compile(&schema())
+            .map(|_| ())
             .unwrap_err();
-        assert!(e.contains("is not BOOLEAN"), "{e}");
+        assert!(e.contains("expected BOOLEAN, found BIGINT"), "{e}");
     }
 }

@@ -75,6 +75,32 @@ pub fn from_json(j: &Json, t: &DataType) -> Result<Value, String> {
             Json::String(s) => parse_date(s)?,
             _ => return Err(wrong()),
         }),
+        // An object: its keys read as the key type, in the object's order.
+        DataType::Map(key, value) => {
+            let object = j.as_object().ok_or_else(wrong)?;
+            let mut entries = Vec::with_capacity(object.len());
+            for (k, v) in object {
+                let k = match key.as_ref() {
+                    DataType::String => Value::String(k.clone()),
+                    DataType::Int | DataType::BigInt => {
+                        Value::Int(k.parse().map_err(|_| format!("key {k:?} is not {key}"))?)
+                    }
+                    other => from_json(&Json::String(k.clone()), other)?,
+                };
+                let v = from_json(v, value).map_err(|e| format!("{k:?}: {e}"))?;
+                entries.push(Value::Struct(vec![k, v]));
+            }
+            Value::List(entries)
+        }
+        // `"10:30:00"`, `"10:30:00.250"`, or milliseconds of the day.
+        DataType::Time => Value::Timestamp(match j {
+            Json::Number(n) => n
+                .as_i64()
+                .filter(|ms| (0..MS_PER_DAY).contains(ms))
+                .ok_or_else(wrong)?,
+            Json::String(s) => parse_time(s)?,
+            _ => return Err(wrong()),
+        }),
         DataType::List(item) => Value::List(
             j.as_array()
                 .ok_or_else(wrong)?
@@ -114,6 +140,16 @@ pub fn parse_timestamp(s: &str) -> Result<i64, String> {
         .map_err(|e| format!("{s:?}: {e}"))
 }
 
+/// A map key as a JSON object's key: text as it is, anything else as its
+/// JSON text.
+pub fn key_text(k: &Value, t: &DataType) -> String {
+    match k {
+        Value::String(s) => s.clone(),
+        Value::Timestamp(ms) if *t == DataType::Date => format_date(*ms),
+        other => value_json(other).to_string(),
+    }
+}
+
 /// Milliseconds in a day: a DATE is carried as its midnight's.
 pub const MS_PER_DAY: i64 = 86_400_000;
 
@@ -126,6 +162,30 @@ pub fn parse_date(s: &str) -> Result<i64, String> {
     d.to_zoned(jiff::tz::TimeZone::UTC)
         .map(|z| z.timestamp().as_millisecond())
         .map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// The milliseconds of the day of `HH:mm:ss[.SSS]`.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    let t = s
+        .trim()
+        .parse::<jiff::civil::Time>()
+        .map_err(|_| format!("{s:?} is not a time (HH:mm:ss[.SSS])"))?;
+    Ok(i64::from(t.hour()) * 3_600_000
+        + i64::from(t.minute()) * 60_000
+        + i64::from(t.second()) * 1000
+        + i64::from(t.millisecond()))
+}
+
+/// `10:30:00`, or `10:30:00.250` when it has milliseconds: a TIME's
+/// milliseconds (of its day).
+pub fn format_time(ms: i64) -> String {
+    let ms = ms.rem_euclid(MS_PER_DAY);
+    let (h, m, s, f) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    if f == 0 {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}.{f:03}")
+    }
 }
 
 /// `2026-11-30`: the day of a DATE's milliseconds.
@@ -190,7 +250,24 @@ pub fn write_value(v: &Value, t: &DataType, out: &mut Vec<u8>) {
         Value::String(s) => write_str(s, out),
         Value::Bytes(b) => write_str(&String::from_utf8_lossy(b), out),
         Value::Timestamp(ms) if *t == DataType::Date => write_str(&format_date(*ms), out),
+        Value::Timestamp(ms) if *t == DataType::Time => write_str(&format_time(*ms), out),
         Value::Timestamp(ms) => write_str(&format_timestamp(*ms), out),
+        Value::List(entries) if matches!(t, DataType::Map(..)) => {
+            let DataType::Map(key, value) = t else {
+                unreachable!("matched")
+            };
+            out.push(b'{');
+            for (i, e) in entries.iter().enumerate() {
+                let Value::Struct(kv) = e else { continue };
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(&key_text(&kv[0], key), out);
+                out.push(b':');
+                write_value(&kv[1], value, out);
+            }
+            out.push(b'}');
+        }
         Value::List(items) => {
             let item = match t {
                 DataType::List(item) => item.as_ref(),
@@ -337,7 +414,25 @@ mod tests {
     }
 
     #[test]
-    fn a_date_reads_its_day_and_writes_it_back() {
+    fn a_map_reads_an_object_and_writes_it_back_in_order() {
+        let t = DataType::Map(Box::new(DataType::String), Box::new(DataType::BigInt));
+        let v = from_json(&serde_json::json!({"b": 2, "a": null}), &t).unwrap();
+        let entry = |k: &str, v: Value| Value::Struct(vec![Value::from(k), v]);
+        // serde_json's objects keep their keys sorted here.
+        assert_eq!(
+            v,
+            Value::List(vec![entry("a", Value::Null), entry("b", Value::Int(2))])
+        );
+        let mut out = Vec::new();
+        write_value(&v, &t, &mut out);
+        assert_eq!(out, br#"{"a":null,"b":2}"#);
+        let ints = DataType::Map(Box::new(DataType::Int), Box::new(DataType::String));
+        let e = from_json(&serde_json::json!({"x": "y"}), &ints).unwrap_err();
+        assert!(e.contains("key \"x\" is not INT"), "{e}");
+    }
+
+    #[test]
+    fn a_date_and_a_time_read_and_write_back() {
         let date = DataType::Date;
         let v = from_json(&serde_json::json!("2024-02-29"), &date).unwrap();
         assert_eq!(v, Value::Timestamp(1_709_164_800_000));
@@ -347,6 +442,12 @@ mod tests {
         assert_eq!(out, b"\"2024-02-29\"");
         let e = from_json(&serde_json::json!("2024-02-30"), &date).unwrap_err();
         assert!(e.contains("is not a date"), "{e}");
+        let time = DataType::Time;
+        let v = from_json(&serde_json::json!("10:30:00.250"), &time).unwrap();
+        assert_eq!(v, Value::Timestamp(37_800_250));
+        write_value(&v, &time, &mut out);
+        assert!(out.ends_with(b"\"10:30:00.250\""));
+        assert!(from_json(&serde_json::json!(86_400_000), &time).is_err());
     }
 
     #[test]

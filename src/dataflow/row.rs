@@ -268,12 +268,19 @@ pub enum DataType {
     /// DATE: a day, carried as [`Value::Timestamp`] at its midnight (as if
     /// UTC), so that the functions over timestamps read its fields.
     Date,
+    /// TIME: a time of day to the millisecond, carried as
+    /// [`Value::Timestamp`] on 1970-01-01, so that HOUR, MINUTE and
+    /// DATE_FORMAT read it.
+    Time,
     /// TIMESTAMP_LTZ(3): an instant, milliseconds since the Unix epoch.
     /// Carried as [`Value::Timestamp`] like TIMESTAMP; SQL shows it, and
     /// reads its fields, in the session time zone (`[pipeline]
     /// time_zone`).
     TimestampLtz,
     List(Box<DataType>),
+    /// MAP<K, V>: entries in the order they were made, keys distinct;
+    /// carried as a [`Value::List`] of two-field [`Value::Struct`]s.
+    Map(Box<DataType>, Box<DataType>),
     Struct(Vec<Field>),
 }
 
@@ -299,7 +306,9 @@ impl fmt::Display for DataType {
             DataType::Timestamp => write!(f, "TIMESTAMP(3)"),
             DataType::TimestampLtz => write!(f, "TIMESTAMP_LTZ(3)"),
             DataType::Date => write!(f, "DATE"),
+            DataType::Time => write!(f, "TIME"),
             DataType::List(t) => write!(f, "ARRAY<{t}>"),
+            DataType::Map(k, v) => write!(f, "MAP<{k}, {v}>"),
             DataType::Struct(fields) => {
                 write!(f, "ROW<")?;
                 for (i, field) in fields.iter().enumerate() {

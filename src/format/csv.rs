@@ -27,7 +27,10 @@ impl CsvDecoder {
     /// that is not a column.
     pub fn new(columns: Vec<Field>, options: CsvOptions) -> Result<Self, String> {
         for c in &columns {
-            if matches!(c.data_type, DataType::List(_) | DataType::Struct(_)) {
+            if matches!(
+                c.data_type,
+                DataType::List(_) | DataType::Struct(_) | DataType::Map(..)
+            ) {
                 return Err(format!(
                     "column {} is {}: CSV has flat fields only",
                     c.name, c.data_type
@@ -126,7 +129,8 @@ fn parse_field(field: &[u8], t: &DataType) -> Result<Value, String> {
             })
         }
         DataType::Date => Value::Timestamp(crate::dataflow::json::parse_date(text)?),
-        DataType::List(_) | DataType::Struct(_) => return Err(wrong()),
+        DataType::Time => Value::Timestamp(crate::dataflow::json::parse_time(text)?),
+        DataType::List(_) | DataType::Struct(_) | DataType::Map(..) => return Err(wrong()),
     })
 }
 
@@ -139,7 +143,10 @@ pub struct CsvEncoder {
 impl CsvEncoder {
     pub fn new(columns: &[Field], delimiter: u8, quote: u8) -> Result<Self, String> {
         for c in columns {
-            if matches!(c.data_type, DataType::List(_) | DataType::Struct(_)) {
+            if matches!(
+                c.data_type,
+                DataType::List(_) | DataType::Struct(_) | DataType::Map(..)
+            ) {
                 return Err(format!(
                     "column {} is {}: CSV has flat fields only",
                     c.name, c.data_type

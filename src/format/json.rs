@@ -138,7 +138,11 @@ fn type_schema(t: &DataType) -> serde_json::Value {
             json!({"type": ["string", "null"], "format": "date-time"})
         }
         DataType::Date => json!({"type": ["string", "null"], "format": "date"}),
+        DataType::Time => json!({"type": ["string", "null"], "format": "time"}),
         DataType::List(item) => json!({"type": ["array", "null"], "items": type_schema(item)}),
+        DataType::Map(_, value) => {
+            json!({"type": ["object", "null"], "additionalProperties": type_schema(value)})
+        }
         DataType::Struct(fields) => {
             json!({"type": ["object", "null"], "properties": properties(fields)})
         }

@@ -185,6 +185,17 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
                 .or_else(|_| crate::dataflow::json::parse_timestamp(&s).map(day))?,
         ),
         (T::Date, Value::Timestamp(ms)) => Value::Timestamp(day(ms)),
+        // A TIME from text (`HH:mm:ss[.SSS]`, or a timestamp's time) and
+        // from a timestamp (its time of day).
+        (T::Time, Value::String(s)) => {
+            Value::Timestamp(crate::dataflow::json::parse_time(&s).or_else(|_| {
+                crate::dataflow::json::parse_timestamp(&s)
+                    .map(|ms| ms.rem_euclid(crate::dataflow::json::MS_PER_DAY))
+            })?)
+        }
+        (T::Time, Value::Timestamp(ms)) => {
+            Value::Timestamp(ms.rem_euclid(crate::dataflow::json::MS_PER_DAY))
+        }
         (T::Timestamp, Value::Timestamp(ms)) => Value::Timestamp(ms),
         (T::Timestamp, Value::String(s)) => {
             Value::Timestamp(crate::dataflow::json::parse_timestamp(&s)?)

@@ -12,15 +12,13 @@
 //!   reserved words that can follow a SELECT item or a table (`AS top`,
 //!   `SELECT x top`, `FROM t top`).
 
-use sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName,
-};
+use sqlparser::ast::{Expr, Ident};
 use sqlparser::dialect::Dialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
 use sqlparser::tokenizer::Token;
 
+use super::synthetic::call;
 use super::SqlError;
 
 /// Flink SQL (Calcite's grammar, as much of it as weir reads).
@@ -151,6 +149,19 @@ impl Dialect for FlinkDialect {
             Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_ARRAY") => {
                 Some(super::json_syntax::json_array(parser))
             }
+            Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_ARRAYAGG") => {
+                Some(super::json_syntax::json_arrayagg(parser))
+            }
+            Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_OBJECTAGG") => {
+                Some(super::json_syntax::json_objectagg(parser))
+            }
+            // Flink's `MAP[k1, v1, k2, v2]`.
+            Token::Word(w)
+                if w.value.eq_ignore_ascii_case("MAP")
+                    && parser.peek_nth_token_ref(1).token == Token::LBracket =>
+            {
+                Some(map_constructor(parser))
+            }
             _ => None,
         }
     }
@@ -214,24 +225,21 @@ fn table_argument(parser: &mut Parser) -> Result<Expr, ParserError> {
     Ok(call(TABLE_ARGUMENT, keyword.span, args))
 }
 
-pub(super) fn call(name: &str, span: sqlparser::tokenizer::Span, args: Vec<Expr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::with_span(span, name)]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: args
-                .into_iter()
-                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
-                .collect(),
-            clauses: Vec::new(),
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: Vec::new(),
-    })
+/// `MAP[k1, v1, ...]`: a call `MAP(k1, v1, ...)`.
+fn map_constructor(parser: &mut Parser) -> Result<Expr, ParserError> {
+    let keyword = parser.next_token();
+    parser.expect_token(&Token::LBracket)?;
+    let mut args = Vec::new();
+    if !parser.consume_token(&Token::RBracket) {
+        loop {
+            args.push(parser.parse_expr()?);
+            if !parser.consume_token(&Token::Comma) {
+                parser.expect_token(&Token::RBracket)?;
+                break;
+            }
+        }
+    }
+    Ok(call("MAP", keyword.span, args))
 }
 
 /// The statements of `sql`, or the syntax error with its line and column.

@@ -101,6 +101,8 @@ fn builtin_aggregate(name: &str) -> bool {
             | "LAST_VALUE"
             | "ARRAY_AGG"
             | "LISTAGG"
+            | "JSON_ARRAYAGG"
+            | "JSON_OBJECTAGG"
     )
 }
 
@@ -355,16 +357,19 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
                     let local = cast_to(x, DataType::Timestamp, kind);
                     return Ok(functions::calendar::to_zoned(local, zone));
                 }
-                // A DATE as text is its day, not its midnight.
-                (Ty::Data(DataType::Date), DataType::String) => {
+                // A DATE as text is its day, a TIME its time of day.
+                (Ty::Data(from @ (DataType::Date | DataType::Time)), DataType::String) => {
+                    let format = if *from == DataType::Date {
+                        crate::dataflow::json::format_date
+                    } else {
+                        crate::dataflow::json::format_time
+                    };
                     let f = x.eval.clone();
                     return Ok(functions::compose::fold_if(
                         x.constant.is_some(),
                         Compiled::new(Ty::Data(DataType::String), move |row| {
                             Ok(match f(row)? {
-                                Value::Timestamp(ms) => {
-                                    Value::String(crate::dataflow::json::format_date(ms))
-                                }
+                                Value::Timestamp(ms) => Value::String(format(ms)),
                                 other => other,
                             })
                         }),
@@ -519,9 +524,40 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
 
 /// `array[i]`: the element at 1-based `i`, NULL past either end.
 fn element_at(array: Compiled, i: Compiled, e: &E) -> Result<Compiled, SqlError> {
+    // `m[k]`: the value of key k, NULL when the map has none.
+    if let Ty::Data(DataType::Map(key, value)) = &array.ty {
+        let k = match (&i.ty, key.as_ref()) {
+            (Ty::Null, _) => i,
+            (Ty::Data(t), want) if t == want => i,
+            (Ty::Data(t), want) if numeric(t) && numeric(want) => {
+                coerce_to(i, &Ty::Data(want.clone()))
+            }
+            (t, want) => {
+                return Err(err(e, format!("the map's keys are {want}, not {t}")));
+            }
+        };
+        let (m, k) = (array.eval, k.eval);
+        return Ok(Compiled::new(Ty::Data((**value).clone()), move |row| {
+            let (Value::List(entries), k) = (m(row)?, k(row)?) else {
+                return Ok(Value::Null);
+            };
+            Ok(entries
+                .into_iter()
+                .find_map(|e| match e {
+                    Value::Struct(mut kv) if kv.len() == 2 && kv[0] == k => kv.pop(),
+                    _ => None,
+                })
+                .unwrap_or(Value::Null))
+        }));
+    }
     let item = match &array.ty {
         Ty::Data(DataType::List(t)) => (**t).clone(),
-        t => return Err(err(e, format!("only an ARRAY takes an index [i], not {t}"))),
+        t => {
+            return Err(err(
+                e,
+                format!("only an ARRAY takes an index [i] and a MAP a key [k], not {t}"),
+            ))
+        }
     };
     if !matches!(i.ty, Ty::Null | Ty::Data(DataType::Int | DataType::BigInt)) {
         return Err(err(
@@ -887,11 +923,18 @@ fn coerce_for_compare(
     e: &E,
     zone: &jiff::tz::TimeZone,
 ) -> Result<Compiled, SqlError> {
-    if let (Some(Value::String(s)), Some(DataType::Date)) = (&a.constant, other.data_type()) {
-        let ms = crate::dataflow::json::parse_date(s).map_err(|m| err(e, m))?;
+    if let (Some(Value::String(s)), Some(t @ (DataType::Date | DataType::Time))) =
+        (&a.constant, other.data_type())
+    {
+        let ms = if *t == DataType::Date {
+            crate::dataflow::json::parse_date(s)
+        } else {
+            crate::dataflow::json::parse_time(s)
+        }
+        .map_err(|m| err(e, m))?;
         return Ok(Compiled::constant(
             Value::Timestamp(ms),
-            Ty::Data(DataType::Date),
+            Ty::Data(t.clone()),
         ));
     }
     if let (Some(Value::String(s)), Some(t)) = (&a.constant, other.data_type()) {

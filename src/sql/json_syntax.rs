@@ -19,7 +19,7 @@ use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
 use sqlparser::tokenizer::Token;
 
-use super::dialect::call;
+use super::synthetic::call;
 
 fn text(s: &str) -> Expr {
     Expr::Value(Value::SingleQuotedString(s.to_string()).into())
@@ -163,6 +163,28 @@ pub fn json_array(parser: &mut Parser) -> Result<Expr, ParserError> {
     let name = parser.next_token();
     let args = constructor(parser, false, "ABSENT")?;
     Ok(call("JSON_ARRAY", name.span, args))
+}
+
+/// JSON_ARRAYAGG(v [NULL | ABSENT ON NULL]): ABSENT ON NULL unless told
+/// otherwise, as in Flink.
+pub fn json_arrayagg(parser: &mut Parser) -> Result<Expr, ParserError> {
+    let name = parser.next_token();
+    let args = constructor(parser, false, "ABSENT")?;
+    if args.len() != 2 {
+        return parser.expected("one value in JSON_ARRAYAGG", parser.peek_token());
+    }
+    Ok(call("JSON_ARRAYAGG", name.span, args))
+}
+
+/// JSON_OBJECTAGG([KEY] k VALUE v [NULL | ABSENT ON NULL]): NULL ON NULL
+/// unless told otherwise, as in Flink.
+pub fn json_objectagg(parser: &mut Parser) -> Result<Expr, ParserError> {
+    let name = parser.next_token();
+    let args = constructor(parser, true, "NULL")?;
+    if args.len() != 3 {
+        return parser.expected("one KEY k VALUE v in JSON_OBJECTAGG", parser.peek_token());
+    }
+    Ok(call("JSON_OBJECTAGG", name.span, args))
 }
 
 /// `expr IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]`, from IS on.

@@ -25,6 +25,7 @@ pub mod names;
 pub mod plan;
 pub mod schema;
 pub mod session;
+mod synthetic;
 pub mod types;
 
 use std::fmt;

@@ -203,6 +203,26 @@ impl TypeParser<'_> {
                 }
             }
             "DATE" => DataType::Date,
+            "TIME" => {
+                // TIME(p): milliseconds are kept whatever p says.
+                self.params()?;
+                let save = self.chars.clone();
+                if !(self.word().eq_ignore_ascii_case("WITHOUT")
+                    && self.word().eq_ignore_ascii_case("TIME")
+                    && self.word().eq_ignore_ascii_case("ZONE"))
+                {
+                    self.chars = save;
+                }
+                DataType::Time
+            }
+            "MAP" => {
+                self.expect('<')?;
+                let key = self.data_type()?;
+                self.expect(',')?;
+                let value = self.data_type()?;
+                self.expect('>')?;
+                DataType::Map(Box::new(key), Box::new(value))
+            }
             "ARRAY" => {
                 self.expect('<')?;
                 let item = self.data_type()?;
@@ -227,7 +247,7 @@ impl TypeParser<'_> {
             _ => {
                 return Err(format!(
                     "unknown type {word}; weir has BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), \
-                     VARCHAR, BYTES, DATE, TIMESTAMP(3), TIMESTAMP_LTZ(3), ROW<...> and ARRAY<...>"
+                     VARCHAR, BYTES, DATE, TIME, TIMESTAMP(3), TIMESTAMP_LTZ(3), ROW<...>, ARRAY<...> and MAP<..., ...>"
                 ))
             }
         };
@@ -253,6 +273,7 @@ mod tests {
         assert_eq!(t("TIMESTAMP(3)"), "TIMESTAMP(3)");
         assert_eq!(t("TIMESTAMP_LTZ(3)"), "TIMESTAMP_LTZ(3)");
         assert_eq!(t("date"), "DATE");
+        assert_eq!(t("MAP<STRING, BIGINT>"), "MAP<VARCHAR, BIGINT>");
         assert_eq!(t("timestamp(3) with local time zone"), "TIMESTAMP_LTZ(3)");
         assert_eq!(t("TIMESTAMP WITHOUT TIME ZONE"), "TIMESTAMP(3)");
         assert!(parse_type("TIMESTAMP WITH TIME ZONE")

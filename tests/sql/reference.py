@@ -265,6 +265,9 @@ SCHEMAS = {
     # Events at instants across daylight saving's end in New York
     # (tests/time_zones.rs): `ms` since 1970, `v` a value to sum.
     "events": dict(id="BIGINT", ms="BIGINT", v="BIGINT"),
+    # Values per key in the order they were written, on one partition
+    # (tests/json_aggregates.rs): `tag` names each, `v` may be NULL.
+    "tagged": dict(id="BIGINT", k="BIGINT", tag="VARCHAR", v="BIGINT"),
     # Keyed events with the "life" of their key: 1 for an event after its
     # key's state expired (tests/sql_plan.rs, state_ttl).
     "ttl_events": dict(seq="BIGINT", k="BIGINT", v="BIGINT", life="BIGINT"),

@@ -168,6 +168,16 @@ impl Agg {
         }
     }
 
+    /// The function of a user-defined aggregate ([`AggFunction::User`]).
+    fn user_function(&self) -> std::result::Result<&crate::udf::AggregateFunction, String> {
+        self.user.as_ref().map(|u| u.0.as_ref()).ok_or_else(|| {
+            format!(
+                "{}: a user-defined aggregate without its function",
+                self.name
+            )
+        })
+    }
+
     /// The output column's type given the input schema.
     pub fn data_type(&self, input: &Schema) -> DataType {
         if let Some(u) = &self.user {
@@ -578,11 +588,7 @@ impl Accumulators {
                 }
                 AggFunction::LastValue => p.value = v.clone(),
                 AggFunction::User => {
-                    let f = &a
-                        .user
-                        .as_ref()
-                        .ok_or("a user-defined aggregate without its function")?
-                        .0;
+                    let f = a.user_function()?;
                     let acc = std::mem::replace(&mut p.value, Value::Null);
                     p.value = f.step(acc, std::slice::from_ref(v), retract)?;
                 }
@@ -649,14 +655,9 @@ impl Accumulators {
                         }
                         _ => o.value.clone(),
                     },
-                    AggFunction::User => {
-                        let f = &a
-                            .user
-                            .as_ref()
-                            .ok_or("a user-defined aggregate without its function")?
-                            .0;
-                        f.merge_accumulators(p.value.clone(), &o.value)?
-                    }
+                    AggFunction::User => a
+                        .user_function()?
+                        .merge_accumulators(p.value.clone(), &o.value)?,
                     _ => unreachable!("every aggregate function is matched"),
                 }
             };

@@ -2,16 +2,20 @@
 //! rows whose predicate is TRUE, as SQL's `WHERE` does. Stateless, so it
 //! chains into the task before it. A value the predicate cannot evaluate
 //! (an overflow, a division by zero) fails the job naming the operator
-//! and the reason, as Flink does.
+//! and the reason, as Flink does. The predicate is compiled by weir's
+//! one expression compiler, SQL's ([`crate::dataflow::expr::Expr::compile`]).
 
-use crate::dataflow::expr::Expr;
+use std::sync::Arc;
+
 use crate::dataflow::operator::{Collector, Context, Operator, Record};
+use crate::dataflow::row::Value;
 use crate::error::Result;
+use crate::sql::compiled::EvalFn;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WhereFilter {
-    /// Resolved against the input's schema when the job was built.
-    pub predicate: Expr,
+    /// Compiled against the input's schema when the job was built.
+    pub predicate: Arc<EvalFn>,
 }
 
 impl Operator for WhereFilter {
@@ -22,10 +26,9 @@ impl Operator for WhereFilter {
         ctx: &mut Context,
         out: &mut Collector,
     ) -> Result<()> {
-        let keep = self
-            .predicate
-            .holds(&r.row.values)
-            .map_err(|reason| ctx.failure(format!("the filter's predicate: {reason}")))?;
+        let keep = (self.predicate)(&r.row.values)
+            .map_err(|reason| ctx.failure(format!("the filter's predicate: {reason}")))?
+            == Value::Bool(true);
         if keep {
             out.emit(r.row, r.timestamp);
         }
@@ -36,7 +39,8 @@ impl Operator for WhereFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::row::{DataType, Field, Row, Schema, Value};
+    use crate::dataflow::expr::Expr;
+    use crate::dataflow::row::{DataType, Field, Row, Schema};
     use crate::dataflow::RecordKey;
 
     #[test]
@@ -48,7 +52,7 @@ mod tests {
         let (predicate, _) = Expr::col("amount")
             .divided_by(Expr::lit(2))
             .ge(Expr::lit(3))
-            .resolve(&schema)
+            .compile(&schema)
             .unwrap();
         let mut op = WhereFilter { predicate };
         let mut ctx = Context::new("big", 0, None);
@@ -68,7 +72,7 @@ mod tests {
         let (predicate, _) = Expr::col("amount")
             .divided_by(Expr::lit(0))
             .ge(Expr::lit(3))
-            .resolve(&schema)
+            .compile(&schema)
             .unwrap();
         let mut op = WhereFilter { predicate };
         let r = Record {

@@ -52,8 +52,13 @@ fn type_json(t: &DataType, name: &str, counter: &mut usize) -> serde_json::Value
             json!({"type": "long", "logicalType": "timestamp-millis"})
         }
         DataType::Date => json!({"type": "int", "logicalType": "date"}),
+        DataType::Time => json!({"type": "int", "logicalType": "time-millis"}),
         DataType::List(item) => {
             json!({"type": "array", "items": ["null", type_json(item, name, counter)]})
+        }
+        // Avro's maps have string keys: another key is written as its text.
+        DataType::Map(_, value) => {
+            json!({"type": "map", "values": ["null", type_json(value, name, counter)]})
         }
         DataType::Struct(fields) => {
             *counter += 1;
@@ -132,6 +137,19 @@ fn write_value(v: &Value, t: &DataType, out: &mut Vec<u8>) -> Result<(), String>
         }
         (Value::String(s), _) => write_bytes(s.as_bytes(), out),
         (Value::Bytes(b), _) => write_bytes(b, out),
+        (Value::List(entries), DataType::Map(key, value)) => {
+            if !entries.is_empty() {
+                write_zigzag(entries.len() as i64, out);
+                for e in entries {
+                    let Value::Struct(kv) = e else {
+                        return Err("a map entry is not a (key, value) pair".into());
+                    };
+                    write_bytes(crate::dataflow::json::key_text(&kv[0], key).as_bytes(), out);
+                    write_nullable(&kv[1], value, out)?;
+                }
+            }
+            out.push(0);
+        }
         (Value::List(items), DataType::List(item)) => {
             if !items.is_empty() {
                 write_zigzag(items.len() as i64, out);

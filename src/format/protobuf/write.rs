@@ -160,6 +160,19 @@ pub(super) fn enc_fields(
                         c.data_type
                     ))
                 }
+                DataType::Time => {
+                    return Err(format!(
+                        "column `{column}` is TIME: Protobuf's well-known types have no time \
+                         of day; write it as text (CAST(t AS VARCHAR))"
+                    ))
+                }
+                DataType::Map(..) => {
+                    return Err(format!(
+                        "column `{column}` is {}: weir does not write Protobuf maps yet; \
+                         write MAP_KEYS and MAP_VALUES as two arrays",
+                        c.data_type
+                    ))
+                }
                 DataType::Boolean => EncKind::Bool,
                 DataType::Int => EncKind::Int32,
                 DataType::BigInt => EncKind::Int64,

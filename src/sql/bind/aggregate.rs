@@ -205,6 +205,75 @@ impl Binder<'_> {
                 let sep = Compiled::constant(separator, Ty::Data(DataType::String));
                 return crate::sql::functions::call("ARRAY_JOIN", vec![list, sep], whole);
             }
+            // JSON_ARRAYAGG(v) and JSON_OBJECTAGG(KEY k VALUE v) are
+            // ARRAY_AGG of v (or of the pair (k, v)) written as JSON by a
+            // projection: they take back retracted rows as ARRAY_AGG does.
+            let upper = function_name(f).to_ascii_uppercase();
+            if upper == "JSON_ARRAYAGG" || upper == "JSON_OBJECTAGG" {
+                let args = call_args(f, whole)?;
+                let mut compiled = Vec::new();
+                for a in &args {
+                    if contains_aggregate(a) {
+                        return Err(err(a, "an aggregate inside an aggregate is not allowed"));
+                    }
+                    compiled.push(compile(
+                        a,
+                        &mut Scope::plain(&input_scope_cols, &self.session),
+                    )?);
+                }
+                let (keep_nulls, raw) = crate::sql::functions::json::options(&compiled);
+                let raw = raw.first().copied().unwrap_or(false);
+                let object = upper == "JSON_OBJECTAGG";
+                let value = if object {
+                    if !matches!(compiled[1].ty, Ty::Data(DataType::String) | Ty::Null) {
+                        return Err(err(
+                            args[1],
+                            format!("JSON_OBJECTAGG's key is VARCHAR, not {}", compiled[1].ty),
+                        ));
+                    }
+                    let (k, v) = (compiled[1].eval.clone(), compiled[2].eval.clone());
+                    let t = DataType::Struct(vec![
+                        Field::new("key", DataType::String),
+                        Field::new("value", compiled[2].ty.column_type()),
+                    ]);
+                    Compiled::new(Ty::Data(t), move |row| {
+                        Ok(Value::Struct(vec![k(row)?, v(row)?]))
+                    })
+                } else {
+                    compiled.pop().expect("a value")
+                };
+                let item = value.ty.column_type();
+                // The ARRAY_AGG under it, keyed apart from the call itself:
+                // a SELECT item that is the call is its projection, not the
+                // aggregate's column.
+                let under = E::Nested(Box::new(whole.clone()));
+                let column = match calls.iter().position(|(e, _, _, _)| *e == under) {
+                    Some(i) => base + i,
+                    None => {
+                        calls.push((under, AggFunction::ArrayAgg, Some(value), false));
+                        users.push(None);
+                        base + calls.len() - 1
+                    }
+                };
+                let list = Compiled::column(column, DataType::List(Box::new(item))).eval;
+                return Ok(Compiled::new(Ty::Data(DataType::String), move |row| {
+                    let items = match list(row)? {
+                        Value::List(items) => items,
+                        _ => Vec::new(),
+                    };
+                    if !object {
+                        return Ok(Value::String(crate::sql::functions::json::array_text(
+                            &items, keep_nulls, raw,
+                        )));
+                    }
+                    let pairs = items.iter().filter_map(|p| match p {
+                        Value::Struct(kv) if kv.len() == 2 => Some((&kv[0], &kv[1])),
+                        _ => None,
+                    });
+                    crate::sql::functions::json::object_text(pairs, keep_nulls, raw)
+                        .map(Value::String)
+                }));
+            }
             if let Some(i) = calls.iter().position(|(e, _, _, _)| e == whole) {
                 let t = match &users[i] {
                     Some(u) => u.0.returns.clone(),

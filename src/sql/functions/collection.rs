@@ -1,10 +1,12 @@
-//! Collection functions over ARRAY values. An array's elements may be
-//! NULL; an array that is NULL makes the result NULL.
+//! Collection functions over ARRAY and MAP values. An array's elements
+//! and a map's values may be NULL; an array or a map that is NULL makes
+//! the result NULL.
 
+use super::super::cast::{coerce_to, numeric};
 use super::super::compiled::{Compiled, Ty};
-use super::compose::{strict, text};
+use super::compose::{fold_if, strict, text};
 use super::definition::{Call, Function};
-use super::signature::{optional, p, Kind::*};
+use super::signature::{any_number, optional, p, Kind::*};
 use crate::dataflow::expr::compare;
 use crate::dataflow::row::{DataType as T, Value};
 
@@ -13,6 +15,46 @@ pub const FUNCTIONS: &[Function] = &[
         "the number of elements of `a`",
         "CARDINALITY(ARRAY[1, 2, 3])",
         "3",
+    ),
+    Function::new("CARDINALITY", &[p("m", Map)], "INT", cardinality).doc(
+        "the number of entries of `m`",
+        "CARDINALITY(MAP['a', 1, 'b', 2])",
+        "2",
+    ),
+    Function::new("MAP", &[any_number(p("entry", Any))], "MAP", map)
+        .written("MAP[k1 ANY, v1 ANY, ...]")
+        .doc(
+            "a map of the keys and values in turn; a later value of a key replaces an earlier \
+             one; a NULL key is an error",
+            "MAP_VALUES(MAP['a', 1, 'b', 2, 'a', 3])",
+            "ARRAY[3, 2]",
+        ),
+    Function::new("MAP_KEYS", &[p("m", Map)], "ARRAY of the keys", map_keys).doc(
+        "the keys of `m`, in the order they were made",
+        "MAP_KEYS(MAP['a', 1, 'b', 2])",
+        "ARRAY['a', 'b']",
+    ),
+    Function::new(
+        "MAP_VALUES",
+        &[p("m", Map)],
+        "ARRAY of the values",
+        map_keys,
+    )
+    .doc(
+        "the values of `m`, in the order of its keys",
+        "MAP_VALUES(MAP['a', 1, 'b', 2])",
+        "ARRAY[1, 2]",
+    ),
+    Function::new(
+        "MAP_FROM_ARRAYS",
+        &[p("keys", Array), p("values", Array)],
+        "MAP",
+        map_from_arrays,
+    )
+    .doc(
+        "a map of `keys[i]` to `values[i]`; an error when their lengths differ",
+        "MAP_KEYS(MAP_FROM_ARRAYS(ARRAY['x', 'y'], ARRAY[1, 2]))",
+        "ARRAY['x', 'y']",
     ),
     Function::new("ELEMENT", &[p("a", Array)], "the element type", element).doc(
         "the one element of `a`; NULL when `a` is empty, an error when it has more than one",
@@ -137,5 +179,113 @@ fn array_join(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
             })
             .collect();
         Ok(Value::String(parts.join(text(&sep))))
+    }))
+}
+
+/// The entries of a map value: (key, value) pairs.
+fn entries(v: &Value) -> impl Iterator<Item = (&Value, &Value)> {
+    list(v).iter().filter_map(|e| match e {
+        Value::Struct(kv) if kv.len() == 2 => Some((&kv[0], &kv[1])),
+        _ => None,
+    })
+}
+
+/// A map of `pairs`, a later value of a key replacing the earlier one.
+pub fn map_of(pairs: impl IntoIterator<Item = (Value, Value)>) -> Result<Value, String> {
+    let mut out: Vec<Value> = Vec::new();
+    for (k, v) in pairs {
+        if k.is_null() {
+            return Err("a MAP key is NULL".into());
+        }
+        let at = out
+            .iter()
+            .position(|e| matches!(e, Value::Struct(kv) if kv[0] == k));
+        match at {
+            Some(i) => out[i] = Value::Struct(vec![k, v]),
+            None => out.push(Value::Struct(vec![k, v])),
+        }
+    }
+    Ok(Value::List(out))
+}
+
+/// The type `items` share (numbers widen), for a map's keys or values.
+fn shared(items: &[&Compiled], what: &str) -> Result<T, String> {
+    let mut ty: Option<T> = None;
+    for c in items {
+        let Ty::Data(t) = &c.ty else { continue };
+        ty = Some(match ty {
+            None => t.clone(),
+            Some(have) if have == *t => have,
+            Some(have) if numeric(&have) && numeric(t) => super::super::cast::wider(&have, t),
+            Some(have) => return Err(format!("a MAP's {what} are {have} and {t}: one type")),
+        });
+    }
+    Ok(ty.unwrap_or(T::String))
+}
+
+fn map(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    if !args.len().is_multiple_of(2) {
+        return Err("MAP[...] takes keys and values in turn: an even number".into());
+    }
+    let keys: Vec<&Compiled> = args.iter().step_by(2).collect();
+    let values: Vec<&Compiled> = args.iter().skip(1).step_by(2).collect();
+    let (kt, vt) = (shared(&keys, "keys")?, shared(&values, "values")?);
+    let constant = args.iter().all(|a| a.constant.is_some());
+    let fitted: Vec<_> = args
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let t = if i % 2 == 0 { &kt } else { &vt };
+            coerce_to(a, &Ty::Data(t.clone())).eval
+        })
+        .collect();
+    let ty = T::Map(Box::new(kt), Box::new(vt));
+    Ok(fold_if(
+        constant,
+        Compiled::new(Ty::Data(ty), move |row| {
+            let mut pairs = Vec::with_capacity(fitted.len() / 2);
+            for kv in fitted.chunks(2) {
+                pairs.push((kv[0](row)?, kv[1](row)?));
+            }
+            map_of(pairs)
+        }),
+    ))
+}
+
+fn map_keys(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let (kt, vt) = match &args[0].ty {
+        Ty::Data(T::Map(k, v)) => ((**k).clone(), (**v).clone()),
+        _ => (T::String, T::String),
+    };
+    if call.name == "MAP_KEYS" {
+        Ok(strict(T::List(Box::new(kt)), args, |v| {
+            Ok(Value::List(
+                entries(&v[0]).map(|(k, _)| k.clone()).collect(),
+            ))
+        }))
+    } else {
+        Ok(strict(T::List(Box::new(vt)), args, |v| {
+            Ok(Value::List(
+                entries(&v[0]).map(|(_, x)| x.clone()).collect(),
+            ))
+        }))
+    }
+}
+
+fn map_from_arrays(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    let ty = T::Map(
+        Box::new(element_type(&args[0])),
+        Box::new(element_type(&args[1])),
+    );
+    Ok(strict(ty, args, |v| {
+        let (keys, values) = (list(&v[0]), list(&v[1]));
+        if keys.len() != values.len() {
+            return Err(format!(
+                "MAP_FROM_ARRAYS of {} keys and {} values",
+                keys.len(),
+                values.len()
+            ));
+        }
+        map_of(keys.iter().cloned().zip(values.iter().cloned()))
     }))
 }

@@ -301,9 +301,54 @@ fn json_value_returning(_: &Call, args: Vec<Compiled>) -> Result<Compiled, Strin
     }))
 }
 
+/// A JSON array of `items` (a NULL left out unless `keep_nulls`), each
+/// inserted as JSON when `raw` (a nested constructor's text).
+pub fn array_text<'a>(
+    items: impl IntoIterator<Item = &'a Value>,
+    keep_nulls: bool,
+    raw: bool,
+) -> String {
+    let items: Vec<String> = items
+        .into_iter()
+        .filter(|v| keep_nulls || !v.is_null())
+        .map(|v| member(v, raw))
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// A JSON object of `pairs` in order (a NULL value left out unless
+/// `keep_nulls`); Err for a NULL or repeated key.
+pub fn object_text<'a>(
+    pairs: impl IntoIterator<Item = (&'a Value, &'a Value)>,
+    keep_nulls: bool,
+    raw: bool,
+) -> Result<String, String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = String::from("{");
+    for (k, v) in pairs {
+        let Value::String(key) = k else {
+            return Err("a JSON object's key is NULL".into());
+        };
+        if !seen.insert(key.clone()) {
+            return Err(format!("the key {key:?} twice in a JSON object"));
+        }
+        if v.is_null() && !keep_nulls {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::Value::String(key.clone()).to_string());
+        out.push(':');
+        out.push_str(&member(v, raw));
+    }
+    out.push('}');
+    Ok(out)
+}
+
 /// The options argument of JSON_OBJECT and JSON_ARRAY (`"NULL;TJ"`):
 /// whether a NULL value is kept, and per value whether it is JSON.
-fn options(args: &[Compiled]) -> (bool, Vec<bool>) {
+pub fn options(args: &[Compiled]) -> (bool, Vec<bool>) {
     let o = constant_text(args, 0).unwrap_or_default();
     let (nulls, kinds) = o.split_once(';').unwrap_or((o.as_str(), ""));
     (nulls == "NULL", kinds.chars().map(|k| k == 'J').collect())

@@ -34,6 +34,8 @@ pub enum Kind {
     Bytes,
     /// An ARRAY of anything.
     Array,
+    /// A MAP of anything.
+    Map,
     /// Any type.
     Any,
     /// A time unit written as a keyword (`DAY`, `HOUR`), as TIMESTAMPADD's
@@ -52,10 +54,11 @@ impl Kind {
             Kind::Integer => matches!(t, DataType::Int | DataType::BigInt),
             Kind::Number | Kind::Double => numeric(t),
             Kind::Boolean => *t == DataType::Boolean,
-            Kind::Timestamp => t.is_timestamp() || *t == DataType::Date,
+            Kind::Timestamp => t.is_timestamp() || matches!(t, DataType::Date | DataType::Time),
             Kind::Instant => *t == DataType::TimestampLtz,
             Kind::Bytes => *t == DataType::Bytes,
             Kind::Array => matches!(t, DataType::List(_)),
+            Kind::Map => matches!(t, DataType::Map(..)),
             Kind::Any => true,
         }
     }
@@ -73,7 +76,7 @@ impl Kind {
             Kind::Timestamp => DataType::Timestamp,
             Kind::Instant => DataType::TimestampLtz,
             Kind::Bytes => DataType::Bytes,
-            Kind::Array | Kind::Any => return c,
+            Kind::Array | Kind::Map | Kind::Any => return c,
         };
         if c.ty == Ty::Data(target.clone()) {
             return c;
@@ -97,6 +100,7 @@ impl fmt::Display for Kind {
             Kind::Instant => "TIMESTAMP_LTZ(3)",
             Kind::Bytes => "BYTES",
             Kind::Array => "ARRAY",
+            Kind::Map => "MAP",
             Kind::Any => "ANY",
             Kind::Unit => "time unit",
         })

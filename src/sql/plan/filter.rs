@@ -6,7 +6,7 @@ use crate::dataflow::prelude::*;
 use crate::sql::expr::EvalFn;
 use crate::sql::note_eval_error;
 
-use super::on_failure::{Guarded, OnFunctionFailure, Step};
+use super::on_failure::{lower_guarded, OnFunctionFailure, Step};
 
 pub struct Filter {
     /// The predicate as written, for `weir explain`.
@@ -36,17 +36,8 @@ impl Filter {
                 }
                 Ok(())
             });
-            let dead_letters = match &self.on_failure {
-                OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
-                _ => None,
-            };
             let schema = input.schema();
-            let guarded = Guarded {
-                step,
-                policy: self.on_failure.clone(),
-                input: schema.clone(),
-            };
-            return input.stateless(uid, "filter", schema, guarded, dead_letters);
+            return lower_guarded(&input, uid, "filter", schema, step, &self.on_failure);
         }
         input.filter(uid, move |v| match f(v) {
             Ok(Value::Bool(b)) => b,

@@ -8,7 +8,7 @@ use crate::sql::expr::EvalFn;
 use crate::sql::note_eval_error;
 use crate::udf::TableFunction;
 
-use super::on_failure::{Guarded, OnFunctionFailure, Step};
+use super::on_failure::{lower_guarded, OnFunctionFailure, Step};
 
 pub struct LateralTable {
     pub schema: Schema,
@@ -65,16 +65,8 @@ impl LateralTable {
                 let _ = step(v, emit);
             });
         }
-        let dead_letters = match &self.on_failure {
-            OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
-            _ => None,
-        };
-        let op = Guarded {
-            step,
-            policy: self.on_failure.clone(),
-            input: input.schema(),
-        };
-        input.stateless(uid, "flat-map", self.schema.clone(), op, dead_letters)
+        let schema = self.schema.clone();
+        lower_guarded(&input, uid, "flat-map", schema, step, &self.on_failure)
     }
 }
 

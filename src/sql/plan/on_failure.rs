@@ -51,6 +51,29 @@ impl OnFunctionFailure {
     }
 }
 
+/// `step` over `input` as the stateless operator `uid` of `kind` whose
+/// rows have `schema`, with `policy` for a row a user-defined function
+/// fails on (its dead letters to the source's topic).
+pub fn lower_guarded(
+    input: &Stream,
+    uid: &str,
+    kind: &str,
+    schema: Schema,
+    step: Step,
+    policy: &OnFunctionFailure,
+) -> Stream {
+    let dead_letters = match policy {
+        OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
+        _ => None,
+    };
+    let op = Guarded {
+        step,
+        policy: policy.clone(),
+        input: input.schema(),
+    };
+    input.stateless(uid, kind, schema, op, dead_letters)
+}
+
 /// A row's step (a projection, a filter's verdict, a table function's
 /// rows): it emits the row's output rows, or fails with the failure of a
 /// user-defined function (before it emits any).

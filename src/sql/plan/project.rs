@@ -6,7 +6,7 @@ use crate::dataflow::prelude::*;
 use crate::sql::expr::EvalFn;
 use crate::sql::note_eval_error;
 
-use super::on_failure::{Guarded, OnFunctionFailure, Step};
+use super::on_failure::{lower_guarded, OnFunctionFailure, Step};
 
 #[derive(Clone)]
 pub struct Project {
@@ -93,16 +93,8 @@ impl Project {
                 emit(this.try_evaluate(&op, v)?);
                 Ok(())
             });
-            let dead_letters = match &self.on_failure {
-                OnFunctionFailure::DeadLetter(t) => Some(t.clone()),
-                _ => None,
-            };
-            let guarded = Guarded {
-                step,
-                policy: self.on_failure.clone(),
-                input: input.schema(),
-            };
-            return input.stateless(uid, "map", self.schema.clone(), guarded, dead_letters);
+            let schema = self.schema.clone();
+            return lower_guarded(&input, uid, "map", schema, step, &self.on_failure);
         }
         let f = move |v: &[Value]| this.evaluate_as(&op, v);
         if self.over_updating {
