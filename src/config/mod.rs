@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 mod formats;
 mod sections;
 mod sql;
+pub mod time_zone;
 mod validate;
 
 pub use sections::*;

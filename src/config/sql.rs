@@ -176,7 +176,7 @@ pub(super) fn sql_job(
         })
     };
     if let Some(zone) = &pipeline.time_zone {
-        if let Err(m) = crate::sql::session::time_zone(zone) {
+        if let Err(m) = super::time_zone::time_zone(zone) {
             problem("pipeline.time_zone", m);
         }
     }

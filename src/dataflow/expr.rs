@@ -1,14 +1,14 @@
-//! Row expressions: columns, literals, comparisons, boolean logic and
-//! arithmetic over a row, with SQL's semantics (what Flink SQL does):
-//! NULL in, NULL out; `AND`/`OR` with three-valued logic; a filter keeps a
-//! row only where its predicate is TRUE. An expression is checked against
-//! its input's schema when the job is built (columns exist, types fit),
-//! so evaluating it can only fail on values (an overflow, a division by
-//! zero), and then names what went wrong.
+//! Row expressions built in Rust: columns, literals, comparisons, boolean
+//! logic and arithmetic over a row. They are not evaluated here:
+//! [`Expr::compile`] hands them to weir's one expression compiler, SQL's,
+//! so they have SQL's semantics (what Flink SQL does): NULL in, NULL out;
+//! `AND`/`OR` with three-valued logic; a filter keeps a row only where its
+//! predicate is TRUE. An expression is checked against its input's schema
+//! when the job is built (columns exist, types fit), so evaluating it can
+//! only fail on values (an overflow, a division by zero), and then names
+//! what went wrong.
 
-use std::cmp::Ordering;
-
-use super::row::{DataType, Decimal, Schema, Value};
+use super::row::{DataType, Schema, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmpOp {
@@ -206,24 +206,6 @@ fn literal_sql(v: &Value) -> Result<String, String> {
     })
 }
 
-/// `d` at scale `scale` (>= its own), or None on overflow.
-fn rescale(d: &Decimal, scale: u8) -> Option<i128> {
-    d.unscaled
-        .checked_mul(10i128.checked_pow(u32::from(scale - d.scale))?)
-}
-
-/// An integer or decimal as a decimal (an integer at scale 0).
-pub(crate) fn as_decimal(v: &Value) -> Option<Decimal> {
-    match v {
-        Value::Decimal(d) => Some(*d),
-        Value::Int(i) => Some(Decimal {
-            unscaled: i128::from(*i),
-            scale: 0,
-        }),
-        _ => None,
-    }
-}
-
 /// `!expr`: SQL's `NOT` (NOT NULL is NULL).
 impl std::ops::Not for Expr {
     type Output = Expr;
@@ -233,38 +215,10 @@ impl std::ops::Not for Expr {
     }
 }
 
-/// SQL ordering of two non-NULL values of comparable types.
-pub fn compare(a: &Value, b: &Value) -> Ordering {
-    use Value::*;
-    match (a, b) {
-        (Int(x), Int(y)) => x.cmp(y),
-        (String(x), String(y)) => x.cmp(y),
-        (Timestamp(x), Timestamp(y)) => x.cmp(y),
-        (Bool(x), Bool(y)) => x.cmp(y),
-        (Bytes(x), Bytes(y)) => x.cmp(y),
-        (Decimal(_), Decimal(_) | Int(_)) | (Int(_), Decimal(_)) => {
-            let (x, y) = (
-                as_decimal(a).expect("decimal"),
-                as_decimal(b).expect("decimal"),
-            );
-            let s = x.scale.max(y.scale);
-            match (rescale(&x, s), rescale(&y, s)) {
-                (Some(x), Some(y)) => x.cmp(&y),
-                _ => float(a).total_cmp(&float(b)),
-            }
-        }
-        _ => float(a).total_cmp(&float(b)),
-    }
-}
-
-fn float(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataflow::row::Field;
+    use crate::dataflow::row::{Decimal, Field};
 
     fn schema() -> Schema {
         Schema::new(vec![

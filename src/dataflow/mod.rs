@@ -14,6 +14,7 @@
 
 pub mod builder;
 pub mod codec;
+pub mod compare;
 pub mod expr;
 pub mod graph;
 pub mod inspect;

@@ -13,7 +13,7 @@
 //! one after another. Descending order inverts a value's bytes; where
 //! NULLs go is a leading byte that is not inverted.
 
-use super::expr::compare;
+use super::compare::compare;
 use super::row::{Decimal, Value};
 use std::cmp::Ordering;
 

@@ -26,7 +26,7 @@ use super::names::nearest;
 use super::session::Session;
 use super::types::parse_type;
 use super::SqlError;
-use crate::dataflow::expr::compare;
+use crate::dataflow::compare::compare;
 use crate::dataflow::row::{DataType, Decimal, Value};
 
 /// What an aggregate call compiles to where aggregates are allowed: the

@@ -261,7 +261,7 @@ impl SetValue {
                 .find(|o| o.is_ne())
                 .unwrap_or_else(|| x.len().cmp(&y.len())),
             (Value::Null, Value::Null) => std::cmp::Ordering::Equal,
-            _ if rank(a) == rank(b) && rank(a) > 0 => crate::dataflow::expr::compare(a, b),
+            _ if rank(a) == rank(b) && rank(a) > 0 => crate::dataflow::compare::compare(a, b),
             _ => rank(a).cmp(&rank(b)),
         }
     }

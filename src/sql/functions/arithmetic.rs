@@ -9,7 +9,7 @@ use super::super::cast::{as_decimal_type, decimal_type, numeric, rescale_round, 
 use super::super::compiled::{err, Compiled, Ty};
 use super::super::SqlError;
 use super::compose::strict2;
-use crate::dataflow::expr::as_decimal;
+use crate::dataflow::compare::as_decimal;
 use crate::dataflow::row::{DataType, Decimal, Value};
 
 type Result<T> = std::result::Result<T, SqlError>;

@@ -7,7 +7,7 @@ use super::super::compiled::{Compiled, Ty};
 use super::compose::{fold_if, strict, text};
 use super::definition::{Call, Function};
 use super::signature::{any_number, optional, p, Kind::*};
-use crate::dataflow::expr::compare;
+use crate::dataflow::compare::compare;
 use crate::dataflow::row::{DataType as T, Value};
 
 pub const FUNCTIONS: &[Function] = &[

@@ -11,7 +11,7 @@ use super::super::compiled::{Compiled, EvalFn, Ty};
 use super::compose::{all_constant, fold_if};
 use super::definition::{Call, Function};
 use super::signature::{many, p, Kind::*};
-use crate::dataflow::expr::compare;
+use crate::dataflow::compare::compare;
 use crate::dataflow::row::Value;
 
 pub const FUNCTIONS: &[Function] = &[
