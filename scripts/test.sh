@@ -9,6 +9,14 @@
 # Schema tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The broker stops when its disk fills ("all log dirs have failed") and
+# every later test then fails on a timeout: say so first, where it shows.
+free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+  echo "test.sh: warning: only $((free_kb / 1024)) MB free on $(df -P . | awk 'NR == 2 { print $6 }');" \
+    "the suite's build, broker and checkpoints need about 8 GB, and the broker stops" \
+    "when its disk is full (every test after that fails)" >&2
+fi
 scripts/setup.sh
 scripts/kafka.sh start
 scripts/s3.sh start
