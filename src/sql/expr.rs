@@ -77,7 +77,8 @@ impl<'a> Scope<'a> {
 /// The aggregate functions weir computes, and the user-defined ones the
 /// binary registered ([`crate::udf::register`]).
 pub fn is_aggregate(name: &str) -> bool {
-    builtin_aggregate(name) || crate::udf::registered().get_aggregate(name).is_some()
+    builtin_aggregate(name)
+        || crate::udf::registered_aggregate_names().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 fn builtin_aggregate(name: &str) -> bool {

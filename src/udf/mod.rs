@@ -331,6 +331,15 @@ pub fn register(functions: Functions) -> Result<(), String> {
         .map_err(|_| "user-defined functions are registered once, at start".to_string())
 }
 
+/// The names (upper case) of the registered aggregate functions, read in
+/// place: the planner asks for each call it compiles.
+pub fn registered_aggregate_names() -> impl Iterator<Item = &'static str> {
+    REGISTERED
+        .get()
+        .into_iter()
+        .flat_map(Functions::aggregate_names)
+}
+
 /// The registered functions (none unless [`register`] was called).
 pub fn registered() -> Functions {
     REGISTERED.get().cloned().unwrap_or_default()

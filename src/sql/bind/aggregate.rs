@@ -263,7 +263,8 @@ impl Binder<'_> {
                     };
                     if !object {
                         return Ok(Value::String(crate::sql::functions::json::array_text(
-                            &items, keep_nulls, raw,
+                            items.iter().map(|v| (v, raw)),
+                            keep_nulls,
                         )));
                     }
                     let pairs = items.iter().filter_map(|p| match p {
@@ -846,9 +847,7 @@ pub(super) fn contains_aggregate(e: &E) -> bool {
     ]
     .iter()
     .any(|f| text.contains(f))
-        && !crate::udf::registered()
-            .aggregate_names()
-            .any(|n| text.contains(n))
+        && !crate::udf::registered_aggregate_names().any(|n| text.contains(n))
     {
         return false;
     }

@@ -103,11 +103,7 @@ impl Binder<'_> {
             function,
             left_outer,
             text: call.to_string(),
-            on_failure: if rel.updating.is_some() {
-                lp::on_failure::OnFunctionFailure::Null
-            } else {
-                self.on_function_failure(&rel)
-            },
+            on_failure: self.on_function_failure(&rel),
         };
         let uid = self.uid(&format!("{name}.lateral"));
         Ok(self.plan.add(&uid, Op::LateralTable(lateral), &[&rel], out))

@@ -215,7 +215,6 @@ impl Binder<'_> {
             text: text.to_string(),
             predicate,
             on_failure: self.on_function_failure(&rel),
-            over_updating: rel.updating.is_some(),
         };
         self.plan
             .add(&uid, Op::Filter(filter), &[&rel], rel.clone())

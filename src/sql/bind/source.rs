@@ -242,11 +242,12 @@ impl Binder<'_> {
     /// The dead-letter topic of the source `name`, if it has one.
     /// What a row of `rel` a user-defined function fails on becomes: its
     /// one source's `on_bad_record` (`sql::plan::on_failure`). A relation
-    /// of several sources, or of a table built in Rust, keeps the NULL.
-    /// A job without user-defined functions keeps the plain map (no
+    /// of several sources, or of a table built in Rust, keeps the NULL, and
+    /// so does an updating one (a retraction must meet the row it takes
+    /// back). A job without user-defined functions keeps the plain map (no
     /// failure of one to route).
     pub(super) fn on_function_failure(&self, rel: &Rel) -> lp::on_failure::OnFunctionFailure {
-        if self.session.functions.is_empty() {
+        if self.session.functions.is_empty() || rel.updating.is_some() {
             return lp::on_failure::OnFunctionFailure::Null;
         }
         match rel.source.as_deref().and_then(|n| self.sql.sources.get(n)) {

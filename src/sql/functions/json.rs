@@ -302,18 +302,29 @@ fn json_value_returning(_: &Call, args: Vec<Compiled>) -> Result<Compiled, Strin
 }
 
 /// A JSON array of `items` (a NULL left out unless `keep_nulls`), each
-/// inserted as JSON when `raw` (a nested constructor's text).
+/// inserted as JSON when its flag says it is (a nested constructor's
+/// text): JSON_ARRAY's and JSON_ARRAYAGG's.
 pub fn array_text<'a>(
-    items: impl IntoIterator<Item = &'a Value>,
+    items: impl IntoIterator<Item = (&'a Value, bool)>,
     keep_nulls: bool,
-    raw: bool,
 ) -> String {
     let items: Vec<String> = items
         .into_iter()
-        .filter(|v| keep_nulls || !v.is_null())
-        .map(|v| member(v, raw))
+        .filter(|(v, _)| keep_nulls || !v.is_null())
+        .map(|(v, raw)| member(v, raw))
         .collect();
     format!("[{}]", items.join(","))
+}
+
+/// Appends `"key":value` to the object text `out` (which holds `{` and
+/// the members so far).
+fn push_member(out: &mut String, key: &str, v: &Value, raw: bool) {
+    if out.len() > 1 {
+        out.push(',');
+    }
+    out.push_str(&serde_json::Value::String(key.to_string()).to_string());
+    out.push(':');
+    out.push_str(&member(v, raw));
 }
 
 /// A JSON object of `pairs` in order (a NULL value left out unless
@@ -335,12 +346,7 @@ pub fn object_text<'a>(
         if v.is_null() && !keep_nulls {
             continue;
         }
-        if out.len() > 1 {
-            out.push(',');
-        }
-        out.push_str(&serde_json::Value::String(key.clone()).to_string());
-        out.push(':');
-        out.push_str(&member(v, raw));
+        push_member(&mut out, key, v, raw);
     }
     out.push('}');
     Ok(out)
@@ -391,12 +397,7 @@ fn json_object(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
                 if value.is_null() && !keep_nulls {
                     continue;
                 }
-                if out.len() > 1 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::Value::String(key).to_string());
-                out.push(':');
-                out.push_str(&member(&value, raw.get(i).copied().unwrap_or(false)));
+                push_member(&mut out, &key, &value, raw.get(i).copied().unwrap_or(false));
             }
             out.push('}');
             Ok(Value::String(out))
@@ -411,15 +412,15 @@ fn json_array(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     Ok(fold_if(
         constant,
         Compiled::new(Ty::Data(T::String), move |row| {
-            let mut items = Vec::with_capacity(values.len());
-            for (i, f) in values.iter().enumerate() {
-                let v = f(row)?;
-                if v.is_null() && !keep_nulls {
-                    continue;
-                }
-                items.push(member(&v, raw.get(i).copied().unwrap_or(false)));
-            }
-            Ok(Value::String(format!("[{}]", items.join(","))))
+            let items = values
+                .iter()
+                .map(|f| f(row))
+                .collect::<Result<Vec<_>, _>>()?;
+            let flags = raw.iter().copied().chain(std::iter::repeat(false));
+            Ok(Value::String(array_text(
+                items.iter().zip(flags),
+                keep_nulls,
+            )))
         }),
     ))
 }

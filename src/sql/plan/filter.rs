@@ -12,11 +12,9 @@ pub struct Filter {
     /// The predicate as written, for `weir explain`.
     pub text: String,
     pub predicate: Arc<EvalFn>,
-    /// What a row a user-defined function fails on becomes (over an
-    /// append-only input; over an updating one, the row is dropped as a
-    /// NULL condition drops it).
+    /// What a row a user-defined function fails on becomes (NULL over an
+    /// updating input: the row is dropped as a NULL condition drops it).
     pub on_failure: OnFunctionFailure,
-    pub over_updating: bool,
 }
 
 impl Filter {
@@ -26,7 +24,7 @@ impl Filter {
 
     pub fn lower(&self, uid: &str, input: Stream) -> Stream {
         let (f, op) = (self.predicate.clone(), uid.to_string());
-        if !self.over_updating && self.on_failure != OnFunctionFailure::Null {
+        if self.on_failure != OnFunctionFailure::Null {
             let step: Step = Arc::new(move |v, emit| {
                 match f(v) {
                     Ok(Value::Bool(true)) => emit(v.to_vec()),

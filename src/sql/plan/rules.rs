@@ -128,7 +128,6 @@ fn merge_filters(a: Filter, b: Filter) -> Filter {
             _ => Ok(Value::Bool(false)),
         }),
         on_failure: stricter(a.on_failure, b.on_failure),
-        over_updating: a.over_updating || b.over_updating,
     }
 }
 
@@ -247,7 +246,6 @@ mod tests {
                 Ok(Value::Bool(v[column].as_int().is_some_and(|x| x > than)))
             }),
             on_failure: Default::default(),
-            over_updating: false,
         }
     }
 
