@@ -548,7 +548,7 @@ fn agree_in_zone(rows: &[Vec<Json>], cases: &[Case], zone: &str, failures: &mut 
 }
 
 /// Cases of expressions that are syntax rather than a function by name.
-const EXPRESSIONS: [&str; 1] = ["CAST"];
+const EXPRESSIONS: [&str; 2] = ["CAST", "INTERVAL"];
 
 #[test]
 fn every_function_has_at_least_three_cases() {
@@ -596,6 +596,28 @@ fn every_example_in_the_reference_gives_its_result() {
         wrong.is_empty(),
         "examples that do not hold:\n{}",
         wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_aggregate_reference_in_the_docs_is_the_catalogs() {
+    const BEGIN: &str = "<!-- aggregates: generated from src/sql/aggregates.rs; WEIR_BLESS=1 cargo test --test functions rewrites it -->\n";
+    const END: &str = "<!-- aggregates: end -->";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sql.md");
+    let docs = std::fs::read_to_string(&path).unwrap();
+    let generated = weir::sql::aggregates::reference_markdown();
+    let (Some(a), Some(b)) = (docs.find(BEGIN), docs.find(END)) else {
+        panic!("docs/sql.md has no generated aggregate reference between {BEGIN:?} and {END:?}");
+    };
+    if std::env::var_os("WEIR_BLESS").is_some() {
+        let updated = format!("{}{BEGIN}{generated}{}", &docs[..a], &docs[b..]);
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    assert!(
+        docs[a + BEGIN.len()..b] == generated,
+        "docs/sql.md's aggregate reference differs from src/sql/aggregates.rs; \
+         WEIR_BLESS=1 cargo test --test functions rewrites it"
     );
 }
 

@@ -129,6 +129,10 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
         return Ok(Value::Null);
     }
     let out = match (t, v) {
+        // Bytes are text when they are UTF-8 (Flink 2's cast checks).
+        (T::String, Value::Bytes(b)) => Value::String(
+            String::from_utf8(b).map_err(|e| format!("the bytes are not UTF-8 text: {e}"))?,
+        ),
         (T::String, v) => Value::String(to_text(&v)),
         (T::Int | T::BigInt, Value::Int(i)) => Value::Int(i),
         (T::Int | T::BigInt, Value::Double(d)) => {
@@ -210,6 +214,42 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
         (T::Boolean, Value::Int(i)) => Value::Bool(i != 0),
         (T::Bytes, Value::String(s)) => Value::Bytes(s.into_bytes()),
         (T::Bytes, Value::Bytes(b)) => Value::Bytes(b),
+        // A ROW's fields by position, an ARRAY's elements, a MAP's keys
+        // and values: each cast to its own type.
+        (T::Struct(fields), Value::Struct(items)) => {
+            if fields.len() != items.len() {
+                return Err(format!(
+                    "a ROW of {} fields cannot be cast to {t}, which has {}",
+                    items.len(),
+                    fields.len()
+                ));
+            }
+            Value::Struct(
+                items
+                    .into_iter()
+                    .zip(fields)
+                    .map(|(v, f)| cast_value(v, &f.data_type))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        (T::List(element), Value::List(items)) => Value::List(
+            items
+                .into_iter()
+                .map(|v| cast_value(v, element))
+                .collect::<Result<_, _>>()?,
+        ),
+        (T::Map(k, v), Value::List(entries)) => {
+            let mut pairs = Vec::with_capacity(entries.len());
+            for e in entries {
+                let Value::Struct(mut kv) = e else {
+                    return Err(format!("cannot cast {e:?} to {t}"));
+                };
+                let value = kv.pop().unwrap_or(Value::Null);
+                let key = kv.pop().unwrap_or(Value::Null);
+                pairs.push((cast_value(key, k)?, cast_value(value, v)?));
+            }
+            super::functions::collection::map_of(pairs)?
+        }
         (t, v) => return Err(format!("cannot cast {v:?} to {t}")),
     };
     // An INT is 32 bits whatever it was cast from (text, a double, a

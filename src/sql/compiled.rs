@@ -10,12 +10,14 @@ use super::SqlError;
 use crate::dataflow::row::{DataType, Value};
 
 /// A compiled expression's type: a data type, the type of an untyped
-/// `NULL`, or an interval (which only adds to or subtracts from a
-/// timestamp).
+/// `NULL`, or an interval (which moves a timestamp, a date or a time, and
+/// scales by a whole number): a day-time interval in milliseconds, or a
+/// year-month interval in months.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ty {
     Null,
     Interval,
+    MonthInterval,
     Data(DataType),
 }
 
@@ -31,7 +33,7 @@ impl Ty {
     pub fn column_type(&self) -> DataType {
         match self {
             Ty::Data(t) => t.clone(),
-            Ty::Interval => DataType::BigInt,
+            Ty::Interval | Ty::MonthInterval => DataType::BigInt,
             Ty::Null => DataType::String,
         }
     }
@@ -41,7 +43,8 @@ impl std::fmt::Display for Ty {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Ty::Null => f.write_str("NULL"),
-            Ty::Interval => f.write_str("INTERVAL"),
+            Ty::Interval => f.write_str("INTERVAL DAY TO SECOND"),
+            Ty::MonthInterval => f.write_str("INTERVAL YEAR TO MONTH"),
             Ty::Data(t) => write!(f, "{t}"),
         }
     }

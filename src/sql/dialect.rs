@@ -155,6 +155,15 @@ impl Dialect for FlinkDialect {
             Token::Word(w) if called && w.value.eq_ignore_ascii_case("JSON_OBJECTAGG") => {
                 Some(super::json_syntax::json_objectagg(parser))
             }
+            // A cast to Flink's `ROW<...>` or `MAP<...>`, which sqlparser's
+            // types do not read.
+            Token::Word(w)
+                if called
+                    && matches!(w.keyword, Keyword::CAST | Keyword::TRY_CAST)
+                    && angled_cast(parser) =>
+            {
+                Some(cast_to_written_type(parser))
+            }
             // Flink's `MAP[k1, v1, k2, v2]`.
             Token::Word(w)
                 if w.value.eq_ignore_ascii_case("MAP")
@@ -223,6 +232,62 @@ fn table_argument(parser: &mut Parser) -> Result<Expr, ParserError> {
         args.push(call(PARTITION_BY, partition_at.span, columns));
     }
     Ok(call(TABLE_ARGUMENT, keyword.span, args))
+}
+
+/// Whether the CAST ahead names a type with `<` in it: its tokens after
+/// its `AS`, up to its closing parenthesis.
+fn angled_cast(parser: &Parser) -> bool {
+    let mut depth = 0usize;
+    let mut after_as = false;
+    for n in 2.. {
+        match &parser.peek_nth_token_ref(n).token {
+            Token::EOF => return false,
+            Token::LParen => depth += 1,
+            Token::RParen if depth == 0 => return false,
+            Token::RParen => depth -= 1,
+            Token::Word(w) if depth == 0 && w.keyword == Keyword::AS => after_as = true,
+            Token::Lt if after_as => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `CAST(e AS type)` (or TRY_CAST) whose type is read by weir's own type
+/// parser: the type's tokens are kept as written, in a custom type name
+/// that `sql_type` parses.
+fn cast_to_written_type(parser: &mut Parser) -> Result<Expr, ParserError> {
+    let keyword = parser.next_token();
+    let kind = match &keyword.token {
+        Token::Word(w) if w.keyword == Keyword::TRY_CAST => sqlparser::ast::CastKind::TryCast,
+        _ => sqlparser::ast::CastKind::Cast,
+    };
+    parser.expect_token(&Token::LParen)?;
+    let expr = parser.parse_expr()?;
+    parser.expect_keyword(Keyword::AS)?;
+    let mut text = String::new();
+    let mut depth = 0usize;
+    loop {
+        let t = parser.next_token();
+        match &t.token {
+            Token::EOF => return parser.expected("the type's closing )", t),
+            Token::RParen if depth == 0 => break,
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        text.push_str(&t.token.to_string());
+        text.push(' ');
+    }
+    Ok(Expr::Cast {
+        kind,
+        expr: Box::new(expr),
+        data_type: sqlparser::ast::DataType::Custom(
+            sqlparser::ast::ObjectName::from(vec![Ident::new(text.trim_end())]),
+            vec![],
+        ),
+        format: None,
+    })
 }
 
 /// `MAP[k1, v1, ...]`: a call `MAP(k1, v1, ...)`.

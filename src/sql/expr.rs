@@ -82,29 +82,7 @@ pub fn is_aggregate(name: &str) -> bool {
 }
 
 fn builtin_aggregate(name: &str) -> bool {
-    matches!(
-        name.to_ascii_uppercase().as_str(),
-        "COUNT"
-            | "SUM"
-            | "MIN"
-            | "MAX"
-            | "AVG"
-            | "VAR_POP"
-            | "VAR_SAMP"
-            | "VARIANCE"
-            | "STDDEV_POP"
-            | "STDDEV_SAMP"
-            | "STDDEV"
-            | "BOOL_AND"
-            | "BOOL_OR"
-            | "EVERY"
-            | "FIRST_VALUE"
-            | "LAST_VALUE"
-            | "ARRAY_AGG"
-            | "LISTAGG"
-            | "JSON_ARRAYAGG"
-            | "JSON_OBJECTAGG"
-    )
+    super::aggregates::is_builtin(name)
 }
 
 pub fn function_name(f: &ast::Function) -> String {
@@ -189,7 +167,10 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             let v = cast_value(Value::String(text), &t).map_err(|m| err(e, m))?;
             Ok(Compiled::constant(v, Ty::Data(t)))
         }
-        E::Interval(i) => interval(i, e).map(|ms| Compiled::constant(Value::Int(ms), Ty::Interval)),
+        E::Interval(i) => Ok(match interval_value(i, e)? {
+            IntervalValue::Millis(ms) => Compiled::constant(Value::Int(ms), Ty::Interval),
+            IntervalValue::Months(m) => Compiled::constant(Value::Int(m), Ty::MonthInterval),
+        }),
         E::IsNull(a) => {
             let a = compile(a, scope)?;
             Ok(unary_bool(a, |v| Ok(Value::Bool(v.is_null()))))
@@ -347,6 +328,18 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
         } => {
             let x = compile(expr, scope)?;
             let t = sql_type(data_type, e)?;
+            if let (Some(DataType::Struct(from)), DataType::Struct(to)) = (x.data_type(), &t) {
+                if from.len() != to.len() {
+                    return Err(err(
+                        e,
+                        format!(
+                            "a ROW of {} fields cannot be cast to {t}, which has {}",
+                            from.len(),
+                            to.len()
+                        ),
+                    ));
+                }
+            }
             // To or from a TIMESTAMP_LTZ, through the wall-clock time the
             // session time zone shows (Flink's casts).
             let zone = &scope.session.time_zone;
@@ -378,7 +371,17 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
                 }
                 _ => (x, t),
             };
-            Ok(cast_to(x, t, kind))
+            let cast = cast_to(x, t, kind);
+            Ok(match super::types::cast_length(&data_type.to_string()) {
+                Some(length) => {
+                    let f = cast.eval.clone();
+                    functions::compose::fold_if(
+                        cast.constant.is_some(),
+                        Compiled::new(cast.ty.clone(), move |row| Ok(length.apply(f(row)?))),
+                    )
+                }
+                None => cast,
+            })
         }
         E::Extract { field, expr, .. } => {
             let x = compile(expr, scope)?;
@@ -484,6 +487,14 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
             } else {
                 array
             })
+        }
+        // `(a, b)`: a ROW, as `ROW(a, b)`.
+        E::Tuple(items) => {
+            let args = items
+                .iter()
+                .map(|i| compile(i, scope))
+                .collect::<Result<Vec<_>, _>>()?;
+            functions::call("ROW", args, e)
         }
         E::Function(f) => {
             let name = function_name(f);
@@ -726,52 +737,208 @@ fn literal(v: &ast::Value, e: &E) -> Result<Compiled, SqlError> {
     })
 }
 
-/// `INTERVAL '4' SECOND`, `INTERVAL '1' MINUTE`, `INTERVAL '2.5' SECOND`,
-/// `INTERVAL '1 02:00:00' DAY TO SECOND` is not: in milliseconds.
+/// An interval literal's value: a day-time interval in milliseconds, or a
+/// year-month interval in months (which has no fixed length: it moves a
+/// date on the calendar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntervalValue {
+    Millis(i64),
+    Months(i64),
+}
+
+/// A day-time interval in milliseconds: what a window's size, a join's
+/// bound or a watermark's delay takes. `INTERVAL '4' SECOND`,
+/// `INTERVAL '2.5' SECOND`, `INTERVAL '1 02:00:00' DAY TO SECOND`,
+/// `INTERVAL '10 seconds'`; a year-month interval is refused here.
 pub fn interval(i: &ast::Interval, e: &E) -> Result<i64, SqlError> {
+    match interval_value(i, e)? {
+        IntervalValue::Millis(ms) => Ok(ms),
+        IntervalValue::Months(_) => Err(err(
+            e,
+            "an interval of YEAR or MONTH has no fixed length: here the unit is MILLISECOND, \
+             SECOND, MINUTE, HOUR or DAY",
+        )),
+    }
+}
+
+/// Any interval literal, as Flink writes them: one unit
+/// (`INTERVAL '3' MONTH`, `INTERVAL '-1.5' HOUR`), two units
+/// (`INTERVAL '1-6' YEAR TO MONTH`, `INTERVAL '2 03:04:05.006' DAY TO
+/// SECOND`, `INTERVAL '10:30' HOUR TO MINUTE`), or the unit in the text
+/// (`INTERVAL '10 seconds'`, `INTERVAL '2 months'`).
+pub fn interval_value(i: &ast::Interval, e: &E) -> Result<IntervalValue, SqlError> {
     let text = match i.value.as_ref() {
         E::Value(v) => match &v.value {
             ast::Value::SingleQuotedString(s) => s.clone(),
             ast::Value::Number(n, _) => n.clone(),
             _ => return Err(err(e, "an interval's value is a number in quotes")),
         },
+        E::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
+            E::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(s) | ast::Value::Number(s, _) => format!("-{s}"),
+                _ => return Err(err(e, "an interval's value is a number in quotes")),
+            },
+            _ => return Err(err(e, "an interval's value is a number in quotes")),
+        },
         _ => return Err(err(e, "an interval's value is a number in quotes")),
     };
-    if i.last_field.is_some() {
-        return Err(err(
-            e,
-            "intervals with two units (DAY TO SECOND) are not supported",
-        ));
-    }
-    // `INTERVAL '10 seconds'` (no unit after it): the unit is in the text.
-    let (number, unit) = match &i.leading_field {
-        Some(f) => (text.trim().to_string(), unit_ms(f)),
-        None => {
-            let mut parts = text.split_whitespace();
-            let n = parts.next().unwrap_or("").to_string();
-            let u = parts.next().unwrap_or("").to_ascii_lowercase();
-            let ms = match u.trim_end_matches('s') {
-                "millisecond" => Some(1),
-                "second" => Some(1_000),
-                "minute" => Some(60_000),
-                "hour" => Some(3_600_000),
-                "day" => Some(86_400_000),
-                _ => None,
-            };
-            (n, ms)
+    let text = text.trim();
+    match (&i.leading_field, &i.last_field) {
+        (Some(first), Some(last)) => two_units(text, first, last).ok_or_else(|| {
+            err(
+                e,
+                format!(
+                    "{text:?} is not an interval {first} TO {last} (for example {})",
+                    two_unit_example(first, last)
+                ),
+            )
+        }),
+        (Some(f), None) => {
+            let unit =
+                unit_of(f).ok_or_else(|| err(e, format!("INTERVAL ... {f} is not supported")))?;
+            one_unit(text, unit).ok_or_else(|| err(e, format!("{text:?} is not a number of {f}S")))
         }
+        (None, _) => {
+            // `INTERVAL '10 seconds'`: the unit is in the text.
+            let mut parts = text.split_whitespace();
+            let number = parts.next().unwrap_or("");
+            let word = parts.next().unwrap_or("").to_ascii_lowercase();
+            let unit =
+                match word.trim_end_matches('s') {
+                    "millisecond" => Unit::Millis(1),
+                    "second" => Unit::Millis(1_000),
+                    "minute" => Unit::Millis(60_000),
+                    "hour" => Unit::Millis(3_600_000),
+                    "day" => Unit::Millis(86_400_000),
+                    "month" => Unit::Months(1),
+                    "year" => Unit::Months(12),
+                    _ => return Err(err(
+                        e,
+                        "an interval's unit is MILLISECOND, SECOND, MINUTE, HOUR, DAY, MONTH or \
+                         YEAR",
+                    )),
+                };
+            one_unit(number, unit)
+                .ok_or_else(|| err(e, format!("{number:?} is not a number of {word}")))
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    Millis(i64),
+    Months(i64),
+}
+
+fn unit_of(f: &DateTimeField) -> Option<Unit> {
+    Some(match f {
+        DateTimeField::Year | DateTimeField::Years => Unit::Months(12),
+        DateTimeField::Month | DateTimeField::Months => Unit::Months(1),
+        f => Unit::Millis(unit_ms(f)?),
+    })
+}
+
+/// A number of one unit: a fraction is kept to the millisecond for a
+/// day-time unit; months and years are whole.
+fn one_unit(number: &str, unit: Unit) -> Option<IntervalValue> {
+    match unit {
+        Unit::Millis(ms) => {
+            let n: f64 = number.parse().ok()?;
+            let v = (n * ms as f64).round();
+            (v.is_finite() && v.abs() < 9.2e18).then_some(IntervalValue::Millis(v as i64))
+        }
+        Unit::Months(m) => {
+            let n: i64 = number.parse().ok()?;
+            n.checked_mul(m).map(IntervalValue::Months)
+        }
+    }
+}
+
+/// `'1-6'` YEAR TO MONTH, `'2 03:04:05.006'` DAY TO SECOND and the other
+/// two-unit forms; a leading `-` negates the whole interval.
+fn two_units(text: &str, first: &DateTimeField, last: &DateTimeField) -> Option<IntervalValue> {
+    use DateTimeField as F;
+    let (negative, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest.trim()),
+        None => (false, text.strip_prefix('+').unwrap_or(text).trim()),
     };
-    let Some(unit) = unit else {
-        return Err(err(
-            e,
-            "an interval's unit is MILLISECOND, SECOND, MINUTE, HOUR or DAY (months and years \
-             have no fixed length)",
-        ));
+    let sign = if negative { -1 } else { 1 };
+    let whole = |s: &str| -> Option<i64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
     };
-    let n: f64 = number
-        .parse()
-        .map_err(|_| err(e, format!("{number:?} is not a number of units")))?;
-    Ok((n * unit as f64).round() as i64)
+    // Seconds with up to three decimals, in milliseconds.
+    let seconds = |s: &str| -> Option<i64> {
+        let (w, f) = s.split_once('.').unwrap_or((s, ""));
+        if f.len() > 3 || !f.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let frac = if f.is_empty() {
+            0
+        } else {
+            format!("{f:0<3}").parse::<i64>().ok()?
+        };
+        Some(whole(w)? * 1_000 + frac)
+    };
+    let clock = |s: &str, units: &[i64]| -> Option<i64> {
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() != units.len() {
+            return None;
+        }
+        let mut total = 0i64;
+        for (k, (p, unit)) in parts.iter().zip(units).enumerate() {
+            let v = if k == units.len() - 1 && *unit == 1 {
+                seconds(p)?
+            } else {
+                whole(p)? * unit
+            };
+            total = total.checked_add(v)?;
+        }
+        Some(total)
+    };
+    let (h, m) = (3_600_000, 60_000);
+    let ms = match (first, last) {
+        (F::Year | F::Years, F::Month | F::Months) => {
+            let (y, mo) = body.split_once('-')?;
+            let months = whole(y)?.checked_mul(12)?.checked_add(whole(mo)?)?;
+            return Some(IntervalValue::Months(sign * months));
+        }
+        (F::Day | F::Days, last) => {
+            let (d, rest) = body.split_once(' ')?;
+            let d = whole(d)?.checked_mul(86_400_000)?;
+            let rest = rest.trim();
+            let r = match last {
+                F::Hour | F::Hours => whole(rest)? * h,
+                F::Minute | F::Minutes => clock(rest, &[h, m])?,
+                F::Second | F::Seconds => clock(rest, &[h, m, 1])?,
+                _ => return None,
+            };
+            d.checked_add(r)?
+        }
+        (F::Hour | F::Hours, F::Minute | F::Minutes) => clock(body, &[h, m])?,
+        (F::Hour | F::Hours, F::Second | F::Seconds) => clock(body, &[h, m, 1])?,
+        (F::Minute | F::Minutes, F::Second | F::Seconds) => clock(body, &[m, 1])?,
+        _ => return None,
+    };
+    Some(IntervalValue::Millis(sign * ms))
+}
+
+fn two_unit_example(first: &DateTimeField, last: &DateTimeField) -> &'static str {
+    use DateTimeField as F;
+    match (first, last) {
+        (F::Year | F::Years, _) => "'1-6' YEAR TO MONTH",
+        (F::Day | F::Days, F::Hour | F::Hours) => "'2 03' DAY TO HOUR",
+        (F::Day | F::Days, F::Minute | F::Minutes) => "'2 03:04' DAY TO MINUTE",
+        (F::Day | F::Days, _) => "'2 03:04:05.006' DAY TO SECOND",
+        (F::Hour | F::Hours, F::Minute | F::Minutes) => "'03:04' HOUR TO MINUTE",
+        (F::Hour | F::Hours, _) => "'03:04:05.006' HOUR TO SECOND",
+        (F::Minute | F::Minutes, _) => "'04:05.006' MINUTE TO SECOND",
+        _ => "YEAR TO MONTH, DAY TO HOUR|MINUTE|SECOND, HOUR TO MINUTE|SECOND, MINUTE TO SECOND",
+    }
 }
 
 fn unit_ms(f: &DateTimeField) -> Option<i64> {
@@ -814,7 +981,7 @@ fn numeric(t: &DataType) -> bool {
 
 fn numeric_or_interval(c: &Compiled, e: &E) -> Result<Ty, SqlError> {
     match &c.ty {
-        Ty::Null | Ty::Interval => Ok(c.ty.clone()),
+        Ty::Null | Ty::Interval | Ty::MonthInterval => Ok(c.ty.clone()),
         Ty::Data(t) if numeric(t) => Ok(c.ty.clone()),
         t => Err(err(e, format!("{t} is not a number"))),
     }

@@ -12,6 +12,7 @@
 //! - [`plan`]: the logical plan's nodes, each with its changelog mode,
 //!   and their lowering onto the job graph.
 
+pub mod aggregates;
 pub mod bind;
 pub mod cast;
 pub mod compiled;

@@ -19,6 +19,56 @@ pub fn parse_type(text: &str) -> Result<DataType, String> {
     }
 }
 
+/// The length a `CAST` to `CHAR(n)`, `VARCHAR(n)`, `BINARY(n)` or
+/// `VARBINARY(n)` gives its value: weir's columns are VARCHAR and BYTES
+/// whatever their declared length, but a cast to a length keeps Flink's
+/// rule (since 1.15): longer values are cut to `n`, and a fixed-length
+/// type pads shorter ones (spaces for CHAR, zero bytes for BINARY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CastLength {
+    pub length: usize,
+    pub fixed: bool,
+}
+
+/// The [`CastLength`] of a type's name, if it is a string or binary type
+/// with a length.
+pub fn cast_length(text: &str) -> Option<CastLength> {
+    let (name, rest) = text.trim().split_once('(')?;
+    let fixed = match name.trim().to_ascii_uppercase().as_str() {
+        "CHAR" | "CHARACTER" | "BINARY" => true,
+        "VARCHAR" | "VARBINARY" | "CHARACTER VARYING" => false,
+        _ => return None,
+    };
+    let length = rest.strip_suffix(')')?.trim().parse().ok()?;
+    Some(CastLength { length, fixed })
+}
+
+impl CastLength {
+    /// `v` cut or padded to this length.
+    pub fn apply(self, v: crate::dataflow::row::Value) -> crate::dataflow::row::Value {
+        use crate::dataflow::row::Value;
+        match v {
+            Value::String(s) => {
+                let count = s.chars().count();
+                if count > self.length {
+                    Value::String(s.chars().take(self.length).collect())
+                } else if self.fixed && count < self.length {
+                    Value::String(format!("{s}{}", " ".repeat(self.length - count)))
+                } else {
+                    Value::String(s)
+                }
+            }
+            Value::Bytes(mut b) => {
+                if b.len() > self.length || self.fixed {
+                    b.resize(self.length, 0);
+                }
+                Value::Bytes(b)
+            }
+            other => other,
+        }
+    }
+}
+
 struct TypeParser<'a> {
     text: &'a str,
     chars: std::iter::Peekable<std::str::CharIndices<'a>>,

@@ -1,6 +1,6 @@
 // The cases of tests/functions.rs, by family (included there). Columns of
 // the table: s, t VARCHAR; i, n BIGINT (n small); d DOUBLE; x DECIMAL(10, 2);
-// ts, u TIMESTAMP(3); b BOOLEAN; a ARRAY<VARCHAR>; j JSON text; url.
+// ts, u TIMESTAMP(3); l TIMESTAMP_LTZ(3); dt DATE; tm TIME; b BOOLEAN; a ARRAY<VARCHAR>; j JSON text; url.
 
 fn cases() -> Vec<Case> {
     vec![
@@ -761,6 +761,78 @@ fn cases() -> Vec<Case> {
             "array_to_string(list_transform(a, lambda e: coalesce(e, '?')), '-')",
         ),
         flink("ARRAY_JOIN", "ARRAY_JOIN(ARRAY['a', NULL, 'c'], ',')", json!("a,c")),
+        // --- intervals ---
+        // A year-month interval moves a TIMESTAMP on the calendar, the day
+        // clamped to the month's last (2000-01-31 + 1 month = 2000-02-29),
+        // as DuckDB does too.
+        duck("INTERVAL", "ts + INTERVAL '1' MONTH", "ts + INTERVAL 1 MONTH"),
+        duck("INTERVAL", "u - INTERVAL '1-6' YEAR TO MONTH", "u - INTERVAL 18 MONTH"),
+        duck("INTERVAL", "ts + INTERVAL '2' YEAR", "ts + INTERVAL 2 YEAR"),
+        duck("INTERVAL", "ts + n * INTERVAL '1' MONTH", "ts + n * INTERVAL 1 MONTH"),
+        duck("INTERVAL", "u + INTERVAL '2' MONTH * 3", "u + INTERVAL 6 MONTH"),
+        duck("INTERVAL", "ts + INTERVAL '2 months'", "ts + INTERVAL 2 MONTH"),
+        // Two-unit day-time intervals.
+        duck(
+            "INTERVAL",
+            "ts + INTERVAL '1 02:03:04.005' DAY TO SECOND",
+            "ts + INTERVAL 1 DAY + INTERVAL 7384005 MILLISECOND",
+        ),
+        duck("INTERVAL", "u - INTERVAL '10:30' HOUR TO MINUTE", "u - INTERVAL 630 MINUTE"),
+        duck("INTERVAL", "ts + INTERVAL '-2 03' DAY TO HOUR", "ts - INTERVAL 51 HOUR"),
+        duck("INTERVAL", "ts + INTERVAL '7' DAY / 2", "ts + INTERVAL 84 HOUR"),
+        // A DATE moves by months on the calendar, and by a day-time
+        // interval's whole days (Flink divides the milliseconds by a day's,
+        // toward zero: 36 hours is 1 day, -1 hour is none).
+        duck("INTERVAL", "dt + INTERVAL '3' MONTH", "CAST(dt + INTERVAL 3 MONTH AS DATE)"),
+        duck("INTERVAL", "dt + INTERVAL '36' HOUR", "CAST(dt + INTERVAL 1 DAY AS DATE)"),
+        duck("INTERVAL", "dt - INTERVAL '1' HOUR", "dt"),
+        // A TIME goes around its day.
+        duck("INTERVAL", "tm + INTERVAL '90' MINUTE", "tm + INTERVAL 90 MINUTE"),
+        // A TIMESTAMP_LTZ moves by months on UTC's calendar (Flink's
+        // addMonths over its milliseconds), whatever the session zone.
+        duck(
+            "INTERVAL",
+            "l + INTERVAL '1' MONTH",
+            "timezone('UTC', timezone('UTC', l) + INTERVAL 1 MONTH)",
+        ),
+        refused("INTERVAL", "tm + INTERVAL '1' MONTH", "no arithmetic"),
+        refused("INTERVAL", "ts + INTERVAL '1-x' YEAR TO MONTH", "is not an interval YEAR TO MONTH"),
+        refused("INTERVAL", "INTERVAL '1' MONTH + INTERVAL '1' DAY", "no arithmetic"),
+        // --- ROW ---
+        duck(
+            "ROW",
+            "CAST(ROW(UPPER(t), i + 1) AS ROW<x VARCHAR, y BIGINT>).y",
+            "i + 1",
+        ),
+        duck("ROW", "CAST((n, s) AS ROW<p BIGINT, q VARCHAR>).q", "s"),
+        duck(
+            "ROW",
+            "CAST(CAST(ROW(n, d) AS ROW<a VARCHAR, b DOUBLE>).a AS BIGINT) * 2",
+            "n * 2",
+        ),
+        flink("ROW", "CAST(ROW(1, 'a') AS ROW<n INT, s STRING>).s", json!("a")),
+        refused("ROW", "ROW()", "at least one field"),
+        refused("ROW", "CAST(ROW(1, 2) AS ROW<a INT>).a", "cannot be cast"),
+        // --- casts to a length, and between collections ---
+        // Flink's casts (since 1.15): longer values are cut; CHAR(n) and
+        // BINARY(n) pad shorter ones with spaces and zero bytes.
+        duck("CAST", "CAST(s AS VARCHAR(3))", "left(s, 3)"),
+        duck("CAST", "CAST(t AS CHAR(2))", "rpad(t, 2, ' ')"),
+        flink("CAST", "CAST('abcdef' AS VARCHAR(3))", json!("abc")),
+        flink("CAST", "CAST('ab' AS CHAR(4))", json!("ab  ")),
+        flink("CAST", "CAST(CAST('ab' AS BINARY(4)) AS VARCHAR)", json!("ab\u{0}\u{0}")),
+        flink("CAST", "CAST(CAST(CAST('abcdef' AS BYTES) AS VARBINARY(2)) AS VARCHAR)", json!("ab")),
+        flink("CAST", "CAST(CAST('é' AS BYTES) AS VARCHAR)", json!("é")),
+        duck(
+            "CAST",
+            "CAST(ARRAY[n, n + 1] AS ARRAY<VARCHAR>)[2]",
+            "CAST(n + 1 AS VARCHAR)",
+        ),
+        duck(
+            "CAST",
+            "CAST(MAP['k', n] AS MAP<VARCHAR, DOUBLE>)['k'] / 4",
+            "n / 4",
+        ),
         // --- refused: a replay would compute other values ---
         refused("NOW", "NOW()", "not deterministic"),
         refused("NOW", "HOUR(NOW())", "wall clock"),

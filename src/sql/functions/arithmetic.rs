@@ -1,7 +1,8 @@
 //! The arithmetic operators `+ - * / %` (and MOD): numbers widen as
 //! Flink's do (INT, BIGINT, DECIMAL with SQL's precision rules, DOUBLE),
-//! integers and decimals fail on overflow, and a timestamp moves by an
-//! interval.
+//! integers and decimals fail on overflow; and intervals: a timestamp, a
+//! date or a time moves by one, two of a kind add up, and a whole number
+//! scales one.
 
 use sqlparser::ast::Expr as E;
 
@@ -17,37 +18,8 @@ type Result<T> = std::result::Result<T, SqlError>;
 /// `a op b` for `+ - * / %`.
 pub fn arithmetic(op: &'static str, a: Compiled, b: Compiled, e: &E) -> Result<Compiled> {
     use DataType as T;
-    // Timestamps and intervals.
-    match (&a.ty, &b.ty, op) {
-        // A day-time interval is milliseconds, on a TIMESTAMP's wall clock
-        // or a TIMESTAMP_LTZ's instant alike (as Flink adds it).
-        (Ty::Data(t), Ty::Interval, "+" | "-") | (Ty::Interval, Ty::Data(t), "+")
-            if t.is_timestamp() =>
-        {
-            let sign = if op == "-" { -1 } else { 1 };
-            let ty = Ty::Data(t.clone());
-            let (f, g) = (a.eval, b.eval);
-            let a_is_ts = matches!(&a.ty, Ty::Data(t) if t.is_timestamp());
-            return Ok(strict2(ty, f, g, move |x, y| {
-                let (ts, iv) = if a_is_ts { (x, y) } else { (y, x) };
-                match (ts, iv) {
-                    (Value::Timestamp(t), Value::Int(ms)) => t
-                        .checked_add(sign * ms)
-                        .map(Value::Timestamp)
-                        .ok_or_else(|| "timestamp overflow".to_string()),
-                    _ => Ok(Value::Null),
-                }
-            }));
-        }
-        (Ty::Interval, Ty::Interval, "+" | "-") => {
-            let sign = if op == "-" { -1 } else { 1 };
-            let (f, g) = (a.eval, b.eval);
-            return Ok(strict2(Ty::Interval, f, g, move |x, y| match (x, y) {
-                (Value::Int(p), Value::Int(q)) => Ok(Value::Int(p + sign * q)),
-                _ => Ok(Value::Null),
-            }));
-        }
-        _ => {}
+    if let Some(c) = temporal_arithmetic(op, &a, &b, e)? {
+        return Ok(c);
     }
     let (ta, tb) = match (&a.ty, &b.ty) {
         (Ty::Null, Ty::Null) => return Ok(Compiled::constant(Value::Null, Ty::Null)),
@@ -88,6 +60,120 @@ pub fn arithmetic(op: &'static str, a: Compiled, b: Compiled, e: &E) -> Result<C
     Ok(strict2(Ty::Data(result), f, g, move |x, y| {
         arith_values(op, &x, &y, &rt)
     }))
+}
+
+/// The arithmetic of intervals, when `a` or `b` is one: `None` when
+/// neither is.
+///
+/// As Flink computes them:
+/// - a day-time interval moves a TIMESTAMP's wall clock and a
+///   TIMESTAMP_LTZ's instant alike, a TIME around its day, and a DATE by
+///   its whole days (the milliseconds divided by a day's, toward zero);
+/// - a year-month interval moves a TIMESTAMP or a DATE on the calendar,
+///   the day clamped to the month's last (Jan 31 + 1 month is Feb 28); a
+///   TIMESTAMP_LTZ on UTC's calendar, as Flink's addMonths does its
+///   milliseconds;
+/// - intervals of one kind add and subtract; an interval times or divided
+///   by a whole number is an interval (division toward zero).
+fn temporal_arithmetic(
+    op: &'static str,
+    a: &Compiled,
+    b: &Compiled,
+    e: &E,
+) -> Result<Option<Compiled>> {
+    use DataType as T;
+    let is_interval = |t: &Ty| matches!(t, Ty::Interval | Ty::MonthInterval);
+    if !is_interval(&a.ty) && !is_interval(&b.ty) {
+        return Ok(None);
+    }
+    let refuse = || {
+        err(
+            e,
+            format!("no arithmetic {op} between {} and {}", a.ty, b.ty),
+        )
+    };
+    let (f, g) = (a.eval.clone(), b.eval.clone());
+    let overflow = |what: &str| format!("{what} overflows");
+    let moved = match (&a.ty, &b.ty, op) {
+        (Ty::Data(t), iv, "+" | "-") if is_interval(iv) => {
+            Some((t.clone(), iv.clone(), f.clone(), g.clone(), op == "-"))
+        }
+        (iv, Ty::Data(t), "+") if is_interval(iv) => {
+            Some((t.clone(), iv.clone(), g.clone(), f.clone(), false))
+        }
+        _ => None,
+    };
+    if let Some((t, iv, value, interval, minus)) = moved {
+        let sign: i64 = if minus { -1 } else { 1 };
+        let months = iv == Ty::MonthInterval;
+        let step: fn(i64, i64) -> std::result::Result<i64, String> = match (&t, months) {
+            (T::Timestamp | T::TimestampLtz, false) => |ms, d| {
+                ms.checked_add(d)
+                    .ok_or_else(|| "timestamp overflow".to_string())
+            },
+            (T::Timestamp | T::TimestampLtz | T::Date, true) => super::calendar::add_months,
+            (T::Date, false) => |ms, d| {
+                let days = d / crate::dataflow::json::MS_PER_DAY;
+                days.checked_mul(crate::dataflow::json::MS_PER_DAY)
+                    .and_then(|x| ms.checked_add(x))
+                    .ok_or_else(|| "date overflow".to_string())
+            },
+            (T::Time, false) => |ms, d| {
+                Ok((ms + d % crate::dataflow::json::MS_PER_DAY)
+                    .rem_euclid(crate::dataflow::json::MS_PER_DAY))
+            },
+            _ => return Err(refuse()),
+        };
+        return Ok(Some(strict2(
+            Ty::Data(t),
+            value,
+            interval,
+            move |x, y| match (x, y) {
+                (Value::Timestamp(ms), Value::Int(n)) => step(ms, sign * n).map(Value::Timestamp),
+                _ => Ok(Value::Null),
+            },
+        )));
+    }
+    let whole = |t: &Ty| matches!(t, Ty::Null | Ty::Data(T::Int | T::BigInt));
+    let c = match (&a.ty, &b.ty, op) {
+        (x, y, "+" | "-") if x == y => {
+            let sign = if op == "-" { -1 } else { 1 };
+            strict2(a.ty.clone(), f, g, move |x, y| match (x, y) {
+                (Value::Int(p), Value::Int(q)) => p
+                    .checked_add(sign * q)
+                    .map(Value::Int)
+                    .ok_or_else(|| overflow("an interval")),
+                _ => Ok(Value::Null),
+            })
+        }
+        (iv, n, "*" | "/") if is_interval(iv) && whole(n) => {
+            let divide = op == "/";
+            strict2(iv.clone(), f, g, move |x, y| match (x, y) {
+                (Value::Int(_), Value::Int(0)) if divide => {
+                    Err("an interval divided by zero".into())
+                }
+                (Value::Int(p), Value::Int(q)) => if divide {
+                    p.checked_div(q)
+                } else {
+                    p.checked_mul(q)
+                }
+                .map(Value::Int)
+                .ok_or_else(|| "an interval overflows".to_string()),
+                _ => Ok(Value::Null),
+            })
+        }
+        (n, iv, "*") if is_interval(iv) && whole(n) => {
+            strict2(iv.clone(), f, g, |x, y| match (x, y) {
+                (Value::Int(p), Value::Int(q)) => p
+                    .checked_mul(q)
+                    .map(Value::Int)
+                    .ok_or_else(|| "an interval overflows".to_string()),
+                _ => Ok(Value::Null),
+            })
+        }
+        _ => return Err(refuse()),
+    };
+    Ok(Some(c))
 }
 
 fn arith_values(

@@ -25,6 +25,17 @@ pub fn instant(dt: DateTime) -> Result<i64, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `ms` moved by `months` on the calendar, the day clamped to the month's
+/// last (java.time's plusMonths, and Flink's).
+pub fn add_months(ms: i64, months: i64) -> Result<i64, String> {
+    let overflow = || format!("{months} months from {ms} ms overflows");
+    let span = jiff::Span::new()
+        .try_months(months)
+        .map_err(|_| overflow())?;
+    let moved = civil(ms)?.checked_add(span).map_err(|_| overflow())?;
+    instant(moved)
+}
+
 /// The wall-clock time in `zone` of the instant `ms` (a TIMESTAMP_LTZ's
 /// milliseconds), as a TIMESTAMP's milliseconds: what a TIMESTAMP_LTZ
 /// shows in the session time zone.

@@ -29,6 +29,14 @@ pub const FUNCTIONS: &[Function] = &[
             "MAP_VALUES(MAP['a', 1, 'b', 2, 'a', 3])",
             "ARRAY[3, 2]",
         ),
+    Function::new("ROW", &[any_number(p("field", Any))], "ROW", row)
+        .written("ROW(f0 ANY, f1 ANY, ...) or (f0, f1, ...)")
+        .doc(
+            "a ROW of its arguments, its fields named `EXPR$0`, `EXPR$1`, ... as Flink names \
+             them; `CAST(ROW(...) AS ROW<a INT, b STRING>)` names them",
+            "CAST(ROW(1, 'a') AS ROW<n INT, s STRING>).s",
+            "'a'",
+        ),
     Function::new("MAP_KEYS", &[p("m", Map)], "ARRAY of the keys", map_keys).doc(
         "the keys of `m`, in the order they were made",
         "MAP_KEYS(MAP['a', 1, 'b', 2])",
@@ -248,6 +256,27 @@ fn map(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
                 pairs.push((kv[0](row)?, kv[1](row)?));
             }
             map_of(pairs)
+        }),
+    ))
+}
+
+fn row(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
+    if args.is_empty() {
+        return Err("ROW() takes at least one field".into());
+    }
+    let fields = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| crate::dataflow::row::Field::new(format!("EXPR${i}"), a.ty.column_type()))
+        .collect();
+    let constant = args.iter().all(|a| a.constant.is_some());
+    let evals: Vec<_> = args.into_iter().map(|a| a.eval).collect();
+    Ok(fold_if(
+        constant,
+        Compiled::new(Ty::Data(T::Struct(fields)), move |row| {
+            Ok(Value::Struct(
+                evals.iter().map(|f| f(row)).collect::<Result<_, _>>()?,
+            ))
         }),
     ))
 }
