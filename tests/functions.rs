@@ -163,7 +163,10 @@ fn edges(column: &str) -> Vec<Json> {
             "not json",
             "{\"a\":{\"b\":[1,2,{\"c\":\"x\"}]},\"n\":null,\"s\":\"str\",\"f\":1.5,\"t\":true}",
             "[1,2,3]",
-            "{\"a\":1}"
+            "{\"a\":1}",
+            // Keys out of order, spaces, an escape: JSON_QUERY keeps the
+            // document's order.
+            "{\"z\": 0, \"a\": {\"y\": [3, 1], \"b\": {\"q\": \"x y\", \"c\": 2}, \"\\u00e9\": 1}}"
         ]),
         "url" => json!([
             null,

@@ -87,6 +87,55 @@ pub fn to_text(v: &Value) -> String {
     }
 }
 
+/// A value of `t` as `CAST(v AS VARCHAR)` writes it, where the type
+/// decides the form: Flink's text of an ARRAY (`[1, 2]`), a MAP
+/// (`{a=1, b=2}`) and a ROW (`(1, a)`), strings unquoted and a NULL inside
+/// written `NULL`; a DATE as its day and a TIME as its time of day.
+pub fn to_text_of(v: &Value, t: &DataType) -> String {
+    let inner = |v: &Value, t: &DataType| {
+        if v.is_null() {
+            "NULL".to_string()
+        } else {
+            to_text_of(v, t)
+        }
+    };
+    match (t, v) {
+        (DataType::List(e), Value::List(items)) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|x| inner(x, e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (DataType::Map(k, w), Value::List(entries)) => format!(
+            "{{{}}}",
+            entries
+                .iter()
+                .map(|e| match e {
+                    Value::Struct(kv) if kv.len() == 2 => {
+                        format!("{}={}", inner(&kv[0], k), inner(&kv[1], w))
+                    }
+                    other => to_text(other),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (DataType::Struct(fields), Value::Struct(items)) => format!(
+            "({})",
+            items
+                .iter()
+                .zip(fields)
+                .map(|(x, f)| inner(x, &f.data_type))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (DataType::Date, Value::Timestamp(ms)) => crate::dataflow::json::format_date(*ms),
+        (DataType::Time, Value::Timestamp(ms)) => crate::dataflow::json::format_time(*ms),
+        _ => to_text(v),
+    }
+}
+
 /// The type all of `items` fit (numbers widen: INT, BIGINT, DECIMAL, DOUBLE).
 pub fn common_type(items: &[(Compiled, &E)], e: &E) -> Result<Ty, SqlError> {
     let mut ty = Ty::Null;

@@ -351,23 +351,28 @@ pub fn compile(e: &E, scope: &mut Scope) -> Result<Compiled, SqlError> {
                     let local = cast_to(x, DataType::Timestamp, kind);
                     return Ok(functions::calendar::to_zoned(local, zone));
                 }
-                // A DATE as text is its day, a TIME its time of day.
-                (Ty::Data(from @ (DataType::Date | DataType::Time)), DataType::String) => {
-                    let format = if *from == DataType::Date {
-                        crate::dataflow::json::format_date
-                    } else {
-                        crate::dataflow::json::format_time
-                    };
+                // A DATE as text is its day, a TIME its time of day; an
+                // ARRAY, MAP or ROW is written in Flink's form.
+                (
+                    Ty::Data(
+                        from @ (DataType::Date
+                        | DataType::Time
+                        | DataType::List(_)
+                        | DataType::Map(..)
+                        | DataType::Struct(_)),
+                    ),
+                    DataType::String,
+                ) => {
+                    let from = from.clone();
                     let f = x.eval.clone();
-                    return Ok(functions::compose::fold_if(
-                        x.constant.is_some(),
-                        Compiled::new(Ty::Data(DataType::String), move |row| {
-                            Ok(match f(row)? {
-                                Value::Timestamp(ms) => Value::String(format(ms)),
-                                other => other,
-                            })
-                        }),
-                    ));
+                    let text = Compiled::new(Ty::Data(DataType::String), move |row| {
+                        Ok(match f(row)? {
+                            Value::Null => Value::Null,
+                            v => Value::String(super::cast::to_text_of(&v, &from)),
+                        })
+                    });
+                    let text = functions::compose::fold_if(x.constant.is_some(), text);
+                    (text, DataType::String)
                 }
                 _ => (x, t),
             };

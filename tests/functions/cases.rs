@@ -823,6 +823,18 @@ fn cases() -> Vec<Case> {
         flink("CAST", "CAST(CAST('ab' AS BINARY(4)) AS VARCHAR)", json!("ab\u{0}\u{0}")),
         flink("CAST", "CAST(CAST(CAST('abcdef' AS BYTES) AS VARBINARY(2)) AS VARCHAR)", json!("ab")),
         flink("CAST", "CAST(CAST('é' AS BYTES) AS VARCHAR)", json!("é")),
+        // An ARRAY, a MAP and a ROW as text, in Flink's form (FLINK-24684's
+        // cast rules, as FLINK-40580 describes them: `[e1, e2]`,
+        // `{k1=v1, k2=v2}`, strings unquoted, a NULL inside `NULL`; a
+        // ROW's fields in parentheses).
+        flink("CAST", "CAST(ARRAY['a', NULL, 'b'] AS VARCHAR)", json!("[a, NULL, b]")),
+        flink("CAST", "CAST(MAP['k', ARRAY[1, 2]] AS VARCHAR)", json!("{k=[1, 2]}")),
+        flink("CAST", "CAST(ROW(1, 'a', DATE '2026-12-07') AS VARCHAR)", json!("(1, a, 2026-12-07)")),
+        duck(
+            "CAST",
+            "CAST(ARRAY[n, n + 1] AS VARCHAR)",
+            "'[' || coalesce(CAST(n AS VARCHAR), 'NULL') || ', ' || coalesce(CAST(n + 1 AS VARCHAR), 'NULL') || ']'",
+        ),
         duck(
             "CAST",
             "CAST(ARRAY[n, n + 1] AS ARRAY<VARCHAR>)[2]",

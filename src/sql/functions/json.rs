@@ -55,10 +55,10 @@ pub const FUNCTIONS: &[Function] = &[
         json_query,
     )
     .doc(
-        "the object or array at `path` in `json`, as JSON text; NULL when it is absent or a \
-         scalar",
-        "JSON_QUERY('{\"a\": {\"b\": [7, 8]}}', '$.a')",
-        "'{\"b\":[7,8]}'",
+        "the object or array at `path` in `json`, as compact JSON text with its keys in the \
+         document's order; NULL when it is absent or a scalar",
+        "JSON_QUERY('{\"a\": {\"z\": 1, \"b\": [7, 8]}}', '$.a')",
+        "'{\"z\":1,\"b\":[7,8]}'",
     ),
     Function::new(
         "JSON_EXISTS",
@@ -197,13 +197,66 @@ fn json_value(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
 fn json_query(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let (path, json) = path_and_json(args)?;
     Ok(strict(T::String, json, move |v| {
-        Ok(match find(text(&v[0]), &path) {
-            Some(j @ (serde_json::Value::Object(_) | serde_json::Value::Array(_))) => {
-                Value::String(j.to_string())
-            }
+        Ok(match find_raw(text(&v[0]), &path) {
+            Some(raw) if raw.get().starts_with(['{', '[']) => Value::String(compact(raw.get())),
             _ => Value::Null,
         })
     }))
+}
+
+/// The value at `path` in the JSON text `s`, as its text there: an
+/// object keeps its keys in the document's order (Flink's JSON_QUERY
+/// does; a parsed `serde_json::Value` would sort them). None when `s` is
+/// not JSON or the path leads nowhere.
+fn find_raw<'a>(s: &'a str, path: &[PathStep]) -> Option<&'a serde_json::value::RawValue> {
+    use serde_json::value::RawValue;
+    let mut at: &'a RawValue = serde_json::from_str(s).ok()?;
+    for step in path {
+        at = match step {
+            PathStep::Field(f) => {
+                let members: std::collections::HashMap<String, &'a RawValue> =
+                    serde_json::from_str(at.get()).ok()?;
+                *members.get(f)?
+            }
+            PathStep::Index(i) => {
+                let items: Vec<&'a RawValue> = serde_json::from_str(at.get()).ok()?;
+                *items.get(*i)?
+            }
+        };
+    }
+    Some(at)
+}
+
+/// JSON text without the whitespace between its tokens, each string
+/// written as serde_json (and Jackson) write one: `"\u00e9"` as `"é"`.
+fn compact(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let mut chars = json.char_indices().peekable();
+    while let Some((start, c)) = chars.next() {
+        if c == '"' {
+            let mut escaped = false;
+            let mut end = json.len();
+            for (i, d) in chars.by_ref() {
+                match (escaped, d) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        end = i + 1;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let token = &json[start..end];
+            match serde_json::from_str::<String>(token) {
+                Ok(text) => out.push_str(&serde_json::Value::String(text).to_string()),
+                Err(_) => out.push_str(token),
+            }
+        } else if !c.is_whitespace() {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn json_exists(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
