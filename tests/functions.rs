@@ -602,47 +602,42 @@ fn every_example_in_the_reference_gives_its_result() {
     );
 }
 
-#[test]
-fn the_aggregate_reference_in_the_docs_is_the_catalogs() {
-    const BEGIN: &str = "<!-- aggregates: generated from src/sql/aggregates.rs; WEIR_BLESS=1 cargo test --test functions rewrites it -->\n";
-    const END: &str = "<!-- aggregates: end -->";
+/// Checks that docs/sql.md's section between `begin` and `end` is
+/// `generated` (what `source` makes); with `WEIR_BLESS` set, writes it.
+fn docs_section_is(begin: &str, end: &str, generated: &str, source: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sql.md");
     let docs = std::fs::read_to_string(&path).unwrap();
-    let generated = weir::sql::aggregates::reference_markdown();
-    let (Some(a), Some(b)) = (docs.find(BEGIN), docs.find(END)) else {
-        panic!("docs/sql.md has no generated aggregate reference between {BEGIN:?} and {END:?}");
+    let (Some(a), Some(b)) = (docs.find(begin), docs.find(end)) else {
+        panic!("docs/sql.md has no section generated from {source} between {begin:?} and {end:?}");
     };
     if std::env::var_os("WEIR_BLESS").is_some() {
-        let updated = format!("{}{BEGIN}{generated}{}", &docs[..a], &docs[b..]);
+        let updated = format!("{}{begin}{generated}{}", &docs[..a], &docs[b..]);
         std::fs::write(&path, updated).unwrap();
         return;
     }
     assert!(
-        docs[a + BEGIN.len()..b] == generated,
-        "docs/sql.md's aggregate reference differs from src/sql/aggregates.rs; \
+        docs[a + begin.len()..b] == *generated,
+        "docs/sql.md's reference differs from {source}; \
          WEIR_BLESS=1 cargo test --test functions rewrites it"
     );
 }
 
 #[test]
+fn the_aggregate_reference_in_the_docs_is_the_catalogs() {
+    docs_section_is(
+        "<!-- aggregates: generated from src/sql/aggregates.rs; WEIR_BLESS=1 cargo test --test functions rewrites it -->\n",
+        "<!-- aggregates: end -->",
+        &weir::sql::aggregates::reference_markdown(),
+        "src/sql/aggregates.rs",
+    );
+}
+
+#[test]
 fn the_function_reference_in_the_docs_is_the_registrys() {
-    const BEGIN: &str = "<!-- functions: generated from the registry; WEIR_BLESS=1 cargo test --test functions rewrites it -->\n";
-    const END: &str = "<!-- functions: end -->";
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sql.md");
-    let docs = std::fs::read_to_string(&path).unwrap();
-    let generated = weir::sql::functions::reference_markdown();
-    let (Some(a), Some(b)) = (docs.find(BEGIN), docs.find(END)) else {
-        panic!("docs/sql.md has no generated function reference between {BEGIN:?} and {END:?}");
-    };
-    let current = &docs[a + BEGIN.len()..b];
-    if std::env::var_os("WEIR_BLESS").is_some() {
-        let updated = format!("{}{BEGIN}{generated}{}", &docs[..a], &docs[b..]);
-        std::fs::write(&path, updated).unwrap();
-        return;
-    }
-    assert!(
-        current == generated,
-        "docs/sql.md's function reference differs from the registry; \
-         WEIR_BLESS=1 cargo test --test functions rewrites it"
+    docs_section_is(
+        "<!-- functions: generated from the registry; WEIR_BLESS=1 cargo test --test functions rewrites it -->\n",
+        "<!-- functions: end -->",
+        &weir::sql::functions::reference_markdown(),
+        "the function registry",
     );
 }
