@@ -220,6 +220,25 @@ impl From<bool> for Value {
     }
 }
 
+/// A MAP value of `pairs` (how [`DataType::Map`] is carried), a later value
+/// of a key replacing the earlier one; a NULL key is an error.
+pub fn map_of(pairs: impl IntoIterator<Item = (Value, Value)>) -> Result<Value, String> {
+    let mut out: Vec<Value> = Vec::new();
+    for (k, v) in pairs {
+        if k.is_null() {
+            return Err("a MAP key is NULL".into());
+        }
+        let at = out
+            .iter()
+            .position(|e| matches!(e, Value::Struct(kv) if kv[0] == k));
+        match at {
+            Some(i) => out[i] = Value::Struct(vec![k, v]),
+            None => out.push(Value::Struct(vec![k, v])),
+        }
+    }
+    Ok(Value::List(out))
+}
+
 /// A row: its change kind and its values, in schema order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {

@@ -297,7 +297,7 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
                 let key = kv.pop().unwrap_or(Value::Null);
                 pairs.push((cast_value(key, k)?, cast_value(value, v)?));
             }
-            super::functions::collection::map_of(pairs)?
+            crate::dataflow::row::map_of(pairs)?
         }
         (t, v) => return Err(format!("cannot cast {v:?} to {t}")),
     };

@@ -8,7 +8,7 @@ use super::compose::{fold_if, strict, text};
 use super::definition::{Call, Function};
 use super::signature::{any_number, optional, p, Kind::*};
 use crate::dataflow::compare::compare;
-use crate::dataflow::row::{DataType as T, Value};
+use crate::dataflow::row::{map_of, DataType as T, Value};
 
 pub const FUNCTIONS: &[Function] = &[
     Function::new("CARDINALITY", &[p("a", Array)], "INT", cardinality).doc(
@@ -196,24 +196,6 @@ fn entries(v: &Value) -> impl Iterator<Item = (&Value, &Value)> {
         Value::Struct(kv) if kv.len() == 2 => Some((&kv[0], &kv[1])),
         _ => None,
     })
-}
-
-/// A map of `pairs`, a later value of a key replacing the earlier one.
-pub fn map_of(pairs: impl IntoIterator<Item = (Value, Value)>) -> Result<Value, String> {
-    let mut out: Vec<Value> = Vec::new();
-    for (k, v) in pairs {
-        if k.is_null() {
-            return Err("a MAP key is NULL".into());
-        }
-        let at = out
-            .iter()
-            .position(|e| matches!(e, Value::Struct(kv) if kv[0] == k));
-        match at {
-            Some(i) => out[i] = Value::Struct(vec![k, v]),
-            None => out.push(Value::Struct(vec![k, v])),
-        }
-    }
-    Ok(Value::List(out))
 }
 
 /// The type `items` share (numbers widen), for a map's keys or values.
