@@ -239,6 +239,18 @@ pub fn map_of(pairs: impl IntoIterator<Item = (Value, Value)>) -> Result<Value, 
     Ok(Value::List(out))
 }
 
+/// The (key, value) entries of a MAP value, in the order they were made.
+pub fn map_entries(v: &Value) -> impl Iterator<Item = (&Value, &Value)> {
+    let items = match v {
+        Value::List(items) => items.as_slice(),
+        _ => &[],
+    };
+    items.iter().filter_map(|e| match e {
+        Value::Struct(kv) if kv.len() == 2 => Some((&kv[0], &kv[1])),
+        _ => None,
+    })
+}
+
 /// A row: its change kind and its values, in schema order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {

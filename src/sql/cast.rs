@@ -108,16 +108,10 @@ pub fn to_text_of(v: &Value, t: &DataType) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        (DataType::Map(k, w), Value::List(entries)) => format!(
+        (DataType::Map(k, w), map) => format!(
             "{{{}}}",
-            entries
-                .iter()
-                .map(|e| match e {
-                    Value::Struct(kv) if kv.len() == 2 => {
-                        format!("{}={}", inner(&kv[0], k), inner(&kv[1], w))
-                    }
-                    other => to_text(other),
-                })
+            crate::dataflow::row::map_entries(map)
+                .map(|(key, value)| format!("{}={}", inner(key, k), inner(value, w)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -182,6 +176,7 @@ pub fn cast_value(v: Value, t: &DataType) -> Result<Value, String> {
         (T::String, Value::Bytes(b)) => Value::String(
             String::from_utf8(b).map_err(|e| format!("the bytes are not UTF-8 text: {e}"))?,
         ),
+        (T::String, Value::String(s)) => Value::String(s),
         (T::String, v) => Value::String(to_text(&v)),
         (T::Int | T::BigInt, Value::Int(i)) => Value::Int(i),
         (T::Int | T::BigInt, Value::Double(d)) => {

@@ -811,21 +811,22 @@ pub fn interval_value(i: &ast::Interval, e: &E) -> Result<IntervalValue, SqlErro
             let mut parts = text.split_whitespace();
             let number = parts.next().unwrap_or("");
             let word = parts.next().unwrap_or("").to_ascii_lowercase();
-            let unit =
+            let field =
                 match word.trim_end_matches('s') {
-                    "millisecond" => Unit::Millis(1),
-                    "second" => Unit::Millis(1_000),
-                    "minute" => Unit::Millis(60_000),
-                    "hour" => Unit::Millis(3_600_000),
-                    "day" => Unit::Millis(86_400_000),
-                    "month" => Unit::Months(1),
-                    "year" => Unit::Months(12),
+                    "millisecond" => DateTimeField::Millisecond,
+                    "second" => DateTimeField::Second,
+                    "minute" => DateTimeField::Minute,
+                    "hour" => DateTimeField::Hour,
+                    "day" => DateTimeField::Day,
+                    "month" => DateTimeField::Month,
+                    "year" => DateTimeField::Year,
                     _ => return Err(err(
                         e,
                         "an interval's unit is MILLISECOND, SECOND, MINUTE, HOUR, DAY, MONTH or \
                          YEAR",
                     )),
                 };
+            let unit = unit_of(&field).expect("each of these units has a length");
             one_unit(number, unit)
                 .ok_or_else(|| err(e, format!("{number:?} is not a number of {word}")))
         }

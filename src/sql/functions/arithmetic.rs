@@ -146,9 +146,11 @@ fn temporal_arithmetic(
                 _ => Ok(Value::Null),
             })
         }
-        (iv, n, "*" | "/") if is_interval(iv) && whole(n) => {
+        // An interval scaled by a whole number, on either side of `*`.
+        (iv, n, "*" | "/") | (n, iv, "*") if is_interval(iv) && whole(n) => {
             let divide = op == "/";
-            strict2(iv.clone(), f, g, move |x, y| match (x, y) {
+            let (interval, n) = if is_interval(&a.ty) { (f, g) } else { (g, f) };
+            strict2(iv.clone(), interval, n, move |x, y| match (x, y) {
                 (Value::Int(_), Value::Int(0)) if divide => {
                     Err("an interval divided by zero".into())
                 }
@@ -158,16 +160,7 @@ fn temporal_arithmetic(
                     p.checked_mul(q)
                 }
                 .map(Value::Int)
-                .ok_or_else(|| "an interval overflows".to_string()),
-                _ => Ok(Value::Null),
-            })
-        }
-        (n, iv, "*") if is_interval(iv) && whole(n) => {
-            strict2(iv.clone(), f, g, |x, y| match (x, y) {
-                (Value::Int(p), Value::Int(q)) => p
-                    .checked_mul(q)
-                    .map(Value::Int)
-                    .ok_or_else(|| "an interval overflows".to_string()),
+                .ok_or_else(|| overflow("an interval")),
                 _ => Ok(Value::Null),
             })
         }

@@ -8,7 +8,7 @@ use super::compose::{fold_if, strict, text};
 use super::definition::{Call, Function};
 use super::signature::{any_number, optional, p, Kind::*};
 use crate::dataflow::compare::compare;
-use crate::dataflow::row::{map_of, DataType as T, Value};
+use crate::dataflow::row::{map_entries, map_of, DataType as T, Value};
 
 pub const FUNCTIONS: &[Function] = &[
     Function::new("CARDINALITY", &[p("a", Array)], "INT", cardinality).doc(
@@ -190,14 +190,6 @@ fn array_join(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     }))
 }
 
-/// The entries of a map value: (key, value) pairs.
-fn entries(v: &Value) -> impl Iterator<Item = (&Value, &Value)> {
-    list(v).iter().filter_map(|e| match e {
-        Value::Struct(kv) if kv.len() == 2 => Some((&kv[0], &kv[1])),
-        _ => None,
-    })
-}
-
 /// The type `items` share (numbers widen), for a map's keys or values.
 fn shared(items: &[&Compiled], what: &str) -> Result<T, String> {
     let mut ty: Option<T> = None;
@@ -271,13 +263,13 @@ fn map_keys(call: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     if call.name == "MAP_KEYS" {
         Ok(strict(T::List(Box::new(kt)), args, |v| {
             Ok(Value::List(
-                entries(&v[0]).map(|(k, _)| k.clone()).collect(),
+                map_entries(&v[0]).map(|(k, _)| k.clone()).collect(),
             ))
         }))
     } else {
         Ok(strict(T::List(Box::new(vt)), args, |v| {
             Ok(Value::List(
-                entries(&v[0]).map(|(_, x)| x.clone()).collect(),
+                map_entries(&v[0]).map(|(_, x)| x.clone()).collect(),
             ))
         }))
     }

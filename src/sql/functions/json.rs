@@ -155,21 +155,12 @@ fn json_path(p: &str) -> Result<Vec<PathStep>, String> {
 /// The value at `path` in the JSON text `s`; None when `s` is not JSON
 /// or the path leads nowhere.
 fn find(s: &str, path: &[PathStep]) -> Option<serde_json::Value> {
-    find_in(serde_json::from_str::<serde_json::Value>(s).ok()?, path)
+    parsed(find_raw(s, path)?)
 }
 
-/// The value at `path` in `j`.
-fn find_in(mut j: serde_json::Value, path: &[PathStep]) -> Option<serde_json::Value> {
-    for step in path {
-        j = match (step, j) {
-            (PathStep::Field(f), serde_json::Value::Object(mut m)) => m.remove(f)?,
-            (PathStep::Index(i), serde_json::Value::Array(mut a)) if *i < a.len() => {
-                a.swap_remove(*i)
-            }
-            _ => return None,
-        };
-    }
-    Some(j)
+/// A raw JSON value parsed (it was checked as JSON when it was read).
+fn parsed(raw: &serde_json::value::RawValue) -> Option<serde_json::Value> {
+    serde_json::from_str(raw.get()).ok()
 }
 
 /// The compiled path of argument 1, and the JSON argument alone.
@@ -206,11 +197,19 @@ fn json_query(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
 
 /// The value at `path` in the JSON text `s`, as its text there: an
 /// object keeps its keys in the document's order (Flink's JSON_QUERY
-/// does; a parsed `serde_json::Value` would sort them). None when `s` is
-/// not JSON or the path leads nowhere.
+/// does; a parsed `serde_json::Value` would sort them), and only the value
+/// found is parsed further. None when `s` is not JSON or the path leads
+/// nowhere.
 fn find_raw<'a>(s: &'a str, path: &[PathStep]) -> Option<&'a serde_json::value::RawValue> {
+    walk(serde_json::from_str(s).ok()?, path)
+}
+
+/// The value at `path` below `at`: every JSON function's one path walk.
+fn walk<'a>(
+    mut at: &'a serde_json::value::RawValue,
+    path: &[PathStep],
+) -> Option<&'a serde_json::value::RawValue> {
     use serde_json::value::RawValue;
-    let mut at: &'a RawValue = serde_json::from_str(s).ok()?;
     for step in path {
         at = match step {
             PathStep::Field(f) => {
@@ -262,7 +261,7 @@ fn compact(json: &str) -> String {
 fn json_exists(_: &Call, args: Vec<Compiled>) -> Result<Compiled, String> {
     let (path, json) = path_and_json(args)?;
     Ok(strict(T::Boolean, json, move |v| {
-        Ok(Value::Bool(find(text(&v[0]), &path).is_some()))
+        Ok(Value::Bool(find_raw(text(&v[0]), &path).is_some()))
     }))
 }
 
@@ -328,10 +327,10 @@ fn json_value_returning(_: &Call, args: Vec<Compiled>) -> Result<Compiled, Strin
             Value::Null => return Ok(Value::Null),
             v => text(&v).to_string(),
         };
-        let Ok(doc) = serde_json::from_str::<serde_json::Value>(&s) else {
+        let Ok(doc) = serde_json::from_str::<&serde_json::value::RawValue>(&s) else {
             return error.apply(row, "JSON_VALUE: the text is not JSON".into());
         };
-        match find_in(doc, &path) {
+        match walk(doc, &path).and_then(parsed) {
             None | Some(serde_json::Value::Null) => {
                 empty.apply(row, "JSON_VALUE: nothing at the path".into())
             }

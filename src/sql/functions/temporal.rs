@@ -5,7 +5,7 @@
 use jiff::civil::DateTime;
 
 use super::super::compiled::{Compiled, Ty};
-use super::calendar::{civil, instant, local_ms, zoned_ms};
+use super::calendar::{add_months, civil, instant, local_ms, zoned_ms};
 use super::compose::{constant_text, int, strict, text, Outcome};
 use super::definition::{Call, Function};
 use super::patterns::{format_pattern, java_pattern, parse_pattern};
@@ -453,12 +453,7 @@ fn shift(ms: i64, unit: Unit, n: i64) -> Result<i64, String> {
             let Unit::Months(k) = unit else {
                 unreachable!("only month units have no fixed length")
             };
-            let months = n.checked_mul(k).ok_or_else(overflow)?;
-            let span = jiff::Span::new()
-                .try_months(months)
-                .map_err(|_| overflow())?;
-            let moved = civil(ms)?.checked_add(span).map_err(|_| overflow())?;
-            instant(moved)
+            add_months(ms, n.checked_mul(k).ok_or_else(overflow)?)
         }
     }
 }
