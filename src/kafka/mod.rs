@@ -61,11 +61,29 @@ pub fn base_config(c: &Config) -> ClientConfig {
     client_config(c, &[])
 }
 
+/// How much a consumer fetches ahead of its task, per partition.
+///
+/// librdkafka stops fetching a partition whose local queue holds
+/// `queued.min.messages` records (default 100,000) or
+/// `queued.max.messages.kbytes` (default 64 MiB), and then waits
+/// `fetch.queue.backoff.ms` (default 1,000 ms) before it asks again. A
+/// task that reads 200,000 records a second drained a full queue in half
+/// a second and then sat idle for the other half: every simple Nexmark
+/// query ran at about 190,000 events/s, bursting once a second whatever
+/// its checkpoint interval (BENCHMARKS.md, "Issue #43, target 5"). A
+/// queue a fifth as long, asked again after 10 ms, keeps the task fed and
+/// holds less memory per partition. `[kafka.properties]` overrides each.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    ("queued.min.messages", "20000"),
+    ("queued.max.messages.kbytes", "16384"),
+    ("fetch.queue.backoff.ms", "10"),
+];
+
 /// A consumer that reads by explicit assignment: weir's checkpoints, not
 /// the group, own the positions; the group id only names where offsets are
 /// committed.
 pub fn consumer_config(c: &Config) -> ClientConfig {
-    let mut cc = base_config(c);
+    let mut cc = client_config(c, CONSUMER_DEFAULTS);
     cc.set("group.id", &c.kafka.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -226,5 +244,54 @@ mod tests {
         assert_eq!(parse_marker(&checkpoint_marker(42)), Some(42));
         assert_eq!(parse_marker(""), None);
         assert_eq!(parse_marker("weir-checkpoint=x"), None);
+    }
+
+    fn config_with(properties: &str) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+[job]
+name = "wc"
+[kafka]
+bootstrap_servers = "127.0.0.1:9092"
+group_id = "g"
+[kafka.properties]
+{properties}
+[checkpoint]
+dir = "/tmp/c"
+[state]
+dir = "/tmp/s"
+[source]
+topics = ["in"]
+[pipeline]
+kind = "word-count"
+[sink]
+topic = "out"
+"#
+            ),
+        )
+        .unwrap();
+        Config::load(&path).unwrap()
+    }
+
+    /// Consumers fetch ahead with a short back-off by default (the 1 s
+    /// default paced every simple query), and a user's value still wins.
+    #[test]
+    fn consumers_fetch_ahead_with_weirs_defaults_unless_the_user_sets_them() {
+        let cc = consumer_config(&config_with(""));
+        for (k, v) in CONSUMER_DEFAULTS {
+            assert_eq!(cc.get(k), Some(*v), "{k}");
+        }
+        assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("10"));
+        assert_eq!(cc.get("isolation.level"), Some("read_committed"));
+        let cc = consumer_config(&config_with(
+            "\"fetch.queue.backoff.ms\" = \"250\"\n\"queued.min.messages\" = \"5000\"",
+        ));
+        assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("250"));
+        assert_eq!(cc.get("queued.min.messages"), Some("5000"));
+        assert_eq!(cc.get("queued.max.messages.kbytes"), Some("16384"));
     }
 }

@@ -470,7 +470,7 @@ fn weir_job(
     (
         weir_run(&weir_binary(), &config),
         name.to_string(),
-        vec![("RUST_LOG".into(), "info".into())],
+        vec![("RUST_LOG".into(), crate::systems::weir_log_filter())],
     )
 }
 

@@ -71,7 +71,7 @@ pub fn java_cp(peer: &str) -> String {
 
 /// weir's log filter in benchmarks: `info`, or `$WEIR_BENCH_LOG` (e.g.
 /// `weir=debug` for the snapshot timings).
-fn weir_log_filter() -> String {
+pub fn weir_log_filter() -> String {
     std::env::var("WEIR_BENCH_LOG").unwrap_or_else(|_| "info".into())
 }
 

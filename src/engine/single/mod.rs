@@ -18,7 +18,7 @@ pub mod coordinator;
 pub mod source_task;
 pub mod stage_task;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -560,6 +560,21 @@ fn run_restored(
                             partition: *partition,
                             next,
                         });
+                    }
+                    // The leaders known before the assignment: a partition
+                    // assigned at BEGINNING without one waits for
+                    // librdkafka's offset-query timer (500 ms) before its
+                    // first fetch, which every start and recovery paid.
+                    let topics: BTreeSet<&str> = positions
+                        .iter()
+                        .map(|p: &Position| p.topic.as_str())
+                        .collect();
+                    for topic in topics {
+                        consumer
+                            .fetch_metadata(Some(topic), kafka::REQUEST_TIMEOUT)
+                            .map_err(|e| {
+                                WeirError::kafka(format!("metadata of topic {topic:?}"), e)
+                            })?;
                     }
                     consumer.assign(&tpl).map_err(|e| {
                         WeirError::kafka(format!("assign partitions to source task {task_name}"), e)
