@@ -110,6 +110,41 @@ fn metrics_move_and_lag_falls_to_zero() {
     }
     assert!(sample(&metrics, "weir_last_checkpoint_id").unwrap() >= 1.0);
     assert!(sample(&metrics, "weir_last_checkpoint_age_seconds").unwrap() < 30.0);
+    // Memory by component: the process's, and each keyed task's store
+    // (reported after each checkpoint) and source consumer (each second).
+    let memory = |component: &str| -> Vec<(String, f64)> {
+        let prefix = format!("weir_memory_bytes{{component=\"{component}\",task=\"");
+        metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .filter_map(|rest| {
+                let (task, value) = rest.split_once("\"} ")?;
+                Some((task.to_string(), value.parse().ok()?))
+            })
+            .collect()
+    };
+    assert!(memory("resident")[0].1 > 1e6, "{metrics}");
+    assert!(memory("allocator_committed")[0].1 > 0.0, "{metrics}");
+    let caches = memory("state_cache");
+    assert!(
+        !caches.is_empty()
+            && caches
+                .iter()
+                .all(|(task, bytes)| !task.is_empty() && *bytes > 0.0),
+        "every keyed task's state cache holds its 1,000 words:\n{metrics}"
+    );
+    for component in [
+        "rocksdb_memtables",
+        "rocksdb_block_cache",
+        "rocksdb_table_readers",
+    ] {
+        assert_eq!(
+            memory(component).len(),
+            caches.len(),
+            "{component}:\n{metrics}"
+        );
+    }
+    assert!(!memory("kafka_fetch_queue").is_empty(), "{metrics}");
     let (status, body) = http(&addr, "GET", "/checkpoints", None);
     assert_eq!(status, 200);
     let history: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();

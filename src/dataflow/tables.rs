@@ -740,6 +740,26 @@ impl KeyedStore {
         Ok(found.into_iter().take(limit).collect())
     }
 
+    /// What this store holds in memory: its RocksDB instance's figures
+    /// and the cache in front of it (the hash table's slots, with keys and
+    /// values up to 24 bytes inline, and the listed maps' entries; longer
+    /// keys and values are held apart and not counted).
+    pub fn memory(&self) -> crate::observe::memory::StoreMemory {
+        use std::mem::size_of;
+        // A slot and its control byte.
+        let slot = size_of::<(Bytes, Cached)>() + 1;
+        // A listed entry: its key and value, and about a third of a
+        // B-tree node's overhead.
+        let listed = 2 * size_of::<Bytes>() + 16;
+        let rocks = self.backend.memory();
+        crate::observe::memory::StoreMemory {
+            memtables: rocks.memtables,
+            block_cache: rocks.block_cache,
+            table_readers: rocks.table_readers,
+            state_cache: (self.cache.capacity() * slot + self.listed_entries * listed) as u64,
+        }
+    }
+
     /// Holds (true) or allows again (false) the write-back that the cache
     /// starts when it is full or holds [`WRITE_BACK_AT`] dirty entries.
     ///

@@ -575,7 +575,9 @@ impl Chain {
     /// it (`before_snapshot`), and everything gathered is sent.
     pub fn end_epoch(&mut self) -> Result<()> {
         self.before_snapshot()?;
-        self.flush()
+        self.flush()?;
+        self.report_memory();
+        Ok(())
     }
 
     /// Each operator, in order, emits what belongs to the ending epoch.
@@ -644,7 +646,24 @@ impl Chain {
     /// it (`KeyedStore::hold_write_back`).
     pub fn write_back_after_ack(&mut self) -> Result<()> {
         self.stores()
-            .try_for_each(|store| store.write_back_if_due())
+            .try_for_each(|store| store.write_back_if_due())?;
+        self.report_memory();
+        Ok(())
+    }
+
+    /// `weir_memory_bytes` of this task's keyed stores, once per
+    /// checkpoint (after the write-back) or group-mode epoch: a few of
+    /// RocksDB's property reads; a chain without stores reports nothing.
+    fn report_memory(&mut self) {
+        let mut total = crate::observe::memory::StoreMemory::default();
+        let mut any = false;
+        for store in self.stores() {
+            total += store.memory();
+            any = true;
+        }
+        if any {
+            crate::observe::memory::report_stores(&self.metrics.memory, &self.task, total);
+        }
     }
 
     /// Holds or allows again every keyed store's write-back

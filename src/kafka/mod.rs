@@ -121,29 +121,54 @@ pub fn create_last_committed_reader(c: &Config) -> Result<BaseConsumer> {
         .map_err(|e| WeirError::kafka("create consumer", e))
 }
 
-/// A source subtask's consumer, whose librdkafka statistics feed the
-/// consumer-lag gauge once a second.
+/// Source task `task`'s consumer, whose librdkafka statistics feed the
+/// consumer-lag gauge and its fetch queue's `weir_memory_bytes` once a
+/// second.
 pub fn create_source_consumer(
     c: &Config,
     metrics: Arc<Metrics>,
+    task: &str,
 ) -> Result<BaseConsumer<SourceContext>> {
     let mut cc = consumer_config(c);
     if !c.kafka.properties.contains_key("statistics.interval.ms") {
         cc.set("statistics.interval.ms", "1000");
     }
-    cc.create_with_context(SourceContext { metrics })
-        .map_err(|e| WeirError::kafka("create consumer", e))
+    cc.create_with_context(SourceContext {
+        metrics,
+        task: task.to_string(),
+    })
+    .map_err(|e| WeirError::kafka("create consumer", e))
 }
 
-/// Turns librdkafka statistics into `weir_consumer_lag_records`.
+/// Turns librdkafka statistics into `weir_consumer_lag_records` and the
+/// `kafka_fetch_queue` component of `weir_memory_bytes`.
 pub struct SourceContext {
     metrics: Arc<Metrics>,
+    task: String,
 }
 
 impl ClientContext for SourceContext {
     fn stats(&self, stats: Statistics) {
         report_lag(&self.metrics, &stats);
+        crate::observe::memory::set(
+            &self.metrics.memory,
+            crate::observe::memory::KAFKA_FETCH_QUEUE,
+            &self.task,
+            fetch_queue_bytes(&stats),
+        );
     }
+}
+
+/// The bytes of records a consumer has fetched ahead of its task, over
+/// the partitions it is given.
+fn fetch_queue_bytes(stats: &Statistics) -> u64 {
+    stats
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.iter())
+        .filter(|(partition, p)| **partition >= 0 && p.desired)
+        .map(|(_, p)| p.fetchq_size)
+        .sum()
 }
 
 /// Sets `weir_consumer_lag_records` from a consumer's statistics.

@@ -78,6 +78,8 @@ pub struct Metrics {
     pub watermark: IntGaugeVec,
     /// Event-time watermark (ms) per source partition.
     pub source_watermark: IntGaugeVec,
+    /// Bytes held, per component and task ([`crate::observe::memory`]).
+    pub memory: IntGaugeVec,
     /// Records later than every window that could take them, per policy.
     pub late_records: IntCounterVec,
     /// Input records deleted by the topic's retention before weir read
@@ -246,6 +248,16 @@ impl Metrics {
                 &["topic", "partition"],
             )
             .expect("metric"),
+            memory: IntGaugeVec::new(
+                Opts::new(
+                    "weir_memory_bytes",
+                    "Bytes held, per component (resident, allocator_committed, rocksdb_memtables, \
+                     rocksdb_block_cache, rocksdb_table_readers, state_cache, kafka_fetch_queue) \
+                     and task (empty for the whole process)",
+                ),
+                &["component", "task"],
+            )
+            .expect("metric"),
             late_records: IntCounterVec::new(
                 Opts::new(
                     "weir_late_records_total",
@@ -316,6 +328,7 @@ impl Metrics {
         r.register(Box::new(m.watermark.clone())).expect("register");
         r.register(Box::new(m.source_watermark.clone()))
             .expect("register");
+        r.register(Box::new(m.memory.clone())).expect("register");
         r.register(Box::new(m.late_records.clone()))
             .expect("register");
         r.register(Box::new(EXPRESSION_ERRORS.clone()))
@@ -338,7 +351,10 @@ impl Metrics {
         self.last_checkpoint_time_ms.set(now_ms() as i64);
     }
 
-    fn refresh_age(&self) {
+    /// The gauges read when the metrics are: the last checkpoint's age
+    /// and the process's memory.
+    fn refresh_on_read(&self) {
+        crate::observe::memory::refresh_process(&self.memory);
         let last = self.last_checkpoint_time_ms.get();
         if last > 0 {
             self.last_checkpoint_age
@@ -350,7 +366,7 @@ impl Metrics {
     /// as they are, histograms as `<name>_sum` and `<name>_count`.
     pub fn samples(&self) -> Vec<Sample> {
         use prometheus::proto::MetricType;
-        self.refresh_age();
+        self.refresh_on_read();
         let mut out = Vec::new();
         for family in self.registry.gather() {
             let name = family.name();
@@ -384,7 +400,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        self.refresh_age();
+        self.refresh_on_read();
         let mut buf = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut buf)
@@ -425,6 +441,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("weir_last_checkpoint_id 4"), "{text}");
+        // Read when rendered: the process's resident memory.
+        assert!(
+            text.contains("weir_memory_bytes{component=\"resident\",task=\"\"} "),
+            "{text}"
+        );
         assert!(
             text.contains("weir_checkpoint_duration_seconds_count 1"),
             "{text}"

@@ -3,6 +3,7 @@
 //! reads here, and neither depends on the other through it.
 
 pub mod history;
+pub mod memory;
 pub mod metrics;
 
 /// When this process started (set first thing in `main`).

@@ -66,6 +66,17 @@ fn db_options() -> Options {
     o
 }
 
+/// Bytes one RocksDB instance holds in memory ([`StateBackend::memory`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RocksMemory {
+    /// Active and immutable memtables.
+    pub memtables: u64,
+    /// The block cache (data blocks read back from SST files).
+    pub block_cache: u64,
+    /// Open tables' indexes and bloom filters, held outside the cache.
+    pub table_readers: u64,
+}
+
 /// The RocksDB instance of one subtask.
 pub struct StateBackend {
     db: DB,
@@ -267,6 +278,31 @@ impl StateBackend {
         cf(&self.db, name)
     }
 
+    /// What this instance holds in memory, by RocksDB's own accounting
+    /// (reported as `weir_memory_bytes`, src/observe/memory.rs):
+    /// memtables (active and immutable) and table readers (indexes and
+    /// bloom filters, which stay out of the block cache) over every
+    /// column family, and the block cache they share.
+    pub fn memory(&self) -> RocksMemory {
+        use rocksdb::properties::{
+            BLOCK_CACHE_USAGE, CUR_SIZE_ALL_MEM_TABLES, ESTIMATE_TABLE_READERS_MEM,
+        };
+        let read = |family: &str, property| {
+            self.db
+                .property_int_value_cf(self.cf(family), property)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        let mut m = RocksMemory::default();
+        for family in FAMILIES {
+            m.memtables += read(family, CUR_SIZE_ALL_MEM_TABLES);
+            m.table_readers += read(family, ESTIMATE_TABLE_READERS_MEM);
+        }
+        m.block_cache = read(FAMILIES[0], BLOCK_CACHE_USAGE);
+        m
+    }
+
     /// Applies the changes file in snapshot folder `dir`, if there is one:
     /// only keys of key groups in `range`. Returns how many entries it
     /// applied.
@@ -368,4 +404,36 @@ fn create_checkpoint(
 fn cf<'a>(db: &'a DB, name: &str) -> &'a ColumnFamily {
     db.cf_handle(name)
         .expect("every column family is opened with the instance")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures come from RocksDB itself: a write shows in the
+    /// memtables, a flush moves it into a table whose reader (index and
+    /// filter) is then held.
+    #[test]
+    fn memory_reads_rocksdbs_own_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateBackend::open(&dir.path().join("db")).unwrap();
+        let empty = store.memory();
+        let mut batch = WriteBatch::default();
+        for i in 0u32..20_000 {
+            batch.put_cf(store.cf(FAMILIES[0]), i.to_be_bytes(), [7u8; 100]);
+        }
+        store.write(batch).unwrap();
+        let written = store.memory();
+        assert!(
+            written.memtables > empty.memtables + 1_000_000,
+            "{empty:?} then {written:?}"
+        );
+        store.compact_all().unwrap();
+        let flushed = store.memory();
+        assert!(flushed.table_readers > 0, "{flushed:?}");
+        assert!(
+            flushed.memtables < written.memtables,
+            "{written:?} then {flushed:?}"
+        );
+    }
 }

@@ -527,7 +527,8 @@ fn run_restored(
                 NodeBody::Source(spec) => {
                     chain.load_watermarks(range)?;
                     let partitions = &source_partitions[&head];
-                    let consumer = kafka::create_source_consumer(config, shared.metrics.clone())?;
+                    let consumer =
+                        kafka::create_source_consumer(config, shared.metrics.clone(), &task_name)?;
                     let mut tpl = TopicPartitionList::new();
                     let mut positions = Vec::new();
                     for (i, (topic, partition)) in partitions.iter().enumerate() {
