@@ -271,7 +271,10 @@ mod tests {
         assert_eq!(parse_marker("weir-checkpoint=x"), None);
     }
 
-    fn config_with(properties: &str) -> Config {
+    /// A word-count job's configuration with `properties` as
+    /// `[kafka.properties]`, the broker at `bootstrap`, and `sink` appended
+    /// to its `[sink]` section (the producer's tests use it too).
+    pub(crate) fn config_with(bootstrap: &str, properties: &str, sink: &str) -> Config {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.toml");
         std::fs::write(
@@ -281,7 +284,7 @@ mod tests {
 [job]
 name = "wc"
 [kafka]
-bootstrap_servers = "127.0.0.1:9092"
+bootstrap_servers = "{bootstrap}"
 group_id = "g"
 [kafka.properties]
 {properties}
@@ -295,6 +298,7 @@ topics = ["in"]
 kind = "word-count"
 [sink]
 topic = "out"
+{sink}
 "#
             ),
         )
@@ -306,14 +310,16 @@ topic = "out"
     /// default paced every simple query), and a user's value still wins.
     #[test]
     fn consumers_fetch_ahead_with_weirs_defaults_unless_the_user_sets_them() {
-        let cc = consumer_config(&config_with(""));
+        let cc = consumer_config(&config_with("127.0.0.1:9092", "", ""));
         for (k, v) in CONSUMER_DEFAULTS {
             assert_eq!(cc.get(k), Some(*v), "{k}");
         }
         assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("10"));
         assert_eq!(cc.get("isolation.level"), Some("read_committed"));
         let cc = consumer_config(&config_with(
+            "127.0.0.1:9092",
             "\"fetch.queue.backoff.ms\" = \"250\"\n\"queued.min.messages\" = \"5000\"",
+            "",
         ));
         assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("250"));
         assert_eq!(cc.get("queued.min.messages"), Some("5000"));

@@ -835,36 +835,15 @@ impl Drop for SinkProducer {
 mod tests {
     use super::*;
 
+    use crate::kafka::tests::config_with;
+
     #[test]
     fn user_properties_win_over_weir_defaults_but_not_over_what_weir_owns() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.toml");
-        std::fs::write(
-            &path,
-            r#"
-[job]
-name = "wc"
-[kafka]
-bootstrap_servers = "127.0.0.1:9092"
-group_id = "g"
-[kafka.properties]
-"linger.ms" = "50"
-"delivery.report.only.error" = "false"
-[checkpoint]
-dir = "/tmp/c"
-[state]
-dir = "/tmp/s"
-[source]
-topics = ["in"]
-[pipeline]
-kind = "word-count"
-[sink]
-topic = "out"
-delivery = "exactly-once"
-"#,
-        )
-        .unwrap();
-        let c = Config::load(&path).unwrap();
+        let c = config_with(
+            "127.0.0.1:9092",
+            "\"linger.ms\" = \"50\"\n\"delivery.report.only.error\" = \"false\"",
+            "delivery = \"exactly-once\"",
+        );
         let cc = producer_config(&c);
         assert_eq!(cc.get("linger.ms"), Some("50"));
         assert_eq!(cc.get("delivery.report.only.error"), Some("false"));
@@ -875,34 +854,7 @@ delivery = "exactly-once"
     /// A producer whose broker never answers (port 1), so nothing leaves
     /// librdkafka's queue, with `properties` as `[kafka.properties]`.
     fn unreachable_producer(properties: &str, cancel: CancellationToken) -> SinkProducer {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.toml");
-        std::fs::write(
-            &path,
-            format!(
-                r#"
-[job]
-name = "wc"
-[kafka]
-bootstrap_servers = "127.0.0.1:1"
-group_id = "g"
-[kafka.properties]
-{properties}
-[checkpoint]
-dir = "/tmp/c"
-[state]
-dir = "/tmp/s"
-[source]
-topics = ["in"]
-[pipeline]
-kind = "word-count"
-[sink]
-topic = "out"
-"#
-            ),
-        )
-        .unwrap();
-        let c = Config::load(&path).unwrap();
+        let c = config_with("127.0.0.1:1", properties, "");
         SinkProducer::create(&c, cancel).unwrap()
     }
 
