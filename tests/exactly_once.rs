@@ -376,7 +376,7 @@ fn a_renewed_transaction_commits_each_record_once_in_order() {
     };
 
     producer.begin_transaction().unwrap();
-    producer.send_batch(&output, &mut batch_of(0, 100)).unwrap();
+    producer.send_batch(&output, &batch_of(0, 100)).unwrap();
     let headers = OwnedHeaders::new().insert(Header {
         key: "weir.test",
         value: Some("h"),
@@ -386,23 +386,17 @@ fn a_renewed_transaction_commits_each_record_once_in_order() {
         .unwrap();
     assert!(producer.journal_bytes() > 0);
     producer.renew_transaction().unwrap();
-    producer
-        .send_batch(&output, &mut batch_of(101, 150))
-        .unwrap();
+    producer.send_batch(&output, &batch_of(101, 150)).unwrap();
     producer.suspend_transaction().unwrap();
     producer.resume_transaction().unwrap();
     producer.renew_transaction().unwrap();
-    producer
-        .send_batch(&output, &mut batch_of(150, 200))
-        .unwrap();
+    producer.send_batch(&output, &batch_of(150, 200)).unwrap();
     producer.commit_transaction(&none, &metadata).unwrap();
     assert_eq!(producer.journal_bytes(), 0, "a commit empties the journal");
 
     // Aborted after a renewal: none of it is ever visible.
     producer.begin_transaction().unwrap();
-    producer
-        .send_batch(&output, &mut batch_of(1000, 1100))
-        .unwrap();
+    producer.send_batch(&output, &batch_of(1000, 1100)).unwrap();
     producer.renew_transaction().unwrap();
     producer.abort_transaction().unwrap();
     producer.begin_transaction().unwrap();
@@ -521,4 +515,157 @@ fn a_restart_aborts_the_open_transaction_of_a_killed_process_at_once() {
         2,
         "the killed process's record reached the broker: {seen:?}"
     );
+}
+
+/// Runs one of the broker's own Kafka tools (`scripts/kafka.sh tool`),
+/// an independent reader of what the broker holds; returns its output.
+fn kafka_tool(class: &str, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh");
+    let out = Command::new(script)
+        .arg("tool")
+        .arg(class)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{class} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The value after `name: ` in a DumpLogSegments line.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let at = line.find(&format!("{name}: "))? + name.len() + 2;
+    line[at..].split_whitespace().next()
+}
+
+/// With exactly-once delivery the job's two transactional producers
+/// alternate per epoch (issue #43): both commit output, as the broker's own
+/// log says, and a read_committed reader still sees every count exactly
+/// once, each key's last count last (an epoch's record landing before the
+/// previous epoch's would leave a lower count last). The broker's tools
+/// read its state: `TransactionsCommand` maps each transactional id to its
+/// producer id, `LogDirsCommand` says where its log is, `DumpLogSegments`
+/// lists the output partitions' record batches and transaction markers.
+#[test]
+fn both_transactional_producers_commit_output_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = topic_pair("eo-pair", 4);
+    let (lines, expected) = word_lines(14, 6_000, 10, 300);
+    let spec = JobSpec {
+        delivery: "exactly-once".into(),
+        interval: "200ms".into(),
+        ..JobSpec::word_count(dir.path(), &input, &output)
+    };
+    let config_path = spec.write();
+    let config = weir::config::Config::load(&config_path).unwrap();
+    let ids = [
+        config.transactional_id(),
+        format!("{}.1", config.transactional_id()),
+    ];
+    let feeder = feed(&input, lines, 300, Duration::from_millis(100));
+    let mut w = WeirProcess::start(weir(), &config_path, &[]);
+    feeder.join().unwrap();
+    let committed = read_topic(
+        &output,
+        Isolation::Committed,
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        |r| last_counts(r) == expected,
+    );
+    let status = w.stop(Duration::from_secs(60));
+    assert!(status.success(), "{}", tail(&w.log_text()));
+    assert_multiset(&committed, &expected);
+    for id in &ids {
+        let token = config.job_checkpoint_dir().join(format!("owner-{id}"));
+        assert!(token.exists(), "no owner token {}", token.display());
+    }
+
+    // Transactional id -> producer id, as the transaction coordinator has it.
+    let listed = kafka_tool(
+        "org.apache.kafka.tools.TransactionsCommand",
+        &["--bootstrap-server", &weir_testkit::bootstrap(), "list"],
+    );
+    let producer_of = |id: &str| -> String {
+        listed
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|cols| cols.first() == Some(&id))
+            .and_then(|cols| cols.get(2).map(|s| s.to_string()))
+            .unwrap_or_else(|| panic!("transactional id {id} not listed:\n{listed}"))
+    };
+    let producers: Vec<String> = ids.iter().map(|id| producer_of(id)).collect();
+    assert_ne!(producers[0], producers[1], "{listed}");
+
+    // Commit markers and data batches per producer id, over the output
+    // topic's segments, in the log directory the broker reports.
+    let dirs = kafka_tool(
+        "org.apache.kafka.tools.LogDirsCommand",
+        &[
+            "--describe",
+            "--bootstrap-server",
+            &weir_testkit::bootstrap(),
+            "--topic-list",
+            &output,
+        ],
+    );
+    let report: serde_json::Value = dirs
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON in LogDirsCommand's output:\n{dirs}"));
+    let log_dir = std::path::PathBuf::from(
+        report["brokers"][0]["logDirs"][0]["logDir"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no logDir in {report}")),
+    );
+    let mut commits: HashMap<String, usize> = HashMap::new();
+    let mut batches: HashMap<String, usize> = HashMap::new();
+    for p in 0..4 {
+        let partition_dir = log_dir.join(format!("{output}-{p}"));
+        let segments: Vec<String> = std::fs::read_dir(&partition_dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", partition_dir.display()))
+            .filter_map(|e| {
+                let path = e.unwrap().path();
+                (path.extension()? == "log").then(|| path.display().to_string())
+            })
+            .collect();
+        assert!(
+            !segments.is_empty(),
+            "no segment in {}",
+            partition_dir.display()
+        );
+        let dump = kafka_tool(
+            "kafka.tools.DumpLogSegments",
+            &["--print-data-log", "--files", &segments.join(",")],
+        );
+        for line in dump.lines().filter(|l| l.contains("baseOffset: ")) {
+            let Some(producer) = field(line, "producerId") else {
+                continue;
+            };
+            if field(line, "isControl") == Some("true") {
+                continue;
+            }
+            *batches.entry(producer.to_string()).or_default() += 1;
+        }
+        // A marker's line follows its batch's header, which names the
+        // producer.
+        let mut current: Option<String> = None;
+        for line in dump.lines() {
+            if line.contains("baseOffset: ") {
+                current = field(line, "producerId").map(str::to_string);
+            } else if line.contains("endTxnMarker: COMMIT") {
+                let producer = current.clone().expect("a marker follows its batch header");
+                *commits.entry(producer).or_default() += 1;
+            }
+        }
+    }
+    eprintln!("producers {producers:?}: data batches {batches:?}, commit markers {commits:?}");
+    for p in &producers {
+        assert!(
+            batches.get(p).copied().unwrap_or(0) > 0 && commits.get(p).copied().unwrap_or(0) > 1,
+            "producer {p} wrote or committed nothing: batches {batches:?}, commits {commits:?}"
+        );
+    }
 }

@@ -3,10 +3,15 @@
 //! Thousands of seeded schedules run a small word count — two source
 //! subtasks, two keyed subtasks with two inputs each — on one thread, with
 //! the protocol's real parts: `BarrierAligner` (alignment and its
-//! cancellation), `EpochGate` (output of epoch N+1 held until N commits,
-//! the cancel notice), `AckCollector`, `TransactionBudget`, the recovery
-//! decision (`recovery::decide`) and retention (`to_prune`), against an
-//! in-memory implementation of the `CommitPoint` trait. Each schedule
+//! cancellation), `EpochGate` (which transaction each epoch's output goes
+//! into, the cancel notice), the sinks' `EpochRouter` (output held until
+//! its epoch has a route, copies kept until the previous checkpoint is
+//! decided and sent again where a failed one moved the epoch),
+//! `Transactions` (one transactional producer, or two alternating per
+//! epoch), `AckCollector`, `TransactionBudget`, the recovery decision
+//! (`recovery::decide`) and retention (`to_prune`), against in-memory
+//! implementations of the `CommitPoint` trait. Every schedule runs with
+//! one producer and with two. Each schedule
 //! interleaves records, barriers, acks and clock ticks at random and injects
 //! faults: crashes at any step, commits that fail, commits whose ack is
 //! lost after they applied, snapshots that fail or are slow, stalled
@@ -18,12 +23,14 @@
 //! - no checkpoint id is committed twice;
 //! - no transaction is committed after it outlived its timeout, and the
 //!   budget rule keeps the broker from ever having to abort one unless the
-//!   process was paused.
+//!   process was paused;
+//! - no sink writes into a producer with no open transaction, and no
+//!   transaction is begun while one is open in the same producer.
 //!
 //! Run with `--nocapture` to see the number of schedules explored.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::checkpoint::metadata::{OperatorInfo, FORMAT_VERSION};
@@ -38,6 +45,8 @@ use weir::engine::single::alignment::BarrierAligner;
 use weir::engine::single::coordinator::AckCollector;
 use weir::runtime::commit::{CommitOffsets, CommitPoint, Offsets, TransactionBudget};
 use weir::runtime::gate::EpochGate;
+use weir::runtime::routing::{EpochRouter, SlotSender};
+use weir::runtime::transactions::Transactions;
 use weir::runtime::Ack;
 use weir::{Result, WeirError};
 use weir_testkit::Rng;
@@ -60,6 +69,8 @@ struct Faults {
     commit_ack_lost: u64,
     snapshot_fails: u64,
     slow_snapshot: u64,
+    /// `_metadata` cannot be written after every ack is in.
+    metadata_fails: u64,
     source_stalls: u64,
     pause: u64,
 }
@@ -69,29 +80,49 @@ struct Faults {
 #[derive(Debug, Default)]
 struct Txn {
     begun_at: u64,
-    output: Vec<(String, u64)>,
+    /// Which transaction: what the log's records carry.
+    id: u64,
+    /// Written, not yet in the log (librdkafka's queue, in flight).
+    in_flight: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Default)]
 struct Broker {
     clock: u64,
-    open: Option<Txn>,
-    committed_output: Vec<(String, u64)>,
+    /// Each producer's open transaction.
+    open: [Option<Txn>; 2],
+    /// Producers whose transaction the broker aborted for its age.
+    expired: [bool; 2],
+    /// One output partition's log: every record delivered, with its
+    /// transaction, in the order the broker appended them.
+    log: Vec<(u64, String, u64)>,
+    /// Transactions committed (their records in the log are visible).
+    committed_txns: std::collections::HashSet<u64>,
+    next_txn: u64,
     committed_offsets: Offsets,
     committed_checkpoint: Option<u64>,
     committed_ids: Vec<u64>,
     /// Transactions the broker aborted because they outlived the timeout.
     timed_out: u32,
+    /// Commits per producer.
+    commits: [u32; 2],
+    /// Records sent again into the transaction a failed checkpoint's
+    /// next epoch moved to.
+    resent: u32,
     /// Faults armed for the next commit.
     fail_next_commit: bool,
     lose_next_commit_ack: bool,
 }
 
-/// An in-memory Kafka: one transactional producer's transaction, the
+/// An in-memory Kafka: each transactional producer's transaction, the
 /// group's committed offsets with their checkpoint id, and a clock.
-#[derive(Debug, Default)]
+type Kafka = Arc<Mutex<Broker>>;
+
+/// One producer's commit point.
+#[derive(Debug)]
 struct FakeCommitPoint {
-    broker: Mutex<Broker>,
+    broker: Kafka,
+    slot: usize,
 }
 
 fn failure(reason: &str) -> WeirError {
@@ -104,54 +135,78 @@ fn failure(reason: &str) -> WeirError {
 impl Broker {
     /// The broker aborts a transaction older than its timeout.
     fn expire(&mut self) {
-        if let Some(t) = &self.open {
-            if self.clock - t.begun_at > TXN_TIMEOUT_MS {
-                if std::env::var("SIM_DEBUG").is_ok() {
-                    eprintln!(
-                        "broker aborts txn begun at {} at {}",
-                        t.begun_at, self.clock
-                    );
+        for slot in 0..2 {
+            if let Some(t) = &self.open[slot] {
+                if self.clock - t.begun_at > TXN_TIMEOUT_MS {
+                    if std::env::var("SIM_DEBUG").is_ok() {
+                        eprintln!(
+                            "broker aborts txn of producer {slot} begun at {} at {}",
+                            t.begun_at, self.clock
+                        );
+                    }
+                    self.open[slot] = None;
+                    self.expired[slot] = true;
+                    self.timed_out += 1;
                 }
-                self.open = None;
-                self.timed_out += 1;
             }
         }
     }
-}
 
-impl FakeCommitPoint {
-    fn set_clock(&self, now: u64) {
-        let mut b = self.broker.lock().unwrap();
-        b.clock = now;
-        b.expire();
+    fn set_clock(&mut self, now: u64) {
+        self.clock = now;
+        self.expire();
     }
 
-    /// The data path: a record into the open transaction.
-    fn write(&self, word: &str, count: u64) -> Result<()> {
-        let mut b = self.broker.lock().unwrap();
-        b.expire();
-        match &mut b.open {
+    /// The data path: a record into producer `slot`'s open transaction.
+    /// Only the broker's own abort (a pause) may have closed it: a sink
+    /// writing into a producer with no transaction is a protocol bug.
+    fn write(&mut self, slot: usize, word: &str, count: u64) -> Result<()> {
+        self.expire();
+        match &mut self.open[slot] {
             Some(t) => {
-                t.output.push((word.to_string(), count));
+                t.in_flight.push((word.to_string(), count));
                 Ok(())
             }
-            None => Err(failure(
+            None if self.expired[slot] => Err(failure(
                 "produce outside a transaction (aborted by the broker)",
             )),
+            None => panic!("a sink wrote ({word}, {count}) into producer {slot}, which has no open transaction"),
         }
     }
 
-    /// What a restarted process's `init_transactions` does: aborts the
-    /// open transaction of the previous incarnation.
-    fn fence(&self) {
-        self.broker.lock().unwrap().open = None;
+    /// Producer `slot`'s records in flight reach the log, in order (as
+    /// librdkafka's idempotent producer keeps them per partition); another
+    /// producer's may reach it before or after.
+    fn deliver(&mut self, slot: usize) {
+        if let Some(t) = &mut self.open[slot] {
+            let id = t.id;
+            for (w, c) in std::mem::take(&mut t.in_flight) {
+                self.log.push((id, w, c));
+            }
+        }
+    }
+
+    /// What a read_committed reader sees: the log's records of committed
+    /// transactions, in log order.
+    fn committed_output(&self) -> impl Iterator<Item = (&String, u64)> {
+        self.log
+            .iter()
+            .filter(|(t, _, _)| self.committed_txns.contains(t))
+            .map(|(_, w, c)| (w, *c))
+    }
+
+    /// What a restarted process's `init_transactions` does, for both
+    /// transactional ids: aborts the open transactions of the previous
+    /// incarnation.
+    fn fence(&mut self) {
+        self.open = Default::default();
+        self.expired = Default::default();
     }
 
     fn group_offsets(&self) -> GroupOffsets {
-        let b = self.broker.lock().unwrap();
         GroupOffsets {
-            offsets: b.committed_offsets.clone(),
-            checkpoint_id: b.committed_checkpoint,
+            offsets: self.committed_offsets.clone(),
+            checkpoint_id: self.committed_checkpoint,
         }
     }
 }
@@ -163,20 +218,32 @@ impl CommitPoint for FakeCommitPoint {
 
     fn begin(&self) -> Result<()> {
         let mut b = self.broker.lock().unwrap();
-        assert!(b.open.is_none(), "begin with a transaction open");
-        b.open = Some(Txn {
+        let slot = self.slot;
+        assert!(
+            b.open[slot].is_none(),
+            "begin with a transaction open in producer {slot}"
+        );
+        b.next_txn += 1;
+        b.open[slot] = Some(Txn {
             begun_at: b.clock,
-            output: Vec::new(),
+            id: b.next_txn,
+            in_flight: Vec::new(),
         });
+        b.expired[slot] = false;
         Ok(())
     }
 
     fn prepare(&self) -> Result<()> {
         let mut b = self.broker.lock().unwrap();
         b.expire();
-        if b.open.is_none() {
+        if b.open[self.slot].is_none() {
             return Err(failure("transaction aborted by the broker"));
         }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.broker.lock().unwrap().deliver(self.slot);
         Ok(())
     }
 
@@ -197,10 +264,12 @@ impl CommitPoint for FakeCommitPoint {
             .collect();
         let mut b = self.broker.lock().unwrap();
         b.expire();
+        // commit_transaction flushes first.
+        b.deliver(self.slot);
         if std::mem::take(&mut b.fail_next_commit) {
             return Err(failure("commit failed (injected)"));
         }
-        let Some(txn) = b.open.take() else {
+        let Some(txn) = b.open[self.slot].take() else {
             return Err(failure("transaction aborted by the broker"));
         };
         assert!(
@@ -211,10 +280,11 @@ impl CommitPoint for FakeCommitPoint {
             !b.committed_ids.contains(&checkpoint_id),
             "checkpoint {checkpoint_id} committed twice"
         );
-        b.committed_output.extend(txn.output);
+        b.committed_txns.insert(txn.id);
         b.committed_offsets = offsets;
         b.committed_checkpoint = Some(checkpoint_id);
         b.committed_ids.push(checkpoint_id);
+        b.commits[self.slot] += 1;
         if std::mem::take(&mut b.lose_next_commit_ack) {
             return Err(failure("commit applied, ack lost (injected)"));
         }
@@ -222,15 +292,26 @@ impl CommitPoint for FakeCommitPoint {
     }
 
     fn abort(&self) -> Result<()> {
-        self.broker.lock().unwrap().open = None;
+        self.broker.lock().unwrap().open[self.slot] = None;
         Ok(())
     }
 
     fn transaction_age(&self) -> Option<Duration> {
         let b = self.broker.lock().unwrap();
-        b.open
+        b.open[self.slot]
             .as_ref()
             .map(|t| Duration::from_millis(b.clock - t.begun_at))
+    }
+}
+
+/// A keyed task's sink: writes a word's count into a producer.
+struct FakeWriter<'a>(&'a Kafka);
+
+impl SlotSender<(String, u64)> for FakeWriter<'_> {
+    fn send(&mut self, slot: usize, (word, count): &(String, u64), again: bool) -> Result<()> {
+        let mut b = self.0.lock().unwrap();
+        b.resent += u32::from(again);
+        b.write(slot, word, *count)
     }
 }
 
@@ -276,9 +357,8 @@ struct Source {
 struct Keyed {
     aligner: BarrierAligner,
     counts: HashMap<String, u64>,
-    /// The checkpoint whose commit must come before more output.
-    awaiting: Option<u64>,
-    pending: Vec<(String, u64)>,
+    /// Which transaction its output goes into, what it holds and keeps.
+    router: EpochRouter<(String, u64)>,
     /// A slow snapshot's ack, sent at the given time.
     delayed_ack: Option<(u64, Ack)>,
 }
@@ -287,6 +367,10 @@ struct InFlight {
     round: AckCollector,
     deadline: u64,
     trigger_time: u64,
+    /// Every ack is in and `Transactions::on_acked` ran: the sinks write
+    /// the next epoch while `_metadata` is written and the commit runs, at
+    /// a later step.
+    acked: bool,
 }
 
 struct Attempt {
@@ -294,7 +378,8 @@ struct Attempt {
     /// `channels[s][k]`: source s → keyed k, FIFO.
     channels: Vec<Vec<VecDeque<Element<String>>>>,
     keyed: Vec<Keyed>,
-    gate: EpochGate,
+    gate: Arc<EpochGate>,
+    transactions: Transactions,
     acks: VecDeque<Ack>,
     due: u64,
     in_flight: Option<InFlight>,
@@ -310,7 +395,9 @@ struct Sim {
     clock: u64,
     input: Vec<Vec<&'static str>>,
     folders: BTreeMap<u64, Folder>,
-    commit: FakeCommitPoint,
+    kafka: Kafka,
+    /// Transactional producers: one, or two alternating per epoch.
+    producers: usize,
     budget: TransactionBudget,
     attempt: Option<Attempt>,
     next_id: u64,
@@ -324,7 +411,7 @@ fn route(word: &str) -> usize {
 }
 
 impl Sim {
-    fn new(seed: u64, records: usize, faults: Faults) -> Self {
+    fn new(seed: u64, records: usize, faults: Faults, producers: usize) -> Self {
         let mut rng = Rng::new(seed);
         let input = (0..SOURCES)
             .map(|_| {
@@ -339,7 +426,8 @@ impl Sim {
             clock: 0,
             input,
             folders: BTreeMap::new(),
-            commit: FakeCommitPoint::default(),
+            kafka: Kafka::default(),
+            producers,
             budget: TransactionBudget {
                 transaction_timeout: Duration::from_millis(TXN_TIMEOUT_MS),
                 interval: Duration::from_millis(INTERVAL_MS),
@@ -370,8 +458,8 @@ impl Sim {
     /// Start-up: the recovery decision over folders and the commit point,
     /// as `runtime::job::recover` makes it.
     fn start(&mut self) {
-        self.commit.fence();
-        let group = self.commit.group_offsets();
+        self.kafka.lock().unwrap().fence();
+        let group = self.kafka.lock().unwrap().group_offsets();
         let folders: Vec<FolderFacts> = self
             .folders
             .iter()
@@ -429,7 +517,16 @@ impl Sim {
             .map(|m| self.folders[&m.checkpoint_id].snapshots.clone())
             .unwrap_or_default();
         let restored_id = restored.as_ref().map_or(0, |m| m.checkpoint_id);
-        self.commit.begin().expect("begin");
+        let gate = Arc::new(EpochGate::new(restored_id));
+        let points = (0..self.producers)
+            .map(|slot| {
+                Box::new(FakeCommitPoint {
+                    broker: self.kafka.clone(),
+                    slot,
+                }) as Box<dyn CommitPoint>
+            })
+            .collect();
+        let transactions = Transactions::open(points, gate.clone(), restored_id).expect("begin");
         self.attempt = Some(Attempt {
             sources: (0..SOURCES)
                 .map(|s| Source {
@@ -447,12 +544,12 @@ impl Sim {
                 .map(|k| Keyed {
                     aligner: BarrierAligner::new(SOURCES, CheckpointMode::ExactlyOnce),
                     counts: snapshots.get(&(k as u32)).cloned().unwrap_or_default(),
-                    awaiting: None,
-                    pending: Vec::new(),
+                    router: EpochRouter::new(restored_id),
                     delayed_ack: None,
                 })
                 .collect(),
-            gate: EpochGate::new(restored_id),
+            gate,
+            transactions,
             acks: VecDeque::new(),
             due: self.clock + INTERVAL_MS,
             in_flight: None,
@@ -460,9 +557,9 @@ impl Sim {
         });
     }
 
-    /// A failed attempt: the open transaction is aborted, the job restarts.
+    /// A failed attempt: the job restarts (its fence aborts the open
+    /// transactions).
     fn restart(&mut self) {
-        let _ = self.commit.abort();
         self.attempt = None;
         self.restarts += 1;
         self.start();
@@ -476,7 +573,15 @@ impl Sim {
             self.clock += TXN_TIMEOUT_MS + 1;
             self.paused = true;
         }
-        self.commit.set_clock(self.clock);
+        {
+            let mut b = self.kafka.lock().unwrap();
+            b.set_clock(self.clock);
+            // librdkafka delivers in the background, each producer on its own.
+            if self.rng.below(3) == 0 {
+                let slot = self.rng.below(2) as usize;
+                b.deliver(slot);
+            }
+        }
         // The Coordinator polls its acks at least every 20 ms (the real one
         // every 100 ms at most), whatever the other tasks do.
         let action = self.rng.below(10);
@@ -545,14 +650,11 @@ impl Sim {
                 t.aligner.cancel(gate.cancelled());
             }
         }
-        // Held-back output goes out once the previous epoch committed.
-        if let Some(n) = t.awaiting {
-            if gate.released() >= n {
-                t.awaiting = None;
-                for (w, c) in std::mem::take(&mut t.pending) {
-                    self.commit.write(&w, c).map_err(|_| Restart)?;
-                }
-            }
+        let mut writer = FakeWriter(&self.kafka);
+        // Held output goes out once its epoch has a route; copies are
+        // dropped or sent again once the previous checkpoint is decided.
+        if t.router.watching() {
+            t.router.poll(gate, &mut writer).map_err(|_| Restart)?;
         }
         let readable: Vec<usize> = (0..SOURCES)
             .filter(|i| !t.aligner.is_blocked(*i) && !a.channels[*i][k].is_empty())
@@ -567,10 +669,19 @@ impl Sim {
                 for w in words {
                     let c = t.counts.entry(w.clone()).or_insert(0);
                     *c += 1;
-                    if t.awaiting.is_some() {
-                        t.pending.push((w, *c));
-                    } else {
-                        self.commit.write(&w, *c).map_err(|_| Restart)?;
+                    let item = (w, *c);
+                    // As `Output::send_item` does.
+                    if t.router.watching() {
+                        t.router.poll(gate, &mut writer).map_err(|_| Restart)?;
+                    }
+                    match t.router.slot() {
+                        Some(slot) => {
+                            writer.send(slot, &item, false).map_err(|_| Restart)?;
+                            if t.router.keeps_copies() {
+                                t.router.copied(item, 1);
+                            }
+                        }
+                        None => t.router.hold(item, 1),
                     }
                 }
             }
@@ -581,16 +692,20 @@ impl Sim {
                     if gate.cancelled() >= id {
                         return Ok(()); // the keyed task's cancelled-checkpoint guard
                     }
-                    // Output held for the previous checkpoint belongs to
-                    // epoch N and goes out before the snapshot. Checkpoint
-                    // N is triggered only after N-1 committed or failed, so
-                    // N-1 is released by now (the real task would wait).
-                    if let Some(n) = t.awaiting.take() {
-                        assert!(gate.released() >= n, "barrier {id} before {n} was released");
-                        for (w, c) in std::mem::take(&mut t.pending) {
-                            self.commit.write(&w, c).map_err(|_| Restart)?;
-                        }
-                    }
+                    // Output held for its route belongs to epoch N and goes
+                    // out before the snapshot. Checkpoint N is triggered
+                    // only after N-1 committed or failed, and epoch N is
+                    // routed by then, so the real task's wait is over at
+                    // once: it never blocks here.
+                    let settled = t
+                        .router
+                        .settle(gate, &mut writer, || true)
+                        .map_err(|_| Restart)?;
+                    assert!(
+                        settled,
+                        "barrier {id} before checkpoint {} was decided and epoch {id} routed",
+                        id - 1
+                    );
                     // The snapshot goes into the claimed folder only if it
                     // still exists (`CheckpointStore::snapshot_target`).
                     let handle = match self.folders.get_mut(&id) {
@@ -608,7 +723,9 @@ impl Sim {
                         Some(_) => Err("snapshot failed (injected)".to_string()),
                         None => Err("checkpoint folder is gone".to_string()),
                     };
-                    t.awaiting = Some(id);
+                    t.router
+                        .next_epoch(id, gate, &mut writer)
+                        .map_err(|_| Restart)?;
                     let ack = Ack::Task {
                         task: format!("word-count-{k}"),
                         checkpoint_id: id,
@@ -633,11 +750,12 @@ impl Sim {
     fn coordinator_step(&mut self, faults_on: bool) -> std::result::Result<(), Restart> {
         let crash_between = faults_on && self.chance(self.faults.crash * 20);
         let crash_after = faults_on && self.chance(self.faults.crash * 20);
+        let metadata_fails = faults_on && self.chance(self.faults.metadata_fails);
         if faults_on && self.chance(self.faults.commit_fails) {
-            self.commit.broker.lock().unwrap().fail_next_commit = true;
+            self.kafka.lock().unwrap().fail_next_commit = true;
         }
         if faults_on && self.chance(self.faults.commit_ack_lost) {
-            self.commit.broker.lock().unwrap().lose_next_commit_ack = true;
+            self.kafka.lock().unwrap().lose_next_commit_ack = true;
         }
         let clock = self.clock;
         let a = self.attempt.as_mut().expect("running");
@@ -654,7 +772,7 @@ impl Sim {
                 for s in &mut a.sources {
                     s.triggers.push_back(barrier);
                 }
-                let window = match self.commit.transaction_age() {
+                let window = match a.transactions.age() {
                     Some(age) => self.budget.ack_deadline(age).as_millis() as u64,
                     None => CHECKPOINT_TIMEOUT_MS,
                 };
@@ -662,6 +780,7 @@ impl Sim {
                     round: AckCollector::new(id, SOURCES + KEYED),
                     deadline: clock + window,
                     trigger_time: clock,
+                    acked: false,
                 });
             }
             return Ok(());
@@ -676,13 +795,21 @@ impl Sim {
                 flight.round.acked,
                 flight.round.expected,
                 flight.deadline,
-                self.commit.transaction_age()
+                a.transactions.age()
             );
         }
         // Acks that complete the round after its deadline are too late, as
         // for the Coordinator's `recv_timeout`.
-        let timed_out = clock > flight.deadline;
-        if !timed_out && flight.round.is_complete() && flight.round.declined.is_empty() {
+        let timed_out = clock > flight.deadline && !flight.acked;
+        let complete = flight.round.is_complete() && flight.round.declined.is_empty();
+        if !timed_out && complete && !flight.acked {
+            // Every ack is in: the next epoch is routed, and the sinks go on
+            // before this checkpoint is prepared.
+            flight.acked = true;
+            return a.transactions.on_acked(id).map_err(|_| Restart);
+        }
+        let metadata_fails = flight.acked && metadata_fails;
+        if flight.acked && !metadata_fails {
             let meta = CheckpointMetadata {
                 format_version: FORMAT_VERSION,
                 job: "sim".into(),
@@ -708,16 +835,16 @@ impl Sim {
             if crash_between {
                 return Err(Restart); // prepared, never committed
             }
-            self.commit.prepare().map_err(|_| Restart)?;
-            self.commit
+            a.transactions
                 .commit(&CommitOffsets::for_checkpoint(id, &offsets))
                 .map_err(|_| Restart)?;
             if crash_after {
                 return Err(Restart); // committed, `_committed` never written
             }
             self.folders.get_mut(&id).expect("claimed").committed_marker = true;
-            self.commit.begin().map_err(|_| Restart)?;
-            a.gate.release(id);
+            a.transactions
+                .after_commit(id, false)
+                .map_err(|_| Restart)?;
             a.in_flight = None;
             a.consecutive_failures = 0;
             a.due = clock + INTERVAL_MS;
@@ -734,20 +861,24 @@ impl Sim {
             }
             return Ok(());
         }
-        if !(timed_out || (flight.round.is_complete() && !flight.round.declined.is_empty())) {
+        if !(timed_out
+            || metadata_fails
+            || (flight.round.is_complete() && !flight.round.declined.is_empty()))
+        {
             return Ok(());
         }
-        // Failed: cancel notice, folder removed, sinks released.
+        // Failed: cancel notice, folder removed, the next epoch joins this
+        // one's transaction, sinks released.
         a.gate.cancel(id);
         self.folders.remove(&id);
-        a.gate.release(id);
+        a.transactions.on_failed(id);
         a.in_flight = None;
         a.consecutive_failures += 1;
         a.due = clock + INTERVAL_MS;
         if a.consecutive_failures > TOLERABLE_FAILURES {
             return Err(Restart);
         }
-        if let Some(age) = self.commit.transaction_age() {
+        if let Some(age) = a.transactions.age() {
             if !self.budget.allows_another_checkpoint(age) {
                 return Err(Restart);
             }
@@ -756,7 +887,7 @@ impl Sim {
     }
 
     fn all_committed(&self) -> bool {
-        let b = self.commit.broker.lock().unwrap();
+        let b = self.kafka.lock().unwrap();
         (0..SOURCES).all(|s| {
             b.committed_offsets
                 .get(&(TOPIC.to_string(), s as i32))
@@ -788,10 +919,16 @@ impl Sim {
     }
 
     fn check(&self, seed: u64) {
-        let b = self.commit.broker.lock().unwrap();
+        let b = self.kafka.lock().unwrap();
         let mut got: HashMap<(String, u64), u32> = HashMap::new();
-        for (w, c) in &b.committed_output {
-            *got.entry((w.clone(), *c)).or_insert(0) += 1;
+        let mut last: HashMap<&String, u64> = HashMap::new();
+        for (w, c) in b.committed_output() {
+            *got.entry((w.clone(), c)).or_insert(0) += 1;
+            let before = last.insert(w, c).unwrap_or(0);
+            assert!(
+                c > before,
+                "seed {seed}: {w}'s count {c} follows {before} in the log: a key's updates out of order"
+            );
         }
         let expected = self.expected();
         let want: HashMap<(String, u64), u32> = expected
@@ -818,20 +955,36 @@ impl Sim {
     }
 }
 
-fn schedules(count: u64, faults: Faults) -> (u64, u32, u32) {
-    let (mut restarts, mut timeouts) = (0, 0);
+/// What a mix of schedules did.
+#[derive(Default)]
+struct Tally {
+    schedules: u64,
+    restarts: u32,
+    timeouts: u32,
+    commits: [u32; 2],
+    resent: u32,
+}
+
+fn schedules(count: u64, faults: Faults, producers: usize) -> Tally {
+    let mut tally = Tally::default();
     let only: Option<u64> = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok());
     for seed in 1..=count {
         if only.is_some_and(|o| o != seed * 7919) {
             continue;
         }
-        let mut sim = Sim::new(seed * 7919, 40, faults);
+        let mut sim = Sim::new(seed * 7919, 40, faults, producers);
         sim.run(3_000);
         sim.check(seed * 7919);
-        restarts += sim.restarts;
-        timeouts += sim.commit.broker.lock().unwrap().timed_out;
+        tally.schedules += 1;
+        tally.restarts += sim.restarts;
+        let b = sim.kafka.lock().unwrap();
+        tally.timeouts += b.timed_out;
+        tally.resent += b.resent;
+        for slot in 0..2 {
+            tally.commits[slot] += b.commits[slot];
+        }
     }
-    (count, restarts, timeouts)
+    tally
 }
 
 #[test]
@@ -844,6 +997,7 @@ fn the_protocol_holds_under_thousands_of_seeded_fault_schedules() {
                 commit_fails: 0,
                 commit_ack_lost: 0,
                 snapshot_fails: 0,
+                metadata_fails: 0,
                 slow_snapshot: 0,
                 source_stalls: 0,
                 pause: 0,
@@ -856,6 +1010,7 @@ fn the_protocol_holds_under_thousands_of_seeded_fault_schedules() {
                 commit_fails: 30,
                 commit_ack_lost: 30,
                 snapshot_fails: 0,
+                metadata_fails: 0,
                 slow_snapshot: 0,
                 source_stalls: 0,
                 pause: 0,
@@ -868,6 +1023,7 @@ fn the_protocol_holds_under_thousands_of_seeded_fault_schedules() {
                 commit_fails: 0,
                 commit_ack_lost: 0,
                 snapshot_fails: 20,
+                metadata_fails: 100,
                 slow_snapshot: 20,
                 source_stalls: 5,
                 pause: 0,
@@ -880,6 +1036,7 @@ fn the_protocol_holds_under_thousands_of_seeded_fault_schedules() {
                 commit_fails: 0,
                 commit_ack_lost: 0,
                 snapshot_fails: 0,
+                metadata_fails: 0,
                 slow_snapshot: 0,
                 source_stalls: 0,
                 pause: 2,
@@ -892,6 +1049,7 @@ fn the_protocol_holds_under_thousands_of_seeded_fault_schedules() {
                 commit_fails: 10,
                 commit_ack_lost: 10,
                 snapshot_fails: 10,
+                metadata_fails: 30,
                 slow_snapshot: 10,
                 source_stalls: 3,
                 pause: 1,
@@ -899,16 +1057,35 @@ fn the_protocol_holds_under_thousands_of_seeded_fault_schedules() {
         ),
     ];
     let mut total = 0;
-    for (name, faults) in mixes {
-        let (n, restarts, timeouts) = schedules(500, faults);
-        println!(
-            "simulation: {n} schedules with {name}: {restarts} restarts, {timeouts} transactions aborted by the broker"
-        );
-        assert!(
-            restarts > 0 || name == "failed and slow checkpoints",
-            "{name}: faults never fired"
-        );
-        total += n;
+    for producers in [1, 2] {
+        for (name, faults) in mixes {
+            let t = schedules(500, faults, producers);
+            println!(
+                "simulation: {} schedules with {name}, {producers} producer(s): {} restarts, {} transactions \
+                 aborted by the broker, commits per producer {:?}, {} records sent again after a failed checkpoint",
+                t.schedules, t.restarts, t.timeouts, t.commits, t.resent
+            );
+            assert!(
+                t.restarts > 0 || name == "failed and slow checkpoints",
+                "{name}: faults never fired"
+            );
+            if producers == 2 {
+                assert!(
+                    t.commits[0] > 0 && t.commits[1] > 0,
+                    "{name}: both producers commit: {:?}",
+                    t.commits
+                );
+            } else {
+                assert_eq!(t.commits[1], 0, "one producer: {:?}", t.commits);
+            }
+            if producers == 2 && name == "failed and slow checkpoints" {
+                assert!(
+                    t.resent > 0,
+                    "{name}: no epoch ever moved into a failed checkpoint's transaction"
+                );
+            }
+            total += t.schedules;
+        }
     }
     println!("simulation: {total} seeded schedules explored, every invariant held");
 }

@@ -247,6 +247,10 @@ impl CommitPoint for FakeTxn {
         b.write(self.member.0, self.epoch).map(|_| ())
     }
 
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
     fn commit(&self, offsets: &CommitOffsets) -> Result<()> {
         let mut b = self.broker.lock().unwrap();
         if b.producer_epoch[&self.member.0] != self.epoch {

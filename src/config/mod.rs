@@ -422,6 +422,18 @@ impl Config {
         self.transactional_id_of(self.instance())
     }
 
+    /// The transactional id of this instance's producer `slot`: single
+    /// mode's exactly-once jobs alternate two producers per epoch
+    /// (`runtime::transactions`). Slot 0's is [`Self::transactional_id`],
+    /// the id weir always used (so an upgrade fences the old process);
+    /// slot 1's adds `.1`.
+    pub fn transactional_id_of_slot(&self, slot: usize) -> String {
+        match slot {
+            0 => self.transactional_id(),
+            n => format!("{}.{n}", self.transactional_id()),
+        }
+    }
+
     /// The transactional id of instance `instance` of this job (group mode:
     /// every instance's is the same prefix and its own id).
     pub fn transactional_id_of(&self, instance: &str) -> String {

@@ -632,11 +632,11 @@ impl Chain {
         Ok(true)
     }
 
-    /// Gives every sink a turn to send what its gate released.
+    /// Gives every sink a turn to catch up with its gate.
     pub fn release_sinks(&mut self) -> Result<()> {
         for s in &mut self.slots {
             if let Some(output) = s.body.output() {
-                output.release_if_committed()?;
+                output.poll_gate()?;
             }
         }
         Ok(())
@@ -729,9 +729,10 @@ impl Chain {
             }
         }
         // Where a task's pause goes, for `weir-bench checkpoint-cost`: the
-        // wait for the previous checkpoint's commit and the output it
-        // released, the epoch's last output and the barrier sent on, the
-        // snapshots, and the sinks' last batch handed to the producer.
+        // wait for the previous checkpoint's release and this epoch's route
+        // and the output they let go, the epoch's last output and the
+        // barrier sent on, the snapshots, and the sinks' last batch handed
+        // to the producer.
         tracing::debug!(
             task = %self.task,
             checkpoint_id = id,

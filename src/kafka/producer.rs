@@ -369,11 +369,22 @@ impl SinkProducer {
     /// aborts the transaction it left open. Sends blocked on a full queue
     /// give up once `cancel` fires.
     pub fn create(c: &Config, cancel: CancellationToken) -> Result<Self> {
+        Self::create_slot(c, 0, cancel)
+    }
+
+    /// [`SinkProducer::create`] for producer `slot` of the job: a
+    /// transactional one has that slot's transactional id
+    /// ([`Config::transactional_id_of_slot`]).
+    pub fn create_slot(c: &Config, slot: usize, cancel: CancellationToken) -> Result<Self> {
         let transactional_id =
-            (c.output.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id());
+            (c.output.delivery == Delivery::ExactlyOnce).then(|| c.transactional_id_of_slot(slot));
+        let mut config = producer_config(c);
+        if let Some(id) = &transactional_id {
+            config.set("transactional.id", id);
+        }
         let inner = match &transactional_id {
-            Some(id) => fenced_client(&producer_config(c), id)?,
-            None => new_client(&producer_config(c))?,
+            Some(id) => fenced_client(&config, id)?,
+            None => new_client(&config)?,
         };
         let p = Self {
             inner,
@@ -454,10 +465,10 @@ impl SinkProducer {
                 Entry::Batch {
                     topic,
                     partition,
-                    mut batch,
+                    batch,
                 } => {
                     let sent = self
-                        .send_batch_to(&topic, partition, &mut batch)
+                        .send_batch_to(&topic, partition, &batch)
                         .map_err(|e| e.into_error(&topic))?;
                     if !sent.too_large.is_empty() {
                         return Err(WeirError::Task {
@@ -570,7 +581,8 @@ impl SinkProducer {
 
     /// Enqueues a batch of records to `topic` with one
     /// `rd_kafka_produce_batch` call (per retry), partitioned by key as
-    /// [`SinkProducer::send`] does, and empties it. While librdkafka's
+    /// [`SinkProducer::send`] does; the batch is left as it was (a caller
+    /// may keep it as a copy, or clear it for reuse). While librdkafka's
     /// queue is full it waits and retries from the first refused record:
     /// librdkafka refuses every record after that one too, so the order of
     /// records, and of one key's updates, is kept. Records refused for
@@ -578,7 +590,7 @@ impl SinkProducer {
     pub fn send_batch(
         &self,
         topic: &str,
-        batch: &mut ProduceBatch,
+        batch: &ProduceBatch,
     ) -> std::result::Result<BatchSent, SendError> {
         self.send_batch_to(topic, PARTITION_UA, batch)
     }
@@ -589,7 +601,7 @@ impl SinkProducer {
         &self,
         topic: &str,
         partition: i32,
-        batch: &mut ProduceBatch,
+        batch: &ProduceBatch,
     ) -> std::result::Result<BatchSent, SendError> {
         use rdkafka::bindings as rd;
         use rdkafka::types::RDKafkaRespErr;
@@ -649,7 +661,6 @@ impl SinkProducer {
             }
             let Some(i) = retry_from else { break };
             if self.cancel.is_cancelled() {
-                batch.clear();
                 return Err(SendError::Cancelled);
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -664,7 +675,6 @@ impl SinkProducer {
                 .expect("journal lock")
                 .push_batch(topic, partition, batch, &refused);
         }
-        batch.clear();
         Ok(out)
     }
 
@@ -703,11 +713,28 @@ impl SinkProducer {
         Ok(())
     }
 
-    /// Waits until everything enqueued so far is acknowledged (at-least-once).
+    /// Waits until everything enqueued so far is acknowledged: at-least-once
+    /// output before its checkpoint exists, or a transaction's records in
+    /// the log before the other producer sends the next epoch's.
+    ///
+    /// librdkafka's own flush, called directly: it sends at once (linger.ms
+    /// counts as zero while it waits) and wakes as soon as the last record
+    /// is acknowledged. rust-rdkafka's `flush` checks once, then polls for
+    /// a fixed 100 ms before checking again, so that every flush with a
+    /// record in flight took 100 ms or more.
     pub fn flush(&self) -> Result<()> {
-        self.inner
-            .flush(TXN_TIMEOUT)
-            .map_err(|e| WeirError::kafka("flush producer", e))?;
+        let timeout_ms = TXN_TIMEOUT.as_millis() as std::ffi::c_int;
+        // SAFETY: the client is alive for the call.
+        let code = unsafe {
+            rdkafka::bindings::rd_kafka_flush(self.inner.client().native_ptr(), timeout_ms)
+        };
+        if code != rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+            self.check()?;
+            return Err(WeirError::kafka(
+                "flush producer",
+                KafkaError::Flush(code.into()),
+            ));
+        }
         self.check()
     }
 
@@ -874,10 +901,10 @@ mod tests {
         batch.push(b"a", b"1");
         batch.push(b"big", &[b'x'; 2000]);
         batch.push(b"c", b"3");
-        let sent = p.send_batch("out", &mut batch).unwrap();
+        let sent = p.send_batch("out", &batch).unwrap();
         assert_eq!(sent.sent, 2);
         assert_eq!(sent.too_large, vec![(b"big".to_vec(), 2003)]);
-        assert!(batch.is_empty(), "the batch is emptied");
+        assert_eq!(batch.len(), 3, "the batch is left as it was, for a copy");
         // in_flight also counts librdkafka's pending events (connection
         // errors here), so it can only be bounded from below.
         assert!(p.in_flight() >= 2, "{}", p.in_flight());
@@ -893,7 +920,7 @@ mod tests {
         }
         let canceller = cancel_after(&cancel, Duration::from_millis(200));
         let started = std::time::Instant::now();
-        let result = p.send_batch("out", &mut batch);
+        let result = p.send_batch("out", &batch);
         assert!(matches!(result, Err(SendError::Cancelled)), "{result:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         // The first three went in (in_flight also counts pending events);

@@ -87,6 +87,10 @@ pub trait CommitPoint: Send + Sync {
     /// Without a transaction it is also durable when this returns (the
     /// producer's queue is flushed): the checkpoint may then complete.
     fn prepare(&self) -> Result<()>;
+    /// Waits until everything written so far is acknowledged by the
+    /// broker: in its log (still invisible inside a transaction), so that
+    /// nothing written later, through another producer, lands before it.
+    fn flush(&self) -> Result<()>;
     /// Phase two: makes the epoch's output and `offsets` visible together,
     /// or fails with neither visible. The group checks the member's
     /// generation it was sent with: a commit from a member the group has
@@ -173,6 +177,10 @@ impl CommitPoint for KafkaCommitPoint {
         } else {
             self.producer.flush()
         }
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.producer.flush()
     }
 
     fn commit(&self, offsets: &CommitOffsets) -> Result<()> {

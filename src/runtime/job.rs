@@ -48,13 +48,20 @@ pub fn run_attempts(
     // restart: see `ownership`.
     // Group mode fences through the consumer group and the transactional
     // id; the checkpoint folder's owner token is a single-process notion.
+    // One token per transactional id: single mode's exactly-once jobs
+    // alternate two producers, and either id's fence would cut off the
+    // other process.
     let ownership = match config.output.delivery {
-        _ if config.is_group() => None,
-        Delivery::ExactlyOnce => Some(super::ownership::Ownership::claim(
-            &config.job_checkpoint_dir(),
-            &config.transactional_id(),
-        )?),
-        Delivery::AtLeastOnce => None,
+        _ if config.is_group() => Vec::new(),
+        Delivery::ExactlyOnce => (0..2)
+            .map(|slot| {
+                super::ownership::Ownership::claim(
+                    &config.job_checkpoint_dir(),
+                    &config.transactional_id_of_slot(slot),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?,
+        Delivery::AtLeastOnce => Vec::new(),
     };
     if config.is_group() || config.output.delivery == Delivery::ExactlyOnce {
         crate::kafka::brokers::warn_without_verification(&config);
@@ -77,7 +84,7 @@ pub fn run_attempts(
             }
             Err(e) => e,
         };
-        if let Some(o) = &ownership {
+        for o in &ownership {
             // A restart would fence whoever took over; stop instead.
             if let Err(fenced) = o.check() {
                 error!(error = %fenced.report(), cause = %err.report(), "another instance owns this job now; exiting");
@@ -112,7 +119,7 @@ pub fn run_attempts(
         }
         // Checked again after the wait: a replacement may have started
         // meanwhile, and the next attempt's init_transactions would fence it.
-        if let Some(o) = &ownership {
+        for o in &ownership {
             if let Err(fenced) = o.check() {
                 error!(error = %fenced.report(), "another instance owns this job now; exiting");
                 return Err(fenced);
@@ -281,7 +288,7 @@ pub(crate) fn recover(
 pub(crate) fn supervise(
     tasks: Vec<(String, TaskBody)>,
     cancel: &CancellationToken,
-    producer: &SinkProducer,
+    producers: &[Arc<SinkProducer>],
     shared: &JobShared,
 ) -> Result<()> {
     let (done_tx, done_rx) = unbounded::<(String, Result<()>)>();
@@ -372,14 +379,17 @@ pub(crate) fn supervise(
             waited_ms: STOP_TIMEOUT.as_millis() as u64,
         });
     }
-    if outcome.is_err() && producer.is_transactional() {
+    let open = producers
+        .iter()
+        .filter(|p| p.is_transactional() && p.transaction_age().is_some());
+    for producer in open.filter(|_| outcome.is_err()) {
         // The next attempt's init_transactions would abort it too; doing it
         // now frees read_committed readers sooner.
         match producer.abort_transaction() {
             Ok(()) => shared.metrics.transactions_aborted.inc(),
             Err(e) => warn!(
                 error = %e.report(),
-                "the open transaction could not be aborted (the broker may have aborted it already); \
+                "an open transaction could not be aborted (the broker may have aborted it already); \
                  the next attempt's init_transactions aborts it in any case"
             ),
         }

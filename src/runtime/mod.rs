@@ -18,7 +18,9 @@ pub mod job;
 pub mod output;
 pub mod ownership;
 pub mod query;
+pub mod routing;
 pub mod source;
+pub mod transactions;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -161,10 +161,8 @@ impl RepartitionOut {
             return Ok(());
         }
         self.shape_first(target)?;
-        let mut batch = std::mem::take(&mut self.batch);
-        let sent = self.send_batch(target, &mut batch);
-        batch.clear();
-        self.batch = batch;
+        let sent = self.send_batch(target, &self.batch);
+        self.batch.clear();
         sent
     }
 
@@ -176,7 +174,7 @@ impl RepartitionOut {
             let mut first = ProduceBatch::default();
             wire::encode_shape(&self.instance, self.shape, &mut self.buf);
             first.push(&[], &self.buf);
-            self.send_batch(target, &mut first)?;
+            self.send_batch(target, &first)?;
             self.shaped[target] = epoch;
         }
         Ok(())
@@ -191,7 +189,7 @@ impl RepartitionOut {
         one.push(&[], record);
         let sent = self
             .producer
-            .send_batch_to(&self.topic, target as i32, &mut one)
+            .send_batch_to(&self.topic, target as i32, &one)
             .map_err(|e| e.into_error(&self.topic))?;
         match sent.too_large.first() {
             Some((_, bytes)) => self.too_large.refused_for_size(key, *bytes),
@@ -202,7 +200,7 @@ impl RepartitionOut {
     /// Sends shapes, watermarks and runs of rows within `wire::ROWS_BYTES`:
     /// a refusal for size is the configuration's fault (a
     /// `message.max.bytes` below a run), not a row's, and stops the job.
-    fn send_batch(&self, target: usize, batch: &mut ProduceBatch) -> Result<()> {
+    fn send_batch(&self, target: usize, batch: &ProduceBatch) -> Result<()> {
         let sent = self
             .producer
             .send_batch_to(&self.topic, target as i32, batch)

@@ -580,7 +580,7 @@ impl GraphInstance {
     /// What every output of this instance shares.
     fn outputs(&self) -> OutputShared {
         OutputShared {
-            producer: self.producer.clone(),
+            producers: vec![self.producer.clone()],
             metrics: self.metrics.clone(),
             cancel: self.cancel.clone(),
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 
-use crate::runtime::commit::{CommitOffsets, CommitPoint, Offsets, TransactionBudget};
+use crate::runtime::commit::{CommitOffsets, Offsets, TransactionBudget};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -29,6 +29,7 @@ use crate::element::Barrier;
 use crate::error::{Result, WeirError};
 use crate::observe::history::{CheckpointStats, Status};
 use crate::runtime::gate::EpochGate;
+use crate::runtime::transactions::Transactions;
 use crate::runtime::{now_ms, Ack, JobShared, SavepointError, SourceCommand};
 
 pub struct Coordinator {
@@ -40,8 +41,9 @@ pub struct Coordinator {
     pub task_acks: usize,
     pub acks: Receiver<Ack>,
     /// Where a prepared checkpoint becomes committed (a Kafka transaction
-    /// with exactly-once delivery).
-    pub commit: Box<dyn CommitPoint>,
+    /// with exactly-once delivery, two producers alternating per epoch),
+    /// and which transaction each epoch's output goes into.
+    pub transactions: Transactions,
     /// Keeps every transaction within `transaction.timeout.ms`.
     pub budget: TransactionBudget,
     /// Client of the consumer group: offset commits as a progress hint
@@ -257,10 +259,11 @@ impl Coordinator {
                 warn!(checkpoint_id = id, error = %e.report(), "removing the failed checkpoint's folder failed");
             }
             // Sinks go on; with transactions, epoch N's output stays in the
-            // open transaction for the next checkpoint, if that one can
-            // still commit it before transaction.timeout.ms.
-            self.gate.release(id);
-            if let Some(age) = self.commit.transaction_age() {
+            // open transaction for the next checkpoint, and epoch N+1's
+            // joins it, if that one can still commit it before
+            // transaction.timeout.ms.
+            self.transactions.on_failed(id);
+            if let Some(age) = self.transactions.age() {
                 if !self.budget.allows_another_checkpoint(age) {
                     return Err(WeirError::Checkpoint {
                         checkpoint_id: id,
@@ -346,7 +349,7 @@ impl Coordinator {
                 })?;
         }
         let mut round = AckCollector::new(id, self.sources.len() + self.task_acks);
-        let ack_window = match self.commit.transaction_age() {
+        let ack_window = match self.transactions.age() {
             Some(age) => self.budget.ack_deadline(age),
             None => self.config.checkpoint.timeout,
         };
@@ -396,21 +399,20 @@ impl Coordinator {
         if !declined.is_empty() {
             return Ok(with_timings(Outcome::failed(declined.join("; "))));
         }
-        if !self.commit.is_transactional() {
-            // At-least-once: the epoch's output must be in Kafka before the
-            // checkpoint that replays from after it exists. Subtasks hold
-            // later output meanwhile (Output::after_snapshot), so this
-            // flush waits only for this epoch's records.
-            let flush_started = Instant::now();
-            self.commit.prepare()?;
+        // Subtasks hold output of epoch N+1 until this (Output::after_snapshot),
+        // so this flush waits only for epoch N's records. At-least-once: the
+        // epoch's output must be in Kafka before the checkpoint that replays
+        // from after it exists; then later output goes on. Exactly-once: once
+        // transaction N's producer is flushed, epoch N+1 goes into the other
+        // producer's transaction while this checkpoint completes.
+        let flush_started = Instant::now();
+        self.transactions.on_acked(id)?;
+        if !self.transactions.is_transactional() {
             debug!(
                 checkpoint_id = id,
                 flush_ms = flush_started.elapsed().as_millis() as u64,
                 "output flushed"
             );
-            // The hold only kept this flush to epoch N; without a
-            // transaction nothing else waits for the checkpoint to finish.
-            self.gate.release(id);
         }
         self.await_restore_check()?;
         state.sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
@@ -459,19 +461,15 @@ impl Coordinator {
         let commit_started = Instant::now();
         // Checksums, fsyncs and `_metadata`, after the last ack.
         let prepare_ms = commit_started.duration_since(acks_done).as_millis() as u64;
-        if self.commit.is_transactional() {
+        if self.transactions.is_transactional() {
             // Output of epoch N and the offsets of checkpoint N become
             // visible together, or not at all.
-            self.commit.prepare()?;
-            self.commit
+            self.transactions
                 .commit(&CommitOffsets::for_checkpoint(id, &offsets))?;
             self.shared.metrics.transactions_committed.inc();
             crate::crash_point!("after-commit-before-mark");
             self.store.mark_committed(id)?;
-            if !then_stop {
-                self.commit.begin()?;
-            }
-            self.gate.release(id);
+            self.transactions.after_commit(id, then_stop)?;
         } else {
             self.store.mark_committed(id)?;
             if !offsets.is_empty() {

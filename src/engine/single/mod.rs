@@ -51,6 +51,7 @@ use crate::runtime::gate::EpochGate;
 use crate::runtime::job::{recover, run_attempts, supervise, TaskBody};
 use crate::runtime::output::{Output, OutputShared, OutputTarget};
 use crate::runtime::source::Position;
+use crate::runtime::transactions::Transactions;
 use crate::runtime::{JobShared, CHANNEL_CAPACITY};
 use crate::state::key_groups::range_for_subtask;
 
@@ -107,32 +108,32 @@ fn run_attempt(
     // newest one whose transaction is known to have committed. Recovery
     // still decides after the fence; a different decision restores again.
     let attempt_started = Instant::now();
-    let (producer, fence_ms, guessed, setup) = std::thread::scope(|scope| {
+    let (producers, fence_ms, guessed, setup) = std::thread::scope(|scope| {
         let fence = scope.spawn(|| {
             let started = Instant::now();
-            let producer = SinkProducer::create(config, cancel.clone());
-            (producer, started.elapsed().as_millis() as u64)
+            let producers = create_producers(config, &cancel);
+            (producers, started.elapsed().as_millis() as u64)
         });
         let guess = restore_from
             .is_none()
             .then(|| scope.spawn(|| restore_newest_committed(&store, config, &jobs)));
         let setup = clients_and_metadata(graph, config);
-        let (producer, fence_ms) = fence.join().unwrap_or_else(|_| {
+        let (producers, fence_ms) = fence.join().unwrap_or_else(|_| {
             (
                 Err(WeirError::Task {
                     task: "fence".into(),
-                    reason: "the thread creating the producer panicked".into(),
+                    reason: "the thread creating the producers panicked".into(),
                 }),
                 0,
             )
         });
         let guessed = guess.and_then(|g| g.join().ok().flatten());
-        (producer, fence_ms, guessed, setup)
+        (producers, fence_ms, guessed, setup)
     });
     let (group, source_partitions) = setup?;
     let all_partitions: Vec<(String, i32)> =
         source_partitions.values().flatten().cloned().collect();
-    let producer = Arc::new(producer?);
+    let producers = producers?;
     let topology = graph.topology(p, max_p);
     let recover_started = Instant::now();
     let restored = recover(
@@ -184,7 +185,7 @@ fn run_attempt(
             source_partitions,
             all_partitions,
             cancel,
-            producer,
+            producers,
             topology,
             restored,
             stores,
@@ -340,15 +341,46 @@ fn restore_newest_committed(
     Some((newest.checkpoint_id, stores))
 }
 
+/// The job's sink producers, each fenced (`init_transactions`) at once:
+/// with exactly-once delivery two, alternating per epoch
+/// (`runtime::transactions`), each with its own transactional id; else one.
+fn create_producers(config: &Config, cancel: &CancellationToken) -> Result<Vec<Arc<SinkProducer>>> {
+    let slots = match config.output.delivery {
+        crate::config::Delivery::ExactlyOnce => 2,
+        crate::config::Delivery::AtLeastOnce => 1,
+    };
+    std::thread::scope(|scope| {
+        let fences: Vec<_> = (0..slots)
+            .map(|slot| {
+                scope.spawn(move || SinkProducer::create_slot(config, slot, cancel.clone()))
+            })
+            .collect();
+        fences
+            .into_iter()
+            .map(|f| {
+                f.join()
+                    .unwrap_or_else(|_| {
+                        Err(WeirError::Task {
+                            task: "fence".into(),
+                            reason: "the thread creating a producer panicked".into(),
+                        })
+                    })
+                    .map(Arc::new)
+            })
+            .collect()
+    })
+}
+
 /// What an attempt set up before restoring state: its clients, the fenced
-/// producer and what recovery chose, with the time each step took.
+/// producers and what recovery chose, with the time each step took.
 struct Prepared {
     store: CheckpointStore,
     group: rdkafka::consumer::BaseConsumer,
     source_partitions: SourcePartitions,
     all_partitions: Vec<(String, i32)>,
     cancel: CancellationToken,
-    producer: Arc<SinkProducer>,
+    /// One per slot: two alternating with exactly-once delivery.
+    producers: Vec<Arc<SinkProducer>>,
     topology: crate::checkpoint::Topology,
     restored: crate::runtime::job::Restored,
     /// Every keyed (node, subtask)'s store, restored or empty.
@@ -358,7 +390,8 @@ struct Prepared {
 
 /// How long each step of an attempt's start took, in ms.
 struct RestartTimings {
-    /// `init_transactions`, which fences older instances.
+    /// `init_transactions` of every producer (at once), which fences
+    /// older instances.
     fence_ms: u64,
     /// The fence, the clients and topic metadata, and the side restore
     /// together (they run at once).
@@ -385,7 +418,7 @@ fn run_restored(
         source_partitions,
         all_partitions,
         cancel,
-        producer,
+        producers,
         topology,
         restored,
         mut stores,
@@ -399,7 +432,7 @@ fn run_restored(
         .map_or(0, |(c, _)| c.checkpoint_id);
     let gate = Arc::new(EpochGate::new(restored_id));
     let outputs = OutputShared {
-        producer: producer.clone(),
+        producers: producers.clone(),
         metrics: shared.metrics.clone(),
         cancel: cancel.clone(),
     };
@@ -407,9 +440,14 @@ fn run_restored(
         .verification
         .clone()
         .map(|check| (restored_id, check));
-    if producer.is_transactional() {
-        producer.begin_transaction()?;
-    }
+    let commit_points = producers
+        .iter()
+        .map(|p| {
+            KafkaCommitPoint::for_group(p.clone(), &group)
+                .map(|c| Box::new(c) as Box<dyn crate::runtime::commit::CommitPoint>)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let transactions = Transactions::open(commit_points, gate.clone(), restored_id)?;
     let (ack_tx, ack_rx) = unbounded();
     let stages = graph.stages();
     let stage_of: BTreeMap<usize, usize> = stages
@@ -657,7 +695,6 @@ fn run_restored(
     drop(channels);
     drop(ack_tx);
 
-    let commit = KafkaCommitPoint::for_group(producer.clone(), &group)?;
     let coordinator = Coordinator {
         config: config.clone(),
         store,
@@ -665,7 +702,7 @@ fn run_restored(
         sources: commands,
         task_acks,
         acks: ack_rx,
-        commit: Box::new(commit),
+        transactions,
         budget: TransactionBudget::from_config(config),
         group,
         gate,
@@ -696,5 +733,5 @@ fn run_restored(
         "job running"
     );
     tasks.push(("coordinator".into(), Box::new(move || coordinator.run())));
-    supervise(tasks, &cancel, &producer, shared)
+    supervise(tasks, &cancel, &producers, shared)
 }

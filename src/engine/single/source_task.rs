@@ -62,7 +62,7 @@ impl GraphSource {
                 return Ok(());
             }
             self.chain.release_sinks()?;
-            self.dead_letters.release_if_committed()?;
+            self.dead_letters.poll_gate()?;
             while let Ok(SourceCommand::Trigger(barrier)) = self.commands.try_recv() {
                 self.push(&mut batch)?;
                 if !self.on_trigger(barrier)? {
