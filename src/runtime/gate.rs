@@ -108,16 +108,6 @@ impl EpochGate {
             .map(|(_, s)| *s)
     }
 
-    /// Waits up to `timeout` for `checkpoint_id` to be released.
-    pub fn wait(&self, checkpoint_id: u64, timeout: Duration) -> bool {
-        let guard = self.lock.lock().expect("gate lock");
-        let (_guard, _) = self
-            .changed
-            .wait_timeout_while(guard, timeout, |_| self.released() < checkpoint_id)
-            .expect("gate lock");
-        self.released() >= checkpoint_id
-    }
-
     /// Waits up to `timeout` for `epoch` to have a route, or for
     /// `checkpoint_id` to be released, whichever `until` asks for; true
     /// once it holds.
@@ -152,10 +142,11 @@ mod tests {
     #[test]
     fn wait_returns_once_released() {
         let gate = Arc::new(EpochGate::new(3));
-        assert!(gate.wait(3, Duration::ZERO));
-        assert!(!gate.wait(4, Duration::from_millis(10)));
+        let released = |id| GateEvent::Released(id);
+        assert!(gate.wait_for(released(3), Duration::ZERO));
+        assert!(!gate.wait_for(released(4), Duration::from_millis(10)));
         let g = gate.clone();
-        let t = std::thread::spawn(move || g.wait(4, Duration::from_secs(10)));
+        let t = std::thread::spawn(move || g.wait_for(released(4), Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(20));
         gate.release(4);
         assert!(t.join().unwrap());

@@ -379,10 +379,11 @@ pub(crate) fn supervise(
             waited_ms: STOP_TIMEOUT.as_millis() as u64,
         });
     }
+    let failed = outcome.is_err();
     let open = producers
         .iter()
-        .filter(|p| p.is_transactional() && p.transaction_age().is_some());
-    for producer in open.filter(|_| outcome.is_err()) {
+        .filter(|p| failed && p.is_transactional() && p.transaction_age().is_some());
+    for producer in open {
         // The next attempt's init_transactions would abort it too; doing it
         // now frees read_committed readers sooner.
         match producer.abort_transaction() {

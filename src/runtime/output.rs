@@ -195,14 +195,8 @@ impl Output {
                 },
             );
         }
-        let sent = self.writer.producers[slot].send(
-            &self.writer.sink_topic,
-            Some(key),
-            Some(&self.buf),
-            None,
-            timestamp,
-        );
-        self.writer.sent(slot, sent, key, false)
+        self.writer
+            .send_one(slot, key, Some(&self.buf), timestamp, false)
     }
 
     /// Holds the result in [`Output::buf`]: consecutive results without a
@@ -418,24 +412,28 @@ impl Writer {
         }
     }
 
+    /// One result (None: a tombstone) to the sink topic through `slot`'s
+    /// producer, then counted or given to the bad-record policy.
+    fn send_one(
+        &self,
+        slot: usize,
+        key: &[u8],
+        value: Option<&[u8]>,
+        timestamp: Option<i64>,
+        again: bool,
+    ) -> Result<()> {
+        let sent = self.producers[slot].send(&self.sink_topic, Some(key), value, None, timestamp);
+        self.sent(slot, sent, key, again)
+    }
+
     fn produce(&self, slot: usize, held: &Held, again: bool) -> Result<()> {
-        let producer = &self.producers[slot];
         match held {
             Held::Results(batch) => self.send_results(slot, batch, again),
             Held::Result {
                 key,
                 value,
                 timestamp,
-            } => {
-                let sent = producer.send(
-                    &self.sink_topic,
-                    Some(key),
-                    value.as_deref(),
-                    None,
-                    *timestamp,
-                );
-                self.sent(slot, sent, key, again)
-            }
+            } => self.send_one(slot, key, value.as_deref(), *timestamp, again),
             Held::DeadLetter(dl) => {
                 let topic = self
                     .dead_letter_topic
@@ -468,7 +466,7 @@ impl Writer {
                         value: Some(v.as_str()),
                     });
                 }
-                match producer.send(
+                match self.producers[slot].send(
                     topic,
                     dl.key.as_deref(),
                     dl.value.as_deref(),

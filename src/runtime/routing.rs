@@ -50,8 +50,6 @@ pub struct EpochRouter<T> {
     held_records: usize,
     copies: Vec<T>,
     copied_records: usize,
-    /// No gate: always slot 0, nothing held or kept (group mode).
-    ungated: bool,
 }
 
 impl<T> EpochRouter<T> {
@@ -66,15 +64,16 @@ impl<T> EpochRouter<T> {
             held_records: 0,
             copies: Vec::new(),
             copied_records: 0,
-            ungated: false,
         }
     }
 
-    /// A sink without a gate: everything goes into slot 0 at once.
+    /// A sink without a gate (group mode): everything goes into slot 0 at
+    /// once. With a route and nothing undecided, polling and settling have
+    /// nothing to do, and only a barrier ([`Self::next_epoch`], which an
+    /// output without a gate refuses) would change that.
     pub fn ungated() -> Self {
         Self {
             slot: Some(0),
-            ungated: true,
             ..Self::new(0)
         }
     }
@@ -135,9 +134,6 @@ impl<T> EpochRouter<T> {
     /// epoch's new route (it failed); once the epoch has a route, what was
     /// held is sent, in order.
     pub fn poll(&mut self, gate: &EpochGate, sender: &mut impl SlotSender<T>) -> Result<()> {
-        if self.ungated {
-            return Ok(());
-        }
         if let Some(n) = self.undecided {
             if gate.released() >= n {
                 self.undecided = None;
@@ -223,9 +219,6 @@ impl<T> EpochRouter<T> {
         sender: &mut impl SlotSender<T>,
         cancelled: impl Fn() -> bool,
     ) -> Result<bool> {
-        if self.ungated {
-            return Ok(true);
-        }
         loop {
             self.poll(gate, sender)?;
             let until = match (self.undecided, self.slot) {
@@ -360,6 +353,11 @@ mod tests {
         let (mut r, mut log) = (EpochRouter::<u32>::ungated(), Log::default());
         assert!(!r.watching());
         write(&mut r, &gate, &mut log, 1);
+        assert_eq!(log.0, [(0, 1)]);
+        assert!(
+            r.settle(&gate, &mut log, || false).unwrap(),
+            "nothing to wait for"
+        );
         assert_eq!(log.0, [(0, 1)]);
     }
 }
