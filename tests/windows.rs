@@ -630,12 +630,14 @@ fn restoring_at_another_parallelism_mid_stream_keeps_windows_exact() {
     assert!(w.stop(Duration::from_secs(60)).success());
 }
 
-/// A failed write-back of the timers (issue #38): the checkpoint that
-/// asked for it is declined and the job goes on, and the timers stay
-/// pending, so the next completed checkpoint holds them and every window
-/// fires after a SIGKILL and a restore from it. Before, the write-back
-/// dropped its pending set before the write: restored from that later
-/// checkpoint, the windows had no timers and never fired.
+/// A failed write-back of the timers (issue #38): the job goes on, and the
+/// timers stay pending, so the next completed checkpoint holds them and
+/// every window fires after a SIGKILL and a restore from it. Before, the
+/// write-back dropped its pending set before the write: restored from that
+/// later checkpoint, the windows had no timers and never fired. (The
+/// write-back now runs after the snapshot is written, on the snapshot's
+/// own thread, so the checkpoint that asked for it completes: its changes
+/// file holds the timers.)
 #[test]
 fn timers_whose_write_back_failed_are_kept_and_fire_after_a_restore() {
     let dir = tempfile::tempdir().unwrap();
@@ -671,12 +673,12 @@ fn timers_whose_write_back_failed_are_kept_and_fire_after_a_restore() {
         &[("FAILPOINTS", "timers-write-back=1*return")],
     );
     assert!(
-        w.wait_for_log("snapshot failed", 1, Duration::from_secs(60)),
+        w.wait_for_log("state write-back failed", 1, Duration::from_secs(60)),
         "{}",
         log_tail(&w.log_text())
     );
-    // A checkpoint completed after the declined one, then a crash: the
-    // restart restores that checkpoint.
+    // A checkpoint completed after the failed write-back, then a crash:
+    // the restart restores that checkpoint.
     let completed = w.log_text().matches("checkpoint completed").count();
     assert!(
         w.wait_for_log(

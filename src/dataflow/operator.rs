@@ -466,6 +466,32 @@ impl Context {
         result
     }
 
+    /// At a barrier, in `Operator::before_snapshot`: the current key's
+    /// value in a value table (None: deleted), put straight into the
+    /// coming snapshot and into the store only after the snapshot's copy
+    /// (`KeyedStore::stage_for_snapshot`). For state an operator holds in
+    /// memory and writes at every barrier; a read of the key before the
+    /// snapshot does not see it, so the operator must answer for it from
+    /// its memory until then.
+    pub fn put_for_snapshot<T: StateCodec>(
+        &mut self,
+        table: Table,
+        value: Option<&T>,
+    ) -> Result<()> {
+        self.full_key(table, None);
+        let mut encoded = std::mem::take(&mut self.value);
+        encoded.clear();
+        if let Some(v) = value {
+            v.encode(&mut encoded);
+        }
+        let result = self.store().map(|_| ());
+        if let Some(s) = self.store.as_mut() {
+            s.stage_for_snapshot(&self.scratch, value.map(|_| encoded.as_slice()));
+        }
+        self.value = encoded;
+        result
+    }
+
     /// The current key's value in a value table.
     pub fn get<T: StateCodec>(&mut self, table: Table) -> Result<Option<T>> {
         self.get_at(table, None)
@@ -817,9 +843,15 @@ pub mod testing {
         }
 
         /// A checkpoint's barrier: what the operator emits before its snapshot.
+        /// `before_snapshot`, then the store takes what the operator staged
+        /// for the snapshot, as the engine has it take it once the
+        /// snapshot's copy is made.
         pub fn before_snapshot(&mut self) -> Result<Vec<(Row, i64)>> {
             let mut out = Collector::new();
             self.op.before_snapshot(&mut self.ctx, &mut out)?;
+            if let Some(store) = self.ctx.store_mut() {
+                store.apply_staged()?;
+            }
             Ok(out.take())
         }
 

@@ -16,14 +16,16 @@
 
 use std::path::{Path, PathBuf};
 
+use crossbeam_channel::Receiver;
 use rocksdb::WriteBatch;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::codec::{get_varint, put_varint, StateCodec};
-use crate::checkpoint::{SnapshotFile, StateHandle};
+use crate::checkpoint::StateHandle;
 use crate::error::{Result, WeirError};
 use crate::state::backend::StateBackend;
 use crate::state::changes::{self, ChangesWriter};
+use crate::state::snapshot_job::{RunningJob, SnapshotJob};
 use crate::state::timers::TimerService;
 use crate::state::Snapshot;
 use crate::state::VALUES;
@@ -165,6 +167,13 @@ pub struct KeyedStore {
     /// Set while a barrier's snapshot is being taken
     /// ([`KeyedStore::hold_write_back`]): no write-back starts meanwhile.
     holding_write_back: bool,
+    /// The last snapshot's asynchronous part, while it runs
+    /// (`crate::state::snapshot_job`): nothing is written into RocksDB
+    /// until it is done.
+    job: Option<RunningJob>,
+    /// Values an operator put at a barrier straight into the coming
+    /// snapshot ([`KeyedStore::stage_for_snapshot`]), not yet in the cache.
+    staged: ChangesWriter,
     /// Every entry of recently scanned keys' maps, by the key's prefix,
     /// kept up to date by each write under it. A join reads the other
     /// side's rows of a key on every record (q4: an auction's row, read by
@@ -279,6 +288,8 @@ impl KeyedStore {
             cache_limit: cache_limit.max(1),
             changes_bytes: 0,
             holding_write_back: false,
+            job: None,
+            staged: ChangesWriter::new(),
             listed: FxHashMap::default(),
             listed_entries: 0,
             unlisted: FxHashSet::default(),
@@ -376,7 +387,8 @@ impl KeyedStore {
     /// What RocksDB itself holds at `full_key`, cache aside (tests of the
     /// snapshot sequence).
     #[cfg(test)]
-    pub(crate) fn in_rocksdb(&self, full_key: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn in_rocksdb(&mut self, full_key: &[u8]) -> Option<Vec<u8>> {
+        self.settle(true).expect("the snapshot job ends");
         self.backend
             .db()
             .get_cf(self.backend.cf(VALUES), full_key)
@@ -424,14 +436,57 @@ impl KeyedStore {
 
     /// Writes back once the cache outgrew its limit or holds
     /// [`WRITE_BACK_AT`] dirty entries.
+    ///
+    /// While a snapshot's job runs, the write-back waits for it: the cache
+    /// grows meanwhile (a job takes tens of milliseconds), up to twice its
+    /// bounds, past which the task waits for the job.
     pub(crate) fn write_back_if_due(&mut self) -> Result<()> {
         if self.holding_write_back {
             return Ok(());
+        }
+        if self.job.is_some() {
+            let over = self.cache.len() > 2 * self.cache_limit.max(WRITE_BACK_AT)
+                || self.dirty >= 2 * WRITE_BACK_AT;
+            self.settle(over)?;
+            if self.job.is_some() {
+                return Ok(());
+            }
         }
         if self.cache.len() > self.cache_limit || self.dirty >= WRITE_BACK_AT {
             self.write_back()?;
         }
         Ok(())
+    }
+
+    /// Ends the wait for the last snapshot's job once it is done (waiting
+    /// for it with `block`). Then the timers' changes are written back if
+    /// enough are pending: a write RocksDB refuses leaves them pending, and
+    /// they go into the next snapshot's changes file.
+    fn settle(&mut self, block: bool) -> Result<()> {
+        let Some(job) = &self.job else {
+            return Ok(());
+        };
+        if !job.is_done(block) {
+            return Ok(());
+        }
+        self.job = None;
+        self.timers_write_back_if_due();
+        Ok(())
+    }
+
+    /// See [`Self::settle`].
+    fn timers_write_back_if_due(&mut self) {
+        if self.timers.pending_changes() < TIMER_WRITE_BACK {
+            return;
+        }
+        if let Err(error) = self.timers.write_back(&self.backend) {
+            tracing::warn!(
+                store = %self.uid,
+                error = %error.report(),
+                pending = self.timers.pending_changes(),
+                "state write-back failed; the timers' changes stay pending and go into the next snapshot"
+            );
+        }
     }
 
     /// Reads and rewrites the value at `full_key` with one cache lookup (a
@@ -786,6 +841,7 @@ impl KeyedStore {
     /// write they are still in the next snapshot's changes file and in the
     /// next write-back, not lost.
     pub fn write_back(&mut self) -> Result<()> {
+        self.settle(true)?;
         if self.dirty > 0 {
             let cf = self.backend.cf(VALUES);
             let mut batch = WriteBatch::default();
@@ -837,49 +893,110 @@ impl KeyedStore {
 
     /// The RocksDB checkpoint plus a changes file with what the cache and
     /// the timers hold but RocksDB does not yet (nothing is written into
-    /// RocksDB at the barrier).
+    /// RocksDB at the barrier), taken on this thread: group mode's, and
+    /// tests'. Single mode's tasks take the asynchronous part on another
+    /// thread ([`Self::begin_snapshot`]).
     pub fn snapshot(&mut self, target: &Path) -> Result<Snapshot> {
+        self.apply_staged()?;
         if self.backend.flush_on_snapshot {
             // Everything into RocksDB and then into SST files: the changes
             // file stays empty (see `StateBackend::flush_on_snapshot`).
             self.write_back()?;
             self.timers.write_back(&self.backend)?;
         }
+        let snapshot = self.prepare_snapshot(target)?.run();
+        self.timers_write_back_if_due();
+        snapshot
+    }
+
+    /// The synchronous part of a snapshot into `target`, at the barrier:
+    /// what changed since the last snapshot (the cache's dirty entries and
+    /// the timers' changes) is copied into a changes buffer, and the rest
+    /// runs on a thread of its own (`crate::state::snapshot_job`), whose
+    /// snapshot comes on the receiver. Nothing is written into RocksDB
+    /// until that job is done. The last snapshot's job must be done
+    /// first: this waits for it.
+    pub fn begin_snapshot(&mut self, target: &Path) -> Result<Receiver<Result<Snapshot>>> {
+        let job = self.prepare_snapshot(target)?;
+        let (snapshot, running) = job.spawn()?;
+        self.job = Some(running);
+        Ok(snapshot)
+    }
+
+    /// At a barrier, before the snapshot: `value` (None: a delete) at
+    /// `full_key` goes into the coming snapshot's changes directly, and
+    /// into the cache only once the snapshot's copy is taken
+    /// ([`Self::apply_staged`]). For what an operator keeps in memory and
+    /// writes at every barrier (an aggregate's hot accumulators, hundreds
+    /// of thousands at 10 M keys): the pause encodes each once, in order,
+    /// instead of putting it into the cache's hash table and then copying
+    /// it out (BENCHMARKS.md, #43 target 1). Nothing may read the store
+    /// between this and the apply: the caller applies before the task
+    /// handles its next element.
+    pub(crate) fn stage_for_snapshot(&mut self, full_key: &[u8], value: Option<&[u8]>) {
+        self.staged.entry(changes::VALUES, full_key, value);
+    }
+
+    /// Puts what [`Self::stage_for_snapshot`] staged into the cache, as
+    /// writes (dirty, for the next write-back): after the snapshot's copy,
+    /// whether or not the snapshot could be taken.
+    pub fn apply_staged(&mut self) -> Result<()> {
+        if self.staged.entries() == 0 {
+            return Ok(());
+        }
+        let staged = std::mem::take(&mut self.staged);
+        let mut result = Ok(());
+        staged.for_each(|_, key, value| {
+            if result.is_ok() {
+                result = self.write_slice(key, value);
+            }
+        });
+        // Keep the buffer's room for the next barrier.
+        self.staged = staged;
+        self.staged.clear();
+        result
+    }
+
+    fn prepare_snapshot(&mut self, target: &Path) -> Result<SnapshotJob> {
+        self.settle(true)?;
         let started = std::time::Instant::now();
-        let mut snapshot = self.backend.snapshot(target)?;
-        let rocksdb = started.elapsed();
         let mut out = ChangesWriter::with_capacity(self.changes_bytes);
-        let mut changes = 0usize;
         for (k, c) in self.cache.iter().filter(|(_, c)| c.dirty) {
             out.entry(changes::VALUES, k, c.value.as_deref());
-            changes += 1;
         }
+        // After the cache's: an entry in both is newer here, and a restore
+        // applies the file in order.
+        out.append(&self.staged);
+        let changes = out.entries();
         self.timers.collect_dirty(&mut out);
-        let size = out.write(target)?;
-        self.changes_bytes = size as usize;
-        snapshot.files.push(SnapshotFile {
-            name: changes::FILE.into(),
-            size_bytes: size,
-            crc32: None,
-        });
-        snapshot.files.sort_by(|a, b| a.name.cmp(&b.name));
-        snapshot.size_bytes += size;
-        let changes_done = started.elapsed();
-        if self.timers.pending_changes() >= TIMER_WRITE_BACK {
-            self.timers.write_back(&self.backend)?;
-        }
-        // The parts of a snapshot's pause, which `weir-bench
-        // checkpoint-cost` reads from the log.
+        self.changes_bytes = out.size_bytes();
+        // The synchronous part of a snapshot's pause, which `weir-bench
+        // checkpoint-cost` reads from the log (the rest is logged by the
+        // job, as "state snapshot written").
         tracing::debug!(
             store = %self.uid,
-            checkpoint_us = rocksdb.as_micros() as u64,
-            changes_us = (changes_done - rocksdb).as_micros() as u64,
+            copy_us = started.elapsed().as_micros() as u64,
             changes,
-            changes_bytes = size,
-            timers_write_back_us = (started.elapsed() - changes_done).as_micros() as u64,
+            timer_changes = out.entries() - changes,
+            changes_bytes = out.size_bytes(),
             "state snapshot"
         );
-        Ok(snapshot)
+        Ok(SnapshotJob {
+            store: self.uid.clone(),
+            backend: self.backend.share(),
+            target: target.to_path_buf(),
+            changes: out,
+        })
+    }
+}
+
+impl Drop for KeyedStore {
+    /// A running job holds the RocksDB instance open: the next attempt
+    /// reopens it at the same path, so the store waits for the job.
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            job.is_done(true);
+        }
     }
 }
 
@@ -1418,6 +1535,104 @@ mod tests {
             assert_500(&mut r);
         }
 
+        /// The asynchronous part of a snapshot runs while the task writes
+        /// on: RocksDB takes nothing from the task until the job is done
+        /// (a write-back that falls due meanwhile waits), so the snapshot
+        /// holds the barrier's state; the task reads its newest values
+        /// throughout. Without the wait, the key added after the barrier
+        /// would be in the checkpoint and come back after a restore.
+        #[cfg(feature = "failpoints")]
+        #[test]
+        fn an_asynchronous_snapshot_holds_the_barrier_while_the_task_writes_on() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 4);
+            // As at a barrier: the write-back held while the operator
+            // writes what it kept, so ten entries are dirty.
+            s.hold_write_back(true);
+            for i in 0..10 {
+                add(&mut s, &format!("k{i}"), 1);
+            }
+            s.hold_write_back(false);
+            fail::cfg("snapshot-job-before-checkpoint", "sleep(300)").unwrap();
+            let snapshot = s.begin_snapshot(&snap_dir(tmp.path())).unwrap();
+            // While the job runs: the task updates, deletes and adds, past
+            // the cache's bound of 4.
+            add(&mut s, "k0", 5);
+            s.write_slice(&full("k1"), None).unwrap();
+            add(&mut s, "late", 1);
+            assert!(s.job.is_some(), "the job sleeps before its checkpoint");
+            let in_db = |s: &KeyedStore, key: &str| {
+                s.backend
+                    .db()
+                    .get_cf(s.backend.cf(VALUES), full(key))
+                    .unwrap()
+            };
+            for key in ["k0", "k1", "k9", "late"] {
+                assert_eq!(
+                    in_db(&s, key),
+                    None,
+                    "{key} reached RocksDB while the job ran"
+                );
+            }
+            assert_eq!(
+                (
+                    count(&mut s, "k0"),
+                    count(&mut s, "k1"),
+                    count(&mut s, "k9")
+                ),
+                (6, 0, 1)
+            );
+            let snapshot = snapshot.recv().unwrap().unwrap();
+            fail::remove("snapshot-job-before-checkpoint");
+            assert!(snapshot.files.iter().any(|f| f.name == changes::FILE));
+            s.write_back().unwrap();
+            assert_eq!(in_db(&s, "k1"), None);
+            assert!(
+                in_db(&s, "late").is_some(),
+                "written back once the job was done"
+            );
+            drop(s);
+            let mut r = restore_whole(tmp.path(), "restored", 4);
+            for i in 0..10 {
+                assert_eq!(count(&mut r, &format!("k{i}")), 1, "k{i} as at the barrier");
+            }
+            assert_eq!(count(&mut r, "late"), 0);
+        }
+
+        /// What an operator stages at a barrier is in that snapshot, after
+        /// (so over) an older dirty value of the same key, and in the
+        /// store once applied, dirty, for the next write-back.
+        #[test]
+        fn staged_values_are_in_the_snapshot_and_then_in_the_store() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = open(&tmp.path().join("live"), 1000);
+            add(&mut s, "a", 1);
+            add(&mut s, "b", 2);
+            s.stage_for_snapshot(&full("a"), Some(&7i64.to_le_bytes()));
+            s.stage_for_snapshot(&full("b"), None);
+            s.stage_for_snapshot(&full("c"), Some(&3i64.to_le_bytes()));
+            let snapshot = s.begin_snapshot(&snap_dir(tmp.path())).unwrap();
+            snapshot.recv().unwrap().unwrap();
+            s.apply_staged().unwrap();
+            assert_eq!(
+                (count(&mut s, "a"), count(&mut s, "b"), count(&mut s, "c")),
+                (7, 0, 3)
+            );
+            assert_eq!(s.staged.entries(), 0, "applied once");
+            s.write_back().unwrap();
+            assert_eq!(
+                s.in_rocksdb(&full("c"))
+                    .map(|v| i64::from_le_bytes(v.try_into().unwrap())),
+                Some(3)
+            );
+            drop(s);
+            let mut r = restore_whole(tmp.path(), "restored", 1000);
+            assert_eq!(
+                (count(&mut r, "a"), count(&mut r, "b"), count(&mut r, "c")),
+                (7, 0, 3)
+            );
+        }
+
         #[test]
         fn changes_not_yet_written_back_are_in_the_snapshot_and_not_in_rocksdb() {
             let tmp = tempfile::tempdir().unwrap();
@@ -1435,13 +1650,13 @@ mod tests {
             let snapshot = s.snapshot(&snap_dir(tmp.path())).unwrap();
             assert!(snapshot.files.iter().any(|f| f.name == changes::FILE));
             // Nothing was written into RocksDB at the barrier.
-            let stored = |s: &KeyedStore, key: &str| {
+            let stored = |s: &mut KeyedStore, key: &str| {
                 s.in_rocksdb(&full(key))
                     .map(|v| i64::from_le_bytes(v.try_into().unwrap()))
             };
-            assert_eq!(stored(&s, "kept"), Some(2));
-            assert_eq!(stored(&s, "gone"), Some(1));
-            assert_eq!(stored(&s, "new"), None);
+            assert_eq!(stored(&mut s, "kept"), Some(2));
+            assert_eq!(stored(&mut s, "gone"), Some(1));
+            assert_eq!(stored(&mut s, "new"), None);
             // The live instance still sees its own changes.
             assert_eq!(
                 (

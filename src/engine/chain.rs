@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use tokio_util::sync::CancellationToken;
 
 use super::group::exchange::RepartitionOut;
@@ -37,6 +37,70 @@ pub struct TaskSnapshot {
     pub key_groups: (u32, u32),
     /// Each keyed node's uid and its snapshot's files.
     pub nodes: Vec<(String, Snapshot)>,
+}
+
+/// A task's snapshots while their asynchronous parts run
+/// (`crate::state::snapshot_job`): a receiver per keyed node.
+pub struct PendingSnapshot {
+    key_groups: (u32, u32),
+    nodes: Vec<(String, Receiver<Result<Snapshot>>)>,
+}
+
+impl PendingSnapshot {
+    /// No keyed node: nothing to wait for.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Waits for every node's snapshot; the first that could not be taken
+    /// is the error.
+    pub fn wait(self) -> Result<TaskSnapshot> {
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (uid, snapshot) in self.nodes {
+            let snapshot = snapshot.recv().map_err(|_| WeirError::Snapshot {
+                target: PathBuf::from(&uid),
+                message: "the snapshot's thread stopped before it was taken".into(),
+            })??;
+            nodes.push((uid, snapshot));
+        }
+        Ok(TaskSnapshot {
+            key_groups: self.key_groups,
+            nodes,
+        })
+    }
+}
+
+/// A task's snapshots of one checkpoint once its barrier went on (or why
+/// they could not be taken), their asynchronous parts maybe still running.
+pub struct TakenCheckpoint {
+    pub checkpoint_id: u64,
+    task: String,
+    subtask: u32,
+    snapshots: std::result::Result<PendingSnapshot, String>,
+}
+
+impl TakenCheckpoint {
+    /// Nothing left to write: [`Self::handles`] does not wait.
+    pub fn is_ready(&self) -> bool {
+        self.snapshots
+            .as_ref()
+            .map_or(true, PendingSnapshot::is_empty)
+    }
+
+    /// What the task's ack carries: the handles of its snapshots, once
+    /// written, or why one could not be (logged here).
+    pub fn handles(self) -> std::result::Result<Vec<StateHandle>, String> {
+        let subtask = self.subtask;
+        match self.snapshots?.wait() {
+            Ok(snapshot) => {
+                Ok(snapshot.handles(subtask, |uid| CheckpointStore::state_path(uid, subtask)))
+            }
+            Err(e) => {
+                tracing::warn!(task = %self.task, checkpoint_id = self.checkpoint_id, error = %e.report(), "snapshot failed");
+                Err(format!("subtask {subtask}: {}", e.report()))
+            }
+        }
+    }
 }
 
 impl TaskSnapshot {
@@ -547,13 +611,40 @@ impl Chain {
     /// The task's state as one snapshot, the one way both runners take
     /// it: each keyed operator saves the watermark its key groups reached
     /// ([`Context::save_watermarks`]), then its store snapshots into
-    /// `folder(uid)`. The caller chooses the folders and points at the
-    /// result its own way ([`TaskSnapshot`]).
+    /// `folder(uid)`, on this thread. The caller chooses the folders and
+    /// points at the result its own way ([`TaskSnapshot`]).
     pub fn snapshot_state(
         &mut self,
         key_groups: (u32, u32),
         folder: impl Fn(&str) -> Result<PathBuf>,
     ) -> Result<TaskSnapshot> {
+        let nodes =
+            self.each_store_at_barrier(key_groups, folder, |store, target| store.snapshot(target))?;
+        Ok(TaskSnapshot { key_groups, nodes })
+    }
+
+    /// [`Self::snapshot_state`] with each store's asynchronous part on a
+    /// thread of its own (`KeyedStore::begin_snapshot`): this returns once
+    /// what changed is copied.
+    fn begin_snapshot_state(
+        &mut self,
+        key_groups: (u32, u32),
+        folder: impl Fn(&str) -> Result<PathBuf>,
+    ) -> Result<PendingSnapshot> {
+        let nodes = self.each_store_at_barrier(key_groups, folder, |store, target| {
+            store.begin_snapshot(target)
+        })?;
+        Ok(PendingSnapshot { key_groups, nodes })
+    }
+
+    /// Each keyed operator saves its key groups' watermarks, then `f`
+    /// snapshots its store into `folder(uid)`: the results by uid.
+    fn each_store_at_barrier<T>(
+        &mut self,
+        key_groups: (u32, u32),
+        folder: impl Fn(&str) -> Result<PathBuf>,
+        mut f: impl FnMut(&mut crate::dataflow::tables::KeyedStore, &std::path::Path) -> Result<T>,
+    ) -> Result<Vec<(String, T)>> {
         let mut nodes = Vec::new();
         for slot in &mut self.slots {
             let SlotBody::Operator { ctx, keyed, .. } = &mut slot.body else {
@@ -566,15 +657,18 @@ impl Chain {
                 continue;
             };
             let target = folder(&slot.uid)?;
-            nodes.push((slot.uid.clone(), store.snapshot(&target)?));
+            nodes.push((slot.uid.clone(), f(store, &target)?));
         }
-        Ok(TaskSnapshot { key_groups, nodes })
+        Ok(nodes)
     }
 
     /// Group mode, at the end of an epoch: operators emit what belongs to
     /// it (`before_snapshot`), and everything gathered is sent.
     pub fn end_epoch(&mut self) -> Result<()> {
         self.before_snapshot()?;
+        // Group mode snapshots later, or not at all for an unchanged
+        // task: what the operators staged for it goes into the stores now.
+        self.stores().try_for_each(|store| store.apply_staged())?;
         self.flush()?;
         self.report_memory();
         Ok(())
@@ -642,11 +736,16 @@ impl Chain {
         Ok(())
     }
 
-    /// The write-backs held during the snapshot, once the task has acked
-    /// it (`KeyedStore::hold_write_back`).
+    /// What the operators staged for the snapshot goes into their stores
+    /// (`KeyedStore::apply_staged`), and the write-backs held during the
+    /// snapshot start if due (`KeyedStore::hold_write_back`), once the
+    /// task has handed its ack over (it follows the snapshots' jobs). The
+    /// task calls this before it handles its next element.
     pub fn write_back_after_ack(&mut self) -> Result<()> {
-        self.stores()
-            .try_for_each(|store| store.write_back_if_due())?;
+        self.stores().try_for_each(|store| {
+            store.apply_staged()?;
+            store.write_back_if_due()
+        })?;
         self.report_memory();
         Ok(())
     }
@@ -684,16 +783,17 @@ impl Chain {
 
     /// Barrier `b` is aligned (or, at a source, triggered): operators emit
     /// what belongs to the epoch, the barrier goes downstream after it,
-    /// each keyed operator snapshots its tables, and the sinks hold later
-    /// output until the checkpoint completes. Returns the snapshots (an
-    /// Err with why one could not be taken fails the checkpoint, not the
-    /// job), or None if the attempt was cancelled.
+    /// each keyed operator copies what changed into its snapshot and
+    /// writes the rest on a thread of its own, and the sinks hold later
+    /// output until the checkpoint completes. Returns the snapshots, still
+    /// being written (one that cannot be taken fails the checkpoint, not
+    /// the job), or None if the attempt was cancelled.
     pub fn checkpoint(
         &mut self,
         b: Barrier,
         store: &CheckpointStore,
         key_groups: (u32, u32),
-    ) -> Result<Option<std::result::Result<Vec<StateHandle>, String>>> {
+    ) -> Result<Option<TakenCheckpoint>> {
         let started = std::time::Instant::now();
         if !self.drain_sinks()? {
             return Ok(None);
@@ -707,20 +807,12 @@ impl Chain {
         let subtask = self.subtask;
         // A snapshot that cannot be written fails this checkpoint: the
         // Coordinator counts it against `checkpoint.tolerable_failures`.
-        let taken = self.snapshot_state(key_groups, |uid| store.snapshot_target(id, uid, subtask));
-        let (handles, declined) = match taken {
-            Ok(snapshot) => (
-                snapshot.handles(subtask, |uid| CheckpointStore::state_path(uid, subtask)),
-                None,
-            ),
-            Err(e) => {
+        let taken = self
+            .begin_snapshot_state(key_groups, |uid| store.snapshot_target(id, uid, subtask))
+            .map_err(|e| {
                 tracing::warn!(task = %self.task, checkpoint_id = id, error = %e.report(), "snapshot failed");
-                (
-                    Vec::new(),
-                    Some(format!("subtask {subtask}: {}", e.report())),
-                )
-            }
-        };
+                format!("subtask {subtask}: {}", e.report())
+            });
         self.hold_write_backs(false);
         let snapshotted = started.elapsed();
         for s in &mut self.slots {
@@ -742,9 +834,11 @@ impl Chain {
             flush_us = (started.elapsed() - snapshotted).as_micros() as u64,
             "chain checkpoint"
         );
-        Ok(Some(match declined {
-            Some(reason) => Err(reason),
-            None => Ok(handles),
+        Ok(Some(TakenCheckpoint {
+            checkpoint_id: id,
+            task: self.task.clone(),
+            subtask,
+            snapshots: taken,
         }))
     }
 }

@@ -14,6 +14,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocksdb::{checkpoint::Checkpoint, ColumnFamily, Options, WriteBatch, WriteOptions, DB};
 
@@ -78,8 +79,12 @@ pub struct RocksMemory {
 }
 
 /// The RocksDB instance of one subtask.
+///
+/// [`StateBackend::share`] gives a second handle on the same instance, for
+/// a snapshot's asynchronous part on another thread (RocksDB is safe to
+/// use from several threads; the instance closes with the last handle).
 pub struct StateBackend {
-    db: DB,
+    db: Arc<DB>,
     path: PathBuf,
     write_opts: WriteOptions,
     /// Snapshots flush the memtables instead of copying the WAL (group
@@ -125,7 +130,7 @@ impl StateBackend {
         // WAL on, never synced: see the module's doc.
         let write_opts = WriteOptions::default();
         Ok(Self {
-            db,
+            db: Arc::new(db),
             path: path.to_path_buf(),
             write_opts,
             flush_on_snapshot: false,
@@ -229,6 +234,16 @@ impl StateBackend {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Another handle on this instance (see the type's doc).
+    pub fn share(&self) -> Self {
+        Self {
+            db: Arc::clone(&self.db),
+            path: self.path.clone(),
+            write_opts: WriteOptions::default(),
+            flush_on_snapshot: self.flush_on_snapshot,
+        }
     }
 
     pub fn db(&self) -> &DB {

@@ -77,10 +77,50 @@ impl ChangesWriter {
         self.entries
     }
 
+    /// The file's size so far, in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Empties it, keeping its room.
+    pub fn clear(&mut self) {
+        self.buf.truncate(MAGIC.len());
+        self.entries = 0;
+    }
+
+    /// Adds `other`'s entries after this one's.
+    pub fn append(&mut self, other: &ChangesWriter) {
+        self.buf.extend_from_slice(&other.buf[MAGIC.len()..]);
+        self.entries += other.entries;
+    }
+
+    /// Calls `f` with each entry collected, in order: family, key, and the
+    /// value (None: a delete).
+    pub fn for_each(&self, mut f: impl FnMut(u8, &[u8], Option<&[u8]>)) {
+        let buf = &self.buf[..];
+        let len = |at: &mut usize| {
+            let n = u32::from_le_bytes(buf[*at..*at + 4].try_into().expect("4 bytes")) as usize;
+            *at += 4;
+            n
+        };
+        let mut at = MAGIC.len();
+        while at < buf.len() {
+            let (family, op) = (buf[at], buf[at + 1]);
+            at += 2;
+            let key_len = len(&mut at);
+            let key = &buf[at..at + key_len];
+            at += key_len;
+            let value_len = len(&mut at);
+            let value = &buf[at..at + value_len];
+            at += value_len;
+            f(family, key, (op == 1).then_some(value));
+        }
+    }
+
     /// Writes the file into the snapshot folder `dir` (not synced: the
     /// Coordinator syncs every snapshot file before `_metadata`). Returns
     /// its size.
-    pub fn write(self, dir: &Path) -> Result<u64> {
+    pub fn write(&self, dir: &Path) -> Result<u64> {
         let path = dir.join(FILE);
         let mut f = fs::File::create(&path).map_err(|e| WeirError::io(&path, e))?;
         f.write_all(&self.buf)
@@ -211,6 +251,38 @@ mod tests {
             .get_cf(backend.cf(FAMILIES[1]), state_key(2, b"t"))
             .unwrap();
         assert_eq!(timer, Some(vec![]));
+    }
+
+    #[test]
+    fn appended_entries_follow_in_order_and_read_back_as_written() {
+        let mut a = ChangesWriter::new();
+        a.entry(VALUES, &state_key(1, b"k"), Some(b"old"));
+        let mut b = ChangesWriter::new();
+        b.entry(VALUES, &state_key(1, b"k"), Some(b"new"));
+        b.entry(TIMERS, &state_key(3, b"t"), None);
+        a.append(&b);
+        assert_eq!(a.entries(), 3);
+        let mut seen = Vec::new();
+        a.for_each(|family, key, value| {
+            seen.push((family, key.to_vec(), value.map(<[u8]>::to_vec)))
+        });
+        assert_eq!(
+            seen,
+            vec![
+                (VALUES, state_key(1, b"k"), Some(b"old".to_vec())),
+                (VALUES, state_key(1, b"k"), Some(b"new".to_vec())),
+                (TIMERS, state_key(3, b"t"), None),
+            ]
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        a.write(tmp.path()).unwrap();
+        let read = read(tmp.path()).unwrap();
+        assert_eq!(read.len(), 3);
+        assert_eq!(
+            read[1].value.as_deref(),
+            Some(&b"new"[..]),
+            "the later entry is the newer"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Keyed state's storage: one RocksDB instance per (operator uid, subtask)
 //! over bytes ([`backend`]), the changes file a snapshot carries
-//! ([`changes`]), key groups ([`key_groups`]) and a timer service
+//! ([`changes`]), a snapshot's asynchronous part ([`snapshot_job`]), key
+//! groups ([`key_groups`]) and a timer service
 //! ([`timers`]). Keys start with the key group (u16, big endian) in every
 //! column family, so a key group is a contiguous range that can be copied
 //! into another instance when the parallelism changes. The tables
@@ -9,6 +10,7 @@
 pub mod backend;
 pub mod changes;
 pub mod key_groups;
+pub mod snapshot_job;
 pub mod timers;
 
 /// Values: keyed state (`key_group | key [| namespace]`).

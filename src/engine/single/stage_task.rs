@@ -16,6 +16,7 @@ use crate::checkpoint::CheckpointStore;
 use crate::config::CheckpointMode;
 use crate::dataflow::Record;
 use crate::element::{Barrier, Element};
+use crate::engine::chain::TakenCheckpoint;
 use crate::engine::core::{InputEvent, TaskCore};
 use crate::error::{Result, WeirError};
 use crate::runtime::gate::EpochGate;
@@ -158,25 +159,70 @@ impl StageTask {
             return Ok(());
         }
         let key_groups = self.core.key_groups;
-        let Some(handles) = self.core.chain.checkpoint(b, &self.store, key_groups)? else {
+        let Some(taken) = self.core.chain.checkpoint(b, &self.store, key_groups)? else {
             return Ok(()); // cancelled
         };
-        crate::crash_point!("after-keyed-snapshot-before-ack");
         let sync = started.elapsed();
         self.core
             .chain
             .metrics
             .checkpoint_sync
             .observe(sync.as_secs_f64());
-        debug!(task = %self.core.chain.task, checkpoint_id = b.checkpoint_id, alignment_ms = alignment.as_millis() as u64, sync_ms = sync.as_millis() as u64, "task snapshot");
-        let _ = self.acks.send(Ack::Task {
+        let ack = TaskAck {
+            acks: self.acks.clone(),
             task: self.core.chain.task.clone(),
-            checkpoint_id: b.checkpoint_id,
-            handles,
-            alignment_ms: alignment.as_millis() as u64,
-            sync_ms: sync.as_millis() as u64,
-        });
+            alignment,
+            sync,
+            started,
+        };
+        if taken.is_ready() {
+            ack.send(taken);
+        } else {
+            // The snapshots' asynchronous parts run on their own threads;
+            // the ack follows them while this task reads on.
+            std::thread::Builder::new()
+                .name("weir-ack".into())
+                .spawn(move || ack.send(taken))
+                .map_err(|e| WeirError::Task {
+                    task: self.core.chain.task.clone(),
+                    reason: format!("cannot start the thread of a checkpoint's ack: {e}"),
+                })?;
+        }
         self.core.chain.write_back_after_ack()
+    }
+}
+
+/// A stage task's ack of one checkpoint, sent once its snapshots are
+/// written.
+struct TaskAck {
+    acks: Sender<Ack>,
+    task: String,
+    alignment: Duration,
+    /// The task's pause: from the aligned barrier to the snapshots' copy.
+    sync: Duration,
+    started: Instant,
+}
+
+impl TaskAck {
+    fn send(self, taken: TakenCheckpoint) {
+        let checkpoint_id = taken.checkpoint_id;
+        let handles = taken.handles();
+        crate::crash_point!("after-keyed-snapshot-before-ack");
+        debug!(
+            task = %self.task,
+            checkpoint_id,
+            alignment_ms = self.alignment.as_millis() as u64,
+            sync_ms = self.sync.as_millis() as u64,
+            async_ms = (self.started.elapsed() - self.sync).as_millis() as u64,
+            "task snapshot"
+        );
+        let _ = self.acks.send(Ack::Task {
+            task: self.task,
+            checkpoint_id,
+            handles,
+            alignment_ms: self.alignment.as_millis() as u64,
+            sync_ms: self.sync.as_millis() as u64,
+        });
     }
 }
 

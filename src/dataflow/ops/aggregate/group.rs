@@ -121,6 +121,20 @@ impl GroupAggregate {
         Ok(())
     }
 
+    /// At a barrier: every dirty accumulator of the hot map into the coming
+    /// snapshot directly (`Context::put_for_snapshot`), the map kept. The
+    /// pause then encodes each once instead of writing it into the store's
+    /// cache and copying it out again; the store takes them right after
+    /// the snapshot's copy.
+    fn stage_hot(&mut self, ctx: &mut Context) -> Result<()> {
+        for (k, h) in self.hot.iter_mut().filter(|(_, h)| h.dirty) {
+            ctx.set_key(h.key_group, k);
+            ctx.put_for_snapshot(Self::ACC, h.acc.as_ref())?;
+            h.dirty = false;
+        }
+        Ok(())
+    }
+
     /// On checkpoint: notes that the current key changed, with its result
     /// before this row if this is its first change since the last emission.
     fn note_changed(
@@ -367,8 +381,10 @@ impl Operator for GroupAggregate {
 
     fn before_snapshot(&mut self, ctx: &mut Context, out: &mut Collector) -> Result<()> {
         if self.changed.is_empty() {
-            // Every snapshot follows this: it sees what the map holds.
-            return self.flush_hot(ctx, false);
+            // Every snapshot follows this: it sees what the map holds,
+            // staged straight into the snapshot (the map answers for those
+            // keys until the store has them).
+            return self.stage_hot(ctx);
         }
         self.emit_changed(ctx, out)
     }
