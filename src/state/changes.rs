@@ -82,18 +82,6 @@ impl ChangesWriter {
         self.buf.len()
     }
 
-    /// Empties it, keeping its room.
-    pub fn clear(&mut self) {
-        self.buf.truncate(MAGIC.len());
-        self.entries = 0;
-    }
-
-    /// Adds `other`'s entries after this one's.
-    pub fn append(&mut self, other: &ChangesWriter) {
-        self.buf.extend_from_slice(&other.buf[MAGIC.len()..]);
-        self.entries += other.entries;
-    }
-
     /// Calls `f` with each entry collected, in order: family, key, and the
     /// value (None: a delete).
     pub fn for_each(&self, mut f: impl FnMut(u8, &[u8], Option<&[u8]>)) {
@@ -121,11 +109,19 @@ impl ChangesWriter {
     /// Coordinator syncs every snapshot file before `_metadata`). Returns
     /// its size.
     pub fn write(&self, dir: &Path) -> Result<u64> {
+        self.write_with(dir, &ChangesWriter::new())
+    }
+
+    /// [`Self::write`] of this file's entries, then `then`'s, without
+    /// copying them into one buffer first.
+    pub fn write_with(&self, dir: &Path, then: &ChangesWriter) -> Result<u64> {
         let path = dir.join(FILE);
         let mut f = fs::File::create(&path).map_err(|e| WeirError::io(&path, e))?;
+        let rest = &then.buf[MAGIC.len()..];
         f.write_all(&self.buf)
+            .and_then(|()| f.write_all(rest))
             .map_err(|e| WeirError::io(&path, e))?;
-        Ok(self.buf.len() as u64)
+        Ok((self.buf.len() + rest.len()) as u64)
     }
 }
 
@@ -254,35 +250,39 @@ mod tests {
     }
 
     #[test]
-    fn appended_entries_follow_in_order_and_read_back_as_written() {
+    fn entries_written_after_others_follow_them_and_read_back_as_written() {
         let mut a = ChangesWriter::new();
         a.entry(VALUES, &state_key(1, b"k"), Some(b"old"));
         let mut b = ChangesWriter::new();
         b.entry(VALUES, &state_key(1, b"k"), Some(b"new"));
         b.entry(TIMERS, &state_key(3, b"t"), None);
-        a.append(&b);
-        assert_eq!(a.entries(), 3);
         let mut seen = Vec::new();
-        a.for_each(|family, key, value| {
+        b.for_each(|family, key, value| {
             seen.push((family, key.to_vec(), value.map(<[u8]>::to_vec)))
         });
         assert_eq!(
             seen,
             vec![
-                (VALUES, state_key(1, b"k"), Some(b"old".to_vec())),
                 (VALUES, state_key(1, b"k"), Some(b"new".to_vec())),
                 (TIMERS, state_key(3, b"t"), None),
             ]
         );
         let tmp = tempfile::tempdir().unwrap();
-        a.write(tmp.path()).unwrap();
+        let size = a.write_with(tmp.path(), &b).unwrap();
+        assert_eq!(
+            size as usize,
+            a.size_bytes() + b.size_bytes() - 8,
+            "one magic"
+        );
         let read = read(tmp.path()).unwrap();
         assert_eq!(read.len(), 3);
+        assert_eq!(read[0].value.as_deref(), Some(&b"old"[..]));
         assert_eq!(
             read[1].value.as_deref(),
             Some(&b"new"[..]),
             "the later entry is the newer"
         );
+        assert_eq!(read[2].value, None);
     }
 
     #[test]

@@ -44,8 +44,13 @@ pub struct SnapshotJob {
     pub backend: StateBackend,
     /// The snapshot's folder, which the job creates.
     pub target: PathBuf,
-    /// What changed since the last snapshot, as of the barrier.
+    /// What changed since the last snapshot, as of the barrier: the
+    /// cache's dirty entries and the timers' changes...
     pub changes: ChangesWriter,
+    /// ...then what an operator staged for this snapshot, shared with its
+    /// store, which applies it meanwhile (written after `changes`, so it
+    /// wins over an older value of the same key).
+    pub staged: std::sync::Arc<ChangesWriter>,
 }
 
 /// A job running on its own thread, as its store sees it.
@@ -99,7 +104,7 @@ impl SnapshotJob {
         let snapshot = self.backend.snapshot(&self.target);
         let checkpointed = started.elapsed();
         let snapshot = snapshot.and_then(|mut snapshot| {
-            let size = self.changes.write(&self.target)?;
+            let size = self.changes.write_with(&self.target, &self.staged)?;
             snapshot.files.push(SnapshotFile {
                 name: changes::FILE.into(),
                 size_bytes: size,
@@ -151,6 +156,7 @@ mod tests {
             backend: backend.share(),
             target: target.clone(),
             changes,
+            staged: Default::default(),
         };
         let (snapshot, running) = job.spawn().unwrap();
         let snapshot = snapshot.recv().unwrap().unwrap();
@@ -189,6 +195,7 @@ mod tests {
             backend: backend.share(),
             target: dir.path().join("missing/snap"),
             changes: ChangesWriter::new(),
+            staged: Default::default(),
         };
         let (snapshot, running) = job.spawn().unwrap();
         let e = snapshot.recv().unwrap().unwrap_err().to_string();

@@ -963,6 +963,8 @@ fn checkpoint_cost(args: CostArgs) {
         for (message, field) in [
             ("state snapshot", "copy_us"),
             ("state snapshot", "changes"),
+            ("state snapshot", "staged"),
+            ("staged values applied", "apply_us"),
             ("state snapshot written", "checkpoint_us"),
             ("state snapshot written", "file_us"),
             ("sink drained before a snapshot", "commit_wait_us"),
