@@ -635,9 +635,9 @@ fn restoring_at_another_parallelism_mid_stream_keeps_windows_exact() {
 /// every window fires after a SIGKILL and a restore from it. Before, the
 /// write-back dropped its pending set before the write: restored from that
 /// later checkpoint, the windows had no timers and never fired. (The
-/// write-back now runs after the snapshot is written, on the snapshot's
-/// own thread, so the checkpoint that asked for it completes: its changes
-/// file holds the timers.)
+/// write-back now runs once the snapshot's job is done, after the
+/// snapshot was taken, so the checkpoint that asked for it completes: its
+/// changes file holds the timers.)
 #[test]
 fn timers_whose_write_back_failed_are_kept_and_fire_after_a_restore() {
     let dir = tempfile::tempdir().unwrap();

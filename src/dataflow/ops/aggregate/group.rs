@@ -47,9 +47,10 @@ pub struct GroupAggregate {
     /// holds values as bytes of their codec). By the key's encoding, looked
     /// up as a slice (a hit builds no key); the key group, which follows
     /// from the key, is kept beside the accumulators. None: deleted. What
-    /// is `dirty` is written into the store before every snapshot
-    /// (`before_snapshot`, which every snapshot follows in both modes) and
-    /// before the map is cleared at the store's cache size
+    /// is `dirty` is staged into every snapshot (`before_snapshot`, which
+    /// every snapshot follows in both modes; the store takes it right
+    /// after the snapshot's copy) and written into the store before the
+    /// map is cleared at the store's cache size
     /// (`state.cache_entries`: a smaller map thrashes on a working set the
     /// cache holds, and costs more than it saves); a live query reads the
     /// map first. A restore starts with a new operator, so the map never
