@@ -449,6 +449,18 @@ impl Context {
         map_key: Option<&[u8]>,
         value: Option<&T>,
     ) -> Result<()> {
+        self.encode_at(table, map_key, value, KeyedStore::write_slice)
+    }
+
+    /// The full key and `value`'s bytes (None: a delete), in the context's
+    /// reused buffers, handed to `write` on the store.
+    fn encode_at<T: StateCodec>(
+        &mut self,
+        table: Table,
+        map_key: Option<&[u8]>,
+        value: Option<&T>,
+        write: impl FnOnce(&mut KeyedStore, &[u8], Option<&[u8]>) -> Result<()>,
+    ) -> Result<()> {
         self.full_key(table, map_key);
         let key = std::mem::take(&mut self.scratch);
         let mut encoded = std::mem::take(&mut self.value);
@@ -457,10 +469,7 @@ impl Context {
             v.encode(&mut encoded);
         }
         let bytes = value.map(|_| encoded.as_slice());
-        let result = match self.store.as_mut() {
-            Some(s) => s.write_slice(&key, bytes),
-            None => self.store().map(|_| ()),
-        };
+        let result = self.store().and_then(|s| write(s, &key, bytes));
         self.value = encoded;
         self.scratch = key;
         result
@@ -478,18 +487,10 @@ impl Context {
         table: Table,
         value: Option<&T>,
     ) -> Result<()> {
-        self.full_key(table, None);
-        let mut encoded = std::mem::take(&mut self.value);
-        encoded.clear();
-        if let Some(v) = value {
-            v.encode(&mut encoded);
-        }
-        let result = self.store().map(|_| ());
-        if let Some(s) = self.store.as_mut() {
-            s.stage_for_snapshot(&self.scratch, value.map(|_| encoded.as_slice()));
-        }
-        self.value = encoded;
-        result
+        self.encode_at(table, None, value, |store, key, bytes| {
+            store.stage_for_snapshot(key, bytes);
+            Ok(())
+        })
     }
 
     /// The current key's value in a value table.

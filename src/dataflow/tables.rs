@@ -952,41 +952,43 @@ impl KeyedStore {
     /// writes (dirty, for the next write-back): after the snapshot's copy,
     /// whether or not the snapshot could be taken.
     pub fn apply_staged(&mut self) -> Result<()> {
-        let shared = self.staged_in_snapshot.take();
+        if let Some(shared) = self.staged_in_snapshot.take() {
+            self.apply(&shared)?;
+        }
         let unsnapshotted = std::mem::take(&mut self.staged);
+        self.apply(&unsnapshotted)
+    }
+
+    /// Writes `staged`'s entries into the cache.
+    fn apply(&mut self, staged: &ChangesWriter) -> Result<()> {
+        if staged.entries() == 0 {
+            return Ok(());
+        }
         let started = std::time::Instant::now();
-        let mut applied = 0;
         let mut result = Ok(());
-        for staged in shared.as_deref().into_iter().chain([&unsnapshotted]) {
-            staged.for_each(|_, key, value| {
-                if result.is_ok() {
-                    result = self.write_slice(key, value);
-                    applied += 1;
-                }
-            });
-        }
-        if applied > 0 {
-            // After the pause, before the task's next element, which it
-            // delays: `weir-bench checkpoint-cost` reads it from the log.
-            tracing::debug!(
-                store = %self.uid,
-                apply_us = started.elapsed().as_micros() as u64,
-                applied,
-                "staged values applied"
-            );
-        }
+        staged.for_each(|_, key, value| {
+            if result.is_ok() {
+                result = self.write_slice(key, value);
+            }
+        });
+        // After the pause, before the task's next element, which it
+        // delays: `weir-bench checkpoint-cost` reads it from the log.
+        tracing::debug!(
+            store = %self.uid,
+            apply_us = started.elapsed().as_micros() as u64,
+            applied = staged.entries(),
+            "staged values applied"
+        );
         result
     }
 
     fn prepare_snapshot(&mut self, target: &Path) -> Result<SnapshotJob> {
         self.settle(true)?;
-        if self.staged_in_snapshot.is_some() {
+        if let Some(previous) = self.staged_in_snapshot.take() {
             // The last snapshot's staged values were never applied (no
-            // caller does that): into the cache before this copy, not
-            // this barrier's, which go into the snapshot as staged.
-            let this_barrier = std::mem::take(&mut self.staged);
-            self.apply_staged()?;
-            self.staged = this_barrier;
+            // caller does that): into the cache before this copy. This
+            // barrier's go into the snapshot as staged.
+            self.apply(&previous)?;
         }
         let started = std::time::Instant::now();
         let mut out = ChangesWriter::with_capacity(self.changes_bytes);

@@ -189,6 +189,12 @@ mod tests {
         open: Mutex<bool>,
     }
 
+    impl Logged {
+        fn note(&self, what: String) {
+            self.log.lock().unwrap().push(what);
+        }
+    }
+
     impl CommitPoint for Logged {
         fn is_transactional(&self) -> bool {
             true
@@ -201,20 +207,14 @@ mod tests {
                 self.slot
             );
             *open = true;
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("begin {}", self.slot));
+            self.note(format!("begin {}", self.slot));
             Ok(())
         }
         fn prepare(&self) -> Result<()> {
             Ok(())
         }
         fn flush(&self) -> Result<()> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("flush {}", self.slot));
+            self.note(format!("flush {}", self.slot));
             Ok(())
         }
         fn commit(&self, offsets: &CommitOffsets) -> Result<()> {
@@ -226,18 +226,12 @@ mod tests {
             );
             *open = false;
             let (_, (_, marker)) = offsets.iter().next().unwrap();
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("commit {} {marker}", self.slot));
+            self.note(format!("commit {} {marker}", self.slot));
             Ok(())
         }
         fn abort(&self) -> Result<()> {
             *self.open.lock().unwrap() = false;
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("abort {}", self.slot));
+            self.note(format!("abort {}", self.slot));
             Ok(())
         }
         fn transaction_age(&self) -> Option<Duration> {

@@ -85,23 +85,9 @@ impl ChangesWriter {
     /// Calls `f` with each entry collected, in order: family, key, and the
     /// value (None: a delete).
     pub fn for_each(&self, mut f: impl FnMut(u8, &[u8], Option<&[u8]>)) {
-        let buf = &self.buf[..];
-        let len = |at: &mut usize| {
-            let n = u32::from_le_bytes(buf[*at..*at + 4].try_into().expect("4 bytes")) as usize;
-            *at += 4;
-            n
-        };
-        let mut at = MAGIC.len();
-        while at < buf.len() {
-            let (family, op) = (buf[at], buf[at + 1]);
-            at += 2;
-            let key_len = len(&mut at);
-            let key = &buf[at..at + key_len];
-            at += key_len;
-            let value_len = len(&mut at);
-            let value = &buf[at..at + value_len];
-            at += value_len;
-            f(family, key, (op == 1).then_some(value));
+        for entry in entries(&self.buf) {
+            let (family, key, value) = entry.expect("a changes buffer holds whole entries");
+            f(family, key, value);
         }
     }
 
@@ -143,45 +129,77 @@ pub fn read(dir: &Path) -> Result<Vec<Change>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(WeirError::io(&path, e)),
     };
-    let bad = |at: usize, why: &str| {
-        WeirError::Recovery(format!(
-            "changes file {} is damaged at byte {at}: {why}",
-            path.display()
-        ))
-    };
-    if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
-        return Err(bad(0, "it does not start with WEIRCHG1"));
-    }
+    entries(&bytes)
+        .map(|entry| {
+            let (family, key, value) = entry.map_err(|(at, why)| {
+                WeirError::Recovery(format!(
+                    "changes file {} is damaged at byte {at}: {why}",
+                    path.display()
+                ))
+            })?;
+            Ok(Change {
+                family,
+                key: key.to_vec(),
+                value: value.map(<[u8]>::to_vec),
+            })
+        })
+        .collect()
+}
+
+/// One entry: family, key, and the value (None: a delete).
+type Entry<'a> = (u8, &'a [u8], Option<&'a [u8]>);
+
+/// The entries of a changes file's bytes, in order, each checked. A
+/// damaged one is an error with the byte it was found at and why, and
+/// ends the iteration.
+fn entries(
+    bytes: &[u8],
+) -> impl Iterator<Item = std::result::Result<Entry<'_>, (usize, &'static str)>> {
     let mut at = MAGIC.len();
-    let take = |at: &mut usize, n: usize| -> Result<&[u8]> {
+    let mut failed = bytes.get(..MAGIC.len()) != Some(&MAGIC[..]);
+    let mut first = failed.then_some(Err((0, "it does not start with WEIRCHG1")));
+    std::iter::from_fn(move || {
+        if let Some(error) = first.take() {
+            return Some(error);
+        }
+        if failed || at >= bytes.len() {
+            return None;
+        }
+        let entry = entry_at(bytes, &mut at);
+        failed = entry.is_err();
+        Some(entry)
+    })
+}
+
+/// The entry at `at`, which then points past it.
+fn entry_at<'a>(
+    bytes: &'a [u8],
+    at: &mut usize,
+) -> std::result::Result<Entry<'a>, (usize, &'static str)> {
+    let mut take = |n: usize| {
         let part = bytes
             .get(*at..*at + n)
-            .ok_or_else(|| bad(*at, "it ends inside an entry"))?;
+            .ok_or((*at, "it ends inside an entry"))?;
         *at += n;
         Ok(part)
     };
-    let mut out = Vec::new();
-    while at < bytes.len() {
-        let head = take(&mut at, 2)?;
-        let (family, op) = (head[0], head[1]);
-        if usize::from(family) >= FAMILIES.len() {
-            return Err(bad(at - 2, "unknown column family"));
-        }
-        let key_len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
-        let key = take(&mut at, key_len)?.to_vec();
-        let value_len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
-        let value = take(&mut at, value_len)?;
-        if split_key(&key).is_none() {
-            return Err(bad(at, "a key shorter than its key group"));
-        }
-        let value = match op {
-            1 => Some(value.to_vec()),
-            0 => None,
-            _ => return Err(bad(at, "unknown operation")),
-        };
-        out.push(Change { family, key, value });
+    let head = take(2)?;
+    let (family, op) = (head[0], head[1]);
+    if usize::from(family) >= FAMILIES.len() {
+        return Err((*at - 2, "unknown column family"));
     }
-    Ok(out)
+    let key_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+    let key = take(key_len)?;
+    let value_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+    let value = take(value_len)?;
+    if split_key(key).is_none() {
+        return Err((*at, "a key shorter than its key group"));
+    }
+    match op {
+        1 => Ok((family, key, Some(value))),
+        0 => Ok((family, key, None)),
+        _ => Err((*at, "unknown operation")),
+    }
 }
 
 /// The changes file in snapshot folder `dir`, if there is one, as one

@@ -105,17 +105,12 @@ impl GroupAggregate {
     pub const TTL: Table = Table(1);
 
     /// Writes every dirty accumulator of the hot map into the store (and
-    /// with `clear`, empties the map). The context's current key is set
-    /// to each in turn: the caller sets its own again if it needs it.
+    /// with `clear`, empties the map).
     fn flush_hot(&mut self, ctx: &mut Context, clear: bool) -> Result<()> {
-        for (k, h) in self.hot.iter_mut().filter(|(_, h)| h.dirty) {
-            ctx.set_key(h.key_group, k);
-            match &h.acc {
-                Some(acc) => ctx.put(Self::ACC, acc)?,
-                None => ctx.delete(Self::ACC)?,
-            }
-            h.dirty = false;
-        }
+        self.write_dirty_hot(ctx, |ctx, acc| match acc {
+            Some(acc) => ctx.put(Self::ACC, acc),
+            None => ctx.delete(Self::ACC),
+        })?;
         if clear {
             self.hot.clear();
         }
@@ -128,9 +123,20 @@ impl GroupAggregate {
     /// cache and copying it out again; the store takes them right after
     /// the snapshot's copy.
     fn stage_hot(&mut self, ctx: &mut Context) -> Result<()> {
+        self.write_dirty_hot(ctx, |ctx, acc| ctx.put_for_snapshot(Self::ACC, acc))
+    }
+
+    /// `write` of each dirty accumulator (None: deleted), which is then
+    /// clean. The context's current key is set to each in turn: the caller
+    /// sets its own again if it needs it.
+    fn write_dirty_hot(
+        &mut self,
+        ctx: &mut Context,
+        mut write: impl FnMut(&mut Context, Option<&Accumulators>) -> Result<()>,
+    ) -> Result<()> {
         for (k, h) in self.hot.iter_mut().filter(|(_, h)| h.dirty) {
             ctx.set_key(h.key_group, k);
-            ctx.put_for_snapshot(Self::ACC, h.acc.as_ref())?;
+            write(ctx, h.acc.as_ref())?;
             h.dirty = false;
         }
         Ok(())
